@@ -1,0 +1,122 @@
+"""The ``selfattn`` command line.
+
+User mistakes print one line on stderr and exit with status 2; heavy libraries (torch,
+rich) are imported only once a command runs, so ``--help`` answers at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from selfattn import __version__
+
+EXIT_USAGE = 2
+
+QUERY_HELP = (
+    "the query token, case-sensitive ('The' and 'the' differ). A repeated token picks its first "
+    "occurrence; to pick another, give its 0-based position instead (e.g. --query 4 for the second "
+    "'the' of the seed's sentence). A number is read as a position unless the sentence contains it "
+    "as a word. Default: the token at position 1, as the seed picks 'cat'"
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line on stderr and exit status 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="selfattn",
+        description="Transformer self-attention from scratch, every step explained with real numbers.",
+    )
+    parser.add_argument("--version", action="version", version=f"selfattn {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    explain = commands.add_parser(
+        "explain",
+        help="walk through self-attention step by step",
+        description=(
+            "Walk through self-attention on a sentence: tokens, embeddings, dot-product scores, "
+            "softmax and context vectors, with every number. With no sentence it runs the seed's "
+            "example, 'The cat sat on the warm mat', with its hand-made 3-dimensional embeddings."
+        ),
+    )
+    explain.add_argument("sentence", nargs="?", help="the sentence (default: the seed's example)")
+    source = explain.add_argument_group("embeddings (default: the seed's table if it knows every token, else random)")
+    source.add_argument(
+        "--embeddings",
+        metavar="FILE",
+        help="a table from a file: a JSON object token -> vector, or a matrix with one row per token "
+        "as .json, .csv, .npy, .pt or .safetensors",
+    )
+    source.add_argument(
+        "--embed",
+        choices=["auto", "seed", "random"],
+        default="auto",
+        help="seed: the seed's 3-d table; random: seeded, untrained N(0, 1) vectors (default: auto)",
+    )
+    source.add_argument("--dim", type=int, metavar="D", help="width of random embeddings, 1 to 1024 (default 3)")
+    source.add_argument("--seed", type=int, default=0, metavar="S", help="seed for random embeddings (default 0)")
+    explain.add_argument("--query", metavar="TOKEN", help=QUERY_HELP)
+    explain.add_argument("--precision", type=int, default=4, metavar="N", help="decimals shown, 0 to 10 (default 4)")
+    explain.add_argument("--format", choices=["text", "json", "markdown"], default="text", help="output format")
+    explain.set_defaults(run=run_explain)
+    return parser
+
+
+def run_explain(args: argparse.Namespace) -> int:
+    from selfattn.explain.document import check_length, check_precision
+    from selfattn.pipeline.embeddings import SEED_SENTENCE, resolve_embeddings
+    from selfattn.pipeline.tokenize import tokenize
+    from selfattn.trace import trace_self_attention
+
+    check_precision(args.precision)
+    tokens = tokenize(SEED_SENTENCE if args.sentence is None else args.sentence)
+    check_length(len(tokens), args.format)
+    x, source = resolve_embeddings(tokens, args.embed, path=args.embeddings, dim=args.dim, seed=args.seed)
+    trace = trace_self_attention(tokens, x, args.query, source)
+
+    if args.format == "json":
+        from selfattn.explain.json_out import render_json
+
+        sys.stdout.write(render_json(trace))
+        return 0
+    from selfattn.explain.walkthrough import walkthrough
+
+    doc = walkthrough(trace, args.precision)
+    if args.format == "markdown":
+        from selfattn.explain.markdown import render_markdown
+
+        sys.stdout.write(render_markdown(doc))
+    else:
+        from selfattn.explain.text import render_text
+
+        render_text(doc, sys.stdout)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    from selfattn.errors import SelfAttnError
+
+    try:
+        return args.run(args)
+    except SelfAttnError as error:
+        message = " ".join(str(error).split())
+        print(f"selfattn: error: {message}", file=sys.stderr)
+        return EXIT_USAGE
+    except BrokenPipeError:
+        # The reader went away (e.g. `| head`); stop quietly, as other tools do.
+        sys.stderr.close()
+        return 0
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,86 @@
+"""Render a Trace as one JSON object with full-precision numbers.
+
+Stable keys (later features add keys, these stay): tokens, embeddings, query {index,
+token, scores, exp, exp_sum, weights, context}, scores, weights, context. JSON has no
+infinity or NaN, so those are written as the strings "inf", "-inf" and "nan".
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict
+from typing import Any
+
+import torch
+
+from selfattn.trace import Trace
+
+
+def _plain(value: Any) -> Any:
+    """Tensors to nested lists of floats, non-finite floats to strings."""
+    if isinstance(value, torch.Tensor):
+        value = value.tolist()
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def trace_to_dict(trace: Trace) -> dict[str, Any]:
+    qt = trace.query
+    return _plain(
+        {
+            "tokens": trace.tokens,
+            "embeddings": trace.embeddings,
+            "embedding_source": asdict(trace.source),
+            "query": {
+                "index": qt.index,
+                "math_index": qt.index + 1,
+                "token": qt.token,
+                "scores": qt.scores,
+                "scores_loop": qt.scores_loop,
+                "exp": qt.exp,
+                "exp_sum": float(qt.exp_sum),
+                "weights": qt.weights,
+                "weights_naive": qt.weights_naive,
+                "naive_overflow": qt.naive_overflows,
+                "stable": {
+                    "max": float(qt.max),
+                    "exp": qt.exp_shifted,
+                    "exp_sum": float(qt.exp_shifted_sum),
+                },
+                "context": qt.context,
+                "context_loop": qt.context_loop,
+            },
+            "scores": trace.scores,
+            "weights": trace.weights,
+            "row_sums": trace.row_sums,
+            "context": trace.context,
+        }
+    )
+
+
+def _compact(value: Any, indent: int) -> str:
+    """json.dumps with nesting indented, but each list of numbers kept on one line."""
+    pad = "  " * indent
+    if isinstance(value, dict):
+        if not value:
+            return "{}"
+        items = [f'{pad}  {json.dumps(k)}: {_compact(v, indent + 1)}' for k, v in value.items()]
+        return "{\n" + ",\n".join(items) + "\n" + pad + "}"
+    if isinstance(value, list) and value and all(isinstance(v, list) for v in value):
+        rows = [f"{pad}  {_compact(v, indent + 1)}" for v in value]
+        return "[\n" + ",\n".join(rows) + "\n" + pad + "]"
+    return json.dumps(value, ensure_ascii=False, allow_nan=False)
+
+
+def render_json(trace: Trace) -> str:
+    return _compact(trace_to_dict(trace), 0) + "\n"

@@ -1,0 +1,139 @@
+"""Step 2 of the seed: turn tokens into vectors, X with one row per token.
+
+Three sources of vectors:
+- the seed's own 3-dimensional table (7 hand-made vectors, one per distinct token);
+- a seeded random table, clearly untrained: the vector of a token depends only on the
+  token, the seed and the width, so "cat" gets the same vector in every sentence;
+- a user's table from a file (see ``embedding_files``): a mapping token -> vector, or a
+  matrix with one row per token of the sentence.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Mapping
+
+import torch
+
+from selfattn.errors import EmbeddingError, OptionError
+
+SEED_SENTENCE = "The cat sat on the warm mat"
+
+# The seed's hand-made embeddings, token -> (x1, x2, x3). Case matters: "The" != "the".
+SEED_TABLE: dict[str, tuple[float, float, float]] = {
+    "The": (0.41, 0.12, 0.73),
+    "cat": (0.58, 0.91, 0.44),
+    "sat": (0.33, 0.76, 0.89),
+    "on": (0.15, 0.42, 0.67),
+    "the": (0.39, 0.14, 0.71),
+    "warm": (0.82, 0.53, 0.29),
+    "mat": (0.61, 0.85, 0.47),
+}
+
+MIN_DIM, MAX_DIM = 1, 1024
+EMBED_METHODS = ("auto", "seed", "random")
+
+
+@dataclass(frozen=True)
+class EmbeddingSource:
+    """Where the vectors of X came from, so every output can say so."""
+
+    kind: str  # "seed", "random", "file", or "given" (passed in directly)
+    trained: bool  # False for all three here: none of them was learned
+    description: str
+    seed: int | None = None
+    path: str | None = None
+    note: str | None = None  # why this source was chosen, when it was not asked for
+
+
+def embed(tokens: list[str], table: Mapping[str, torch.Tensor | tuple | list] | torch.Tensor) -> torch.Tensor:
+    """X[i] = table[tokens[i]]: look up each token's vector.   n tokens -> (n, d)
+
+    ``table`` is a mapping token -> vector, or already a matrix (n, d) in sentence order,
+    whose row count must match the number of tokens.
+    """
+    if isinstance(table, torch.Tensor):
+        if table.dim() != 2:
+            raise EmbeddingError(f"an embedding matrix must be 2-D (tokens x dim), got shape {tuple(table.shape)}")
+        if table.shape[0] != len(tokens):
+            raise EmbeddingError(
+                f"the embedding matrix has {table.shape[0]} rows but the sentence has {len(tokens)} "
+                f"tokens: give one row per token, in sentence order"
+            )
+        return table.to(torch.float32)
+    missing = [t for t in dict.fromkeys(tokens) if t not in table]
+    if missing:
+        shown = ", ".join(repr(t) for t in missing[:8]) + (", ..." if len(missing) > 8 else "")
+        raise EmbeddingError(f"no embedding for token{'s' if len(missing) > 1 else ''} {shown} (tokens are case-sensitive)")
+    rows = [torch.as_tensor(table[t], dtype=torch.float32) for t in tokens]
+    widths = {row.shape for row in rows}
+    if len(widths) != 1 or rows[0].dim() != 1:
+        raise EmbeddingError(f"embedding vectors must all be 1-D and of one length, got shapes {sorted(widths)}")
+    return torch.stack(rows)  # n x (d,) -> (n, d)
+
+
+def seed_embeddings(tokens: list[str]) -> torch.Tensor:
+    """The seed's 3-dimensional vectors for tokens drawn from its table.   n tokens -> (n, 3)"""
+    return embed(tokens, SEED_TABLE)
+
+
+def random_embeddings(tokens: list[str], dim: int, seed: int = 0) -> torch.Tensor:
+    """Untrained vectors x ~ N(0, 1)^dim, fixed by (token, seed, dim).   n tokens -> (n, dim)"""
+    check_dim(dim)
+    table = {}
+    for token in dict.fromkeys(tokens):
+        # A per-token generator, so a token's vector does not depend on its neighbours.
+        digest = hashlib.sha256(f"{seed}\x00{dim}\x00{token}".encode()).digest()
+        generator = torch.Generator().manual_seed(int.from_bytes(digest[:8], "little"))
+        table[token] = torch.randn(dim, generator=generator)
+    return embed(tokens, table)
+
+
+def check_dim(dim: int) -> None:
+    if isinstance(dim, bool) or not isinstance(dim, int) or not MIN_DIM <= dim <= MAX_DIM:
+        raise OptionError(f"--dim must be an integer from {MIN_DIM} to {MAX_DIM}, got {dim!r}")
+
+
+def resolve_embeddings(
+    tokens: list[str],
+    method: str = "auto",
+    *,
+    path: str | None = None,
+    dim: int | None = None,
+    seed: int = 0,
+) -> tuple[torch.Tensor, EmbeddingSource]:
+    """Choose and build X for the tokens, returning it with a record of its source.
+
+    method "auto" (default): a file if ``path`` is given, random if ``dim`` is given,
+    else the seed's table when it knows every token, else random vectors of width 3.
+    """
+    if method not in EMBED_METHODS:
+        raise OptionError(f"unknown embedding method {method!r}: choose one of {', '.join(EMBED_METHODS)}")
+    if path is not None:
+        if method != "auto":
+            raise OptionError(f"--embeddings FILE and --embed {method} exclude each other: choose one")
+        if dim is not None:
+            raise OptionError("--dim applies only to random embeddings, not to a file")
+        from selfattn.pipeline.embedding_files import load_embedding_file
+
+        x = embed(tokens, load_embedding_file(path))
+        return x, EmbeddingSource("file", False, f"from the file {path}", path=str(path))
+    note = None
+    if method == "auto":
+        unknown = [t for t in dict.fromkeys(tokens) if t not in SEED_TABLE]
+        if dim is None and not unknown:
+            method = "seed"
+        else:
+            method = "random"
+            if dim is None:
+                shown = ", ".join(repr(t) for t in unknown[:5]) + (", ..." if len(unknown) > 5 else "")
+                note = f"the seed's table has no vector for {shown}, so random vectors are used"
+    if method == "seed":
+        if dim is not None and dim != 3:
+            raise OptionError("--dim applies only to random embeddings; the seed's table is 3-dimensional")
+        return seed_embeddings(tokens), EmbeddingSource("seed", False, "the seed's hand-made 3-dimensional table")
+    dim = 3 if dim is None else dim
+    x = random_embeddings(tokens, dim, seed)
+    description = f"random N(0, 1) vectors, dim {dim}, seed {seed} (untrained)"
+    return x, EmbeddingSource("random", False, description, seed=seed, note=note)

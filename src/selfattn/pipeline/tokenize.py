@@ -1,0 +1,66 @@
+"""Step 1 of the seed: split raw text into tokens.
+
+The seed uses word-level tokens: the sentence split on whitespace. Punctuation stays
+attached to its word ("mat." is one token) and case is kept ("The" and "the" are two
+different tokens with two different embeddings).
+"""
+
+from __future__ import annotations
+
+from selfattn.errors import QueryError, SentenceError
+
+
+def tokenize(sentence: str) -> list[str]:
+    """Split a sentence on whitespace: "The cat sat" -> ["The", "cat", "sat"].
+
+    Raises SentenceError for an empty or whitespace-only sentence.
+    """
+    if not isinstance(sentence, str):
+        raise SentenceError(f"the sentence must be a string, not {type(sentence).__name__}")
+    tokens = sentence.split()
+    if not tokens:
+        raise SentenceError("the sentence is empty: give at least one word")
+    return tokens
+
+
+def default_query_index(tokens: list[str]) -> int:
+    """The seed's choice: the second token ("cat"), or the only token of a one-word sentence."""
+    return 1 if len(tokens) > 1 else 0
+
+
+def find_query(tokens: list[str], query: str | int | None) -> int:
+    """Resolve a query given as a token or a 0-based position to its 0-based position.
+
+    - None: the default (position 1, as the seed picks "cat").
+    - an int: a 0-based position, 0 <= position < len(tokens).
+    - a str: an exact, case-sensitive token; a repeated token selects its first
+      occurrence. A string of digits that is not a token of the sentence is read as a
+      0-based position, so "4" picks the second "the" of the seed's sentence.
+    """
+    if query is None:
+        return default_query_index(tokens)
+    if isinstance(query, str):
+        if query in tokens:
+            return tokens.index(query)
+        try:
+            position = int(query.strip())
+        except ValueError:
+            raise QueryError(
+                f"query token {query!r} is not in the sentence (tokens are case-sensitive): "
+                f"choose one of {_token_list(tokens)} or a 0-based position"
+            ) from None
+        query = position
+    if isinstance(query, bool) or not isinstance(query, int):
+        raise QueryError(f"the query must be a token or a 0-based position, not {query!r}")
+    if not 0 <= query < len(tokens):
+        raise QueryError(
+            f"query position {query} is out of range: the sentence has {len(tokens)} "
+            f"token{'s' if len(tokens) != 1 else ''} (positions 0 to {len(tokens) - 1})"
+        )
+    return query
+
+
+def _token_list(tokens: list[str], limit: int = 12) -> str:
+    unique = list(dict.fromkeys(tokens))
+    shown = ", ".join(repr(t) for t in unique[:limit])
+    return shown + (f", ... ({len(unique)} in all)" if len(unique) > limit else "")

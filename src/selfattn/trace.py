@@ -1,0 +1,126 @@
+"""A typed record of every intermediate of one self-attention run, for renderers.
+
+The trace is built by calling the pipeline's step functions once; renderers (text,
+markdown, JSON, plots) only read it and never recompute attention.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from selfattn.pipeline.embeddings import EmbeddingSource
+from selfattn.pipeline.steps import (
+    attention_scores,
+    attention_scores_loop,
+    context_vector_loop,
+    context_vectors,
+    softmax_parts,
+)
+from selfattn.pipeline.tokenize import find_query
+
+
+@dataclass(frozen=True)
+class QueryTrace:
+    """One query token's walk through scores, softmax and context (the seed's steps 3-5)."""
+
+    index: int  # 0-based position in the code; the maths calls it index + 1
+    token: str
+    terms: torch.Tensor  # (n, d): x_q[k] * x_j[k], the terms of each dot product
+    scores_loop: torch.Tensor  # (n,): omega_j from one dot product at a time
+    scores: torch.Tensor  # (n,): omega = X x_q as one matrix-vector product
+    exp: torch.Tensor  # (n,): exp(omega), the naive form (may hold inf)
+    exp_sum: torch.Tensor  # (): sum_j exp(omega_j) (may be inf)
+    weights_naive: torch.Tensor  # (n,): exp / exp_sum (NaN where it overflowed)
+    max: torch.Tensor  # (): m = max_j omega_j, the stable form's shift
+    exp_shifted: torch.Tensor  # (n,): exp(omega - m)
+    exp_shifted_sum: torch.Tensor  # ()
+    weights: torch.Tensor  # (n,): alpha, from the stable form
+    context_terms: torch.Tensor  # (n, d): alpha_j * x_j
+    context_loop: torch.Tensor  # (d,): z from a running sum
+    context: torch.Tensor  # (d,): z = alpha X as one product
+
+    @property
+    def naive_overflows(self) -> bool:
+        """True when the naive softmax gives inf or NaN on these scores."""
+        return not bool(torch.isfinite(self.weights_naive).all())
+
+    @property
+    def scores_loop_vs_matrix(self) -> float:
+        return float((self.scores_loop - self.scores).abs().max())
+
+    @property
+    def naive_vs_stable(self) -> float:
+        return float((self.weights_naive - self.weights).abs().max())
+
+    @property
+    def context_loop_vs_matrix(self) -> float:
+        return float((self.context_loop - self.context).abs().max())
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Self-attention over a whole sentence, with the query's steps spelled out."""
+
+    tokens: list[str]
+    embeddings: torch.Tensor  # (n, d): X
+    source: EmbeddingSource
+    query: QueryTrace
+    scores: torch.Tensor  # (n, n): Omega = X X^T
+    weights: torch.Tensor  # (n, n): softmax of each row
+    row_sums: torch.Tensor  # (n,): each row of weights summed (1 up to rounding)
+    context: torch.Tensor  # (n, d): Z = weights X
+
+    @property
+    def dim(self) -> int:
+        return int(self.embeddings.shape[1])
+
+
+def trace_self_attention(
+    tokens: list[str],
+    embeddings: torch.Tensor,
+    query: str | int | None = None,
+    source: EmbeddingSource | None = None,
+) -> Trace:
+    """Run the seed's self-attention on X (n, d) and record every intermediate."""
+    x = embeddings.detach()
+    q = find_query(tokens, query)
+    x_q = x[q]  # (d,)
+
+    scores = attention_scores(x_q, x)  # (n,)
+    naive = softmax_parts(scores, stable=False)
+    stable = softmax_parts(scores, stable=True)
+    weights = stable.weights  # (n,)
+    query_trace = QueryTrace(
+        index=q,
+        token=tokens[q],
+        terms=x * x_q,  # (n, d) * (d,) -> (n, d)
+        scores_loop=attention_scores_loop(x_q, x),
+        scores=scores,
+        exp=naive.exp,
+        exp_sum=naive.total.squeeze(-1),
+        weights_naive=naive.weights,
+        max=stable.shift.squeeze(-1),
+        exp_shifted=stable.exp,
+        exp_shifted_sum=stable.total.squeeze(-1),
+        weights=weights,
+        context_terms=weights[:, None] * x,  # (n, 1) * (n, d) -> (n, d)
+        context_loop=context_vector_loop(weights, x),
+        context=context_vectors(weights, x),
+    )
+
+    all_scores = attention_scores(x, x)  # (n, n)
+    all_weights = softmax_parts(all_scores).weights  # (n, n)
+    if source is None:
+        source = EmbeddingSource("given", False, "given by the caller")
+    return Trace(
+        tokens=list(tokens),
+        embeddings=x,
+        source=source,
+        query=query_trace,
+        scores=all_scores,
+        weights=all_weights,
+        row_sums=all_weights.sum(dim=-1),
+        context=context_vectors(all_weights, x),  # (n, n) @ (n, d) -> (n, d)
+    )
