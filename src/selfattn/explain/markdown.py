@@ -6,7 +6,7 @@ from selfattn.explain.document import Document, Heading, Lines, Note, Paragraph,
 
 
 def _cell(text: str) -> str:
-    for char in "\\|*_`<>[]":
+    for char in "\\|*_`<>":
         text = text.replace(char, "\\" + char)
     return text or " "
 

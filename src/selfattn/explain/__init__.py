@@ -1,0 +1,1 @@
+"""Renderers of a Trace: the walkthrough document, text (rich), markdown and JSON."""

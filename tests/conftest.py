@@ -1,0 +1,30 @@
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from seed_reference import INPUTS  # noqa: E402
+
+
+@pytest.fixture
+def seed_x() -> torch.Tensor:
+    return torch.tensor(INPUTS)  # float32, as in the seed
+
+
+@pytest.fixture
+def run_cli(capsys):
+    """Run ``selfattn`` in-process; returns (exit status, stdout, stderr)."""
+    from selfattn.cli import main
+
+    def run(*argv: str):
+        try:
+            status = main(list(argv))
+        except SystemExit as exit_:  # argparse's --help / usage errors
+            status = exit_.code
+        out, err = capsys.readouterr()
+        return status, out, err
+
+    return run

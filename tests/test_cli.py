@@ -1,0 +1,235 @@
+"""The `selfattn explain` command end to end: formats, options and every user error."""
+
+import json
+import math
+import os
+import pty
+import select
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from seed_reference import INPUTS, TOKENS
+
+ESC = "\x1b"
+
+
+def test_text_walks_through_every_step(run_cli):
+    status, out, err = run_cli("explain")
+    assert status == 0 and err == ""
+    for heading in ("Step 1", "Step 2", "Step 3", "Step 4", "The stable form", "Step 5", "Step 6", "Summary"):
+        assert heading in out
+    assert "← query" in out and "x^(2)" in out
+    assert ESC not in out  # captured output is not a terminal
+
+
+def test_json_has_the_stable_keys(run_cli):
+    status, out, _ = run_cli("explain", "--format", "json")
+    data = json.loads(out)
+    assert status == 0
+    assert {"tokens", "embeddings", "query", "scores", "weights", "context"} <= set(data)
+    assert {"index", "token", "scores", "exp", "exp_sum", "weights", "context"} <= set(data["query"])
+    n, d = len(data["tokens"]), len(data["embeddings"][0])
+    assert (n, d) == (7, 3)
+    assert len(data["scores"]) == n and all(len(row) == n for row in data["scores"] + data["weights"])
+    assert len(data["context"]) == n and all(len(row) == d for row in data["context"])
+
+
+def test_markdown_has_headings_and_tables(run_cli):
+    status, out, _ = run_cli("explain", "--format", "markdown")
+    assert status == 0
+    assert out.startswith("# ") and "## Step 4 · Softmax" in out
+    assert "| token | ω | exp(ω) | α = exp(ω) / sum |" in out
+    assert "| **cat** | **1.3581** | **3.8888** | **0.1919** |" in out
+    assert "| The | 0.6682 | 1.9507 | 0.0962 |" in out
+    assert ESC not in out
+
+
+def _check_against_sdpa(data):
+    x = torch.tensor(data["embeddings"], dtype=torch.float64)
+    expected = F.scaled_dot_product_attention(x, x, x, scale=1.0)
+    torch.testing.assert_close(torch.tensor(data["context"], dtype=torch.float64), expected, rtol=1e-5, atol=1e-6)
+    weights = torch.softmax(x @ x.T, dim=-1)
+    torch.testing.assert_close(torch.tensor(data["weights"], dtype=torch.float64), weights, rtol=1e-5, atol=1e-6)
+    q = data["query"]["index"]
+    torch.testing.assert_close(torch.tensor(data["query"]["weights"], dtype=torch.float64), weights[q], rtol=1e-5, atol=1e-6)
+
+
+def test_random_embeddings_for_any_sentence(run_cli):
+    status, out, _ = run_cli("explain", "A dog chased the ball", "--embed", "random", "--dim", "6", "--seed", "3",
+                             "--format", "json", "--query", "ball")
+    data = json.loads(out)
+    assert status == 0
+    assert data["tokens"] == ["A", "dog", "chased", "the", "ball"]
+    assert data["query"]["index"] == 4 and len(data["embeddings"][0]) == 6
+    assert data["embedding_source"]["kind"] == "random" and data["embedding_source"]["trained"] is False
+    _check_against_sdpa(data)
+    again = json.loads(run_cli("explain", "A dog chased the ball", "--embed", "random", "--dim", "6", "--seed", "3",
+                               "--format", "json")[1])
+    assert again["embeddings"] == data["embeddings"]  # seeded: reproducible
+
+
+def test_unknown_words_fall_back_to_labelled_random_vectors(run_cli):
+    status, out, _ = run_cli("explain", "hello there world")
+    assert status == 0
+    assert "untrained" in out and "random" in out and "'hello'" in out
+
+
+@pytest.mark.parametrize("suffix", [".json", ".csv", ".npy", ".pt", ".safetensors"])
+def test_embedding_files_of_every_format(run_cli, tmp_path, suffix):
+    from safetensors.torch import save_file
+
+    matrix = torch.tensor(INPUTS)
+    path = tmp_path / f"emb{suffix}"
+    if suffix == ".json":
+        path.write_text(json.dumps(dict(zip(TOKENS, INPUTS))))
+    elif suffix == ".csv":
+        path.write_text("\n".join(",".join(str(v) for v in row) for row in INPUTS))
+    elif suffix == ".npy":
+        np.save(path, matrix.numpy())
+    elif suffix == ".pt":
+        torch.save(matrix, path)
+    else:
+        save_file({"embeddings": matrix}, str(path))
+    status, out, err = run_cli("explain", "--embeddings", str(path), "--format", "json")
+    assert status == 0, err
+    data = json.loads(out)
+    assert data["embedding_source"]["kind"] == "file"
+    torch.testing.assert_close(torch.tensor(data["embeddings"]), matrix)
+    assert [round(v, 4) for v in data["query"]["context"]] == [0.4964, 0.6149, 0.5813]
+
+
+def test_query_selection_by_token_and_position(run_cli):
+    by_token = json.loads(run_cli("explain", "--query", "the", "--format", "json")[1])["query"]
+    by_position = json.loads(run_cli("explain", "--query", "4", "--format", "json")[1])["query"]
+    first = json.loads(run_cli("explain", "--query", "The", "--format", "json")[1])["query"]
+    assert by_token["index"] == by_position["index"] == 4 and by_token["token"] == "the"
+    assert first["index"] == 0 and first["token"] == "The"
+
+
+def test_precision_changes_the_printed_decimals(run_cli):
+    out = run_cli("explain", "--precision", "2")[1]
+    assert "ω = [0.67, 1.36, 1.27, 0.76, 0.67, 1.09, 1.33]" in out
+    out = run_cli("explain", "--precision", "6", "--format", "markdown")[1]
+    assert "z^(2) = [0.496399, 0.614882, 0.581337]" in out
+
+
+def test_naive_overflow_is_explained_and_json_stays_valid(run_cli):
+    args = ("explain", "one two three", "--embed", "random", "--dim", "400", "--seed", "1")
+    status, out, _ = run_cli(*args)
+    assert status == 0 and "Warning" in out and "naive form breaks down" in out
+    status, out, _ = run_cli(*args, "--format", "json")
+    data = json.loads(out)  # strict JSON: no bare Infinity or NaN
+    assert data["query"]["naive_overflow"] is True
+    assert "inf" in data["query"]["exp"] and data["query"]["exp_sum"] == "inf"
+    weights = data["query"]["weights"]
+    assert all(isinstance(w, float) and math.isfinite(w) for w in weights)
+    _check_against_sdpa(data)
+
+
+def test_long_sentences_need_json(run_cli):
+    sentence = " ".join(f"w{i}" for i in range(30))
+    status, out, err = run_cli("explain", sentence)
+    assert status == 2 and out == ""
+    assert "30 tokens" in err and "at most 24" in err and "--format json" in err
+    status, out, _ = run_cli("explain", sentence, "--format", "json")
+    assert status == 0 and len(json.loads(out)["tokens"]) == 30
+    status, _, err = run_cli("explain", " ".join(["w"] * 600), "--format", "json")
+    assert status == 2 and "at most 512" in err
+
+
+def _write(path, text):
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.fixture
+def bad_inputs(tmp_path):
+    """Each case: CLI arguments after 'explain', and a fragment the error must contain."""
+    return [
+        (["   "], "empty"),
+        ([""], "empty"),
+        (["--query", "dog"], "'dog' is not in the sentence"),
+        (["--query", "12"], "out of range"),
+        (["--embeddings", str(tmp_path / "missing.json")], "missing.json"),
+        (["--embeddings", str(tmp_path)], "embeddings"),
+        (["--embeddings", _write(tmp_path / "e.txt", "1,2,3")], "e.txt"),
+        (["--embeddings", _write(tmp_path / "rows.csv", "1,2,3\n4,5,6")], "2 rows but the sentence has 7 tokens"),
+        (["--embeddings", _write(tmp_path / "map.json", json.dumps({"The": [1, 2, 3]}))], "no embedding for token"),
+        (["--embeddings", _write(tmp_path / "ragged.csv", "1,2,3\n4,5\n" + "1,2,3\n" * 5)], "ragged.csv"),
+        (["--embeddings", _write(tmp_path / "word.csv", "1,2,x\n" * 7)], "word.csv"),
+        (["--embeddings", _write(tmp_path / "nan.json", json.dumps([[1, 2, 3]] * 6 + [[1, 2, float("nan")]]))], "nan.json"),
+        (["--embeddings", _write(tmp_path / "inf.csv", "1,2,3\n" * 6 + "1,2,inf\n")], "inf.csv"),
+        (["--embeddings", _write(tmp_path / "broken.json", "{not json")], "broken.json"),
+        (["--embed", "random", "--dim", "0"], "--dim must be an integer from 1 to 1024"),
+        (["--embed", "random", "--dim", "5000"], "--dim must be an integer from 1 to 1024"),
+        (["--precision", "-1"], "--precision must be an integer from 0 to 10"),
+        (["--precision", "11"], "--precision must be an integer from 0 to 10"),
+        (["--format", "xml"], "invalid choice"),
+        (["--dim", "three"], "invalid int value"),
+        (["--embed", "seed", "--dim", "4"], "3-dimensional"),
+        (["--embeddings", "x.csv", "--embed", "random"], "exclude each other"),
+        ([" ".join(["w"] * 25)], "at most 24"),
+    ]
+
+
+def test_every_bad_input_is_one_line_and_exit_2(run_cli, bad_inputs):
+    for args, fragment in bad_inputs:
+        status, out, err = run_cli("explain", *args)
+        assert status == 2, (args, err)
+        assert out == "", args
+        assert err.count("\n") == 1 and err.startswith("selfattn"), (args, err)
+        assert "Traceback" not in err
+        assert fragment in err, (args, err)
+
+
+def _run(*args, **kwargs):
+    return subprocess.run([sys.executable, "-m", "selfattn", *args], capture_output=True, text=True, timeout=120, **kwargs)
+
+
+def test_python_dash_m_piped_output_has_no_escape_codes():
+    env = dict(os.environ, FORCE_COLOR="1", TTY_COMPATIBLE="1")
+    done = _run("explain", "The \x1b[31mcat sat", env=env)
+    assert done.returncode == 0, done.stderr
+    assert ESC not in done.stdout and "Step 6" in done.stdout
+    assert "\\x1b[31mcat" in done.stdout  # a control character in a token is shown escaped
+
+
+def test_help_version_and_missing_command():
+    done = _run("--help")
+    assert done.returncode == 0 and "explain" in done.stdout
+    done = _run("explain", "--help")
+    assert done.returncode == 0 and "--embeddings" in done.stdout and "0-based position" in done.stdout
+    done = _run("--version")
+    assert done.returncode == 0 and done.stdout.startswith("selfattn ")
+    done = _run()
+    assert done.returncode == 2 and "explain" in done.stderr
+    done = _run("frobnicate")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+
+
+def test_terminal_output_uses_rich_styling():
+    """Under a pseudo-terminal the same command prints styled (escape-coded) tables."""
+    pid, fd = pty.fork()
+    if pid == 0:  # child: stdout is the terminal
+        os.execv(sys.executable, [sys.executable, "-m", "selfattn", "explain"])
+    chunks = []
+    while True:
+        ready, _, _ = select.select([fd], [], [], 120)
+        if not ready:
+            break
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    _, status = os.waitpid(pid, 0)
+    text = b"".join(chunks).decode("utf-8", "replace")
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert ESC in text and "0.4964" in text
