@@ -7,7 +7,6 @@ our loader, and compare the values read back with the values written.
 import csv
 import json
 import math
-import os
 import pathlib
 import re
 import tempfile
@@ -204,16 +203,7 @@ def test_directory(tmp_path):
     refused(tmp_path / "table.json", "is a directory")
 
 
-@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root reads files despite chmod 000")
-def test_unreadable_file_by_permissions(tmp_path):
-    path = write_json(tmp_path / "e.json", MATRIX)
-    path.chmod(0)
-    try:
-        refused(path, r"cannot be read \(permission denied\)")
-    finally:
-        path.chmod(0o600)
-
-
+# CI runs as root, which reads files whatever their mode, so the denial is simulated.
 def test_unreadable_file_simulated(tmp_path, monkeypatch):
     path = write_json(tmp_path / "e.json", MATRIX)
 
