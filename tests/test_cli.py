@@ -233,3 +233,15 @@ def test_terminal_output_uses_rich_styling():
     text = b"".join(chunks).decode("utf-8", "replace")
     assert os.waitstatus_to_exitcode(status) == 0
     assert ESC in text and "0.4964" in text
+
+
+def test_dot_products_beyond_float32_are_a_clear_error(run_cli, tmp_path):
+    path = _write(tmp_path / "big.json", json.dumps({"huge": [1e20, 1.0], "small": [1.0, 2.0]}))
+    status, out, err = run_cli("explain", "huge small", "--embeddings", path)
+    assert status == 2 and out == "" and "overflow float32" in err and "1e+20" in err
+
+
+def test_one_word_sentence(run_cli):
+    data = json.loads(run_cli("explain", "The", "--format", "json")[1])
+    assert data["tokens"] == ["The"] and data["query"]["index"] == 0
+    assert data["weights"] == [[1.0]] and data["context"] == data["embeddings"]

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
+from selfattn.errors import EmbeddingError
 from selfattn.pipeline.embeddings import EmbeddingSource
 from selfattn.pipeline.steps import (
     attention_scores,
@@ -86,6 +87,13 @@ def trace_self_attention(
     """Run the seed's self-attention on X (n, d) and record every intermediate."""
     x = embeddings.detach()
     q = find_query(tokens, query)
+    all_scores = attention_scores(x, x)  # (n, n)
+    if not torch.isfinite(all_scores).all():
+        # Finite vectors can still have dot products beyond float32's range (|x| ~ 1e20).
+        raise EmbeddingError(
+            f"the dot products of these embeddings overflow {str(x.dtype).removeprefix('torch.')} "
+            f"(largest |x| is {float(x.abs().max()):.3g}): scale the vectors down"
+        )
     x_q = x[q]  # (d,)
 
     scores = attention_scores(x_q, x)  # (n,)
@@ -110,7 +118,6 @@ def trace_self_attention(
         context=context_vectors(weights, x),
     )
 
-    all_scores = attention_scores(x, x)  # (n, n)
     all_weights = softmax_parts(all_scores).weights  # (n, n)
     if source is None:
         source = EmbeddingSource("given", False, "given by the caller")

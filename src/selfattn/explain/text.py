@@ -70,6 +70,10 @@ def render_text(doc: Document, file: TextIO | None = None) -> None:
                 table.add_column(name, justify=justify, no_wrap=True)
             for r, row in enumerate(block.rows):
                 table.add_row(*row, style="bold" if r == block.highlight_row else None)
+            # Never squeeze numbers into ellipses: a table wider than the terminal wraps instead.
+            screen_width = console.width
+            console.width = max(screen_width, _table_width(block))
             console.print(table)
+            console.width = screen_width
     if not is_terminal:
         file.write("\n".join(line.rstrip() for line in target.getvalue().splitlines()) + "\n")
