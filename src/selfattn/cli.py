@@ -16,10 +16,19 @@ EXIT_USAGE = 2
 
 QUERY_HELP = (
     "the query token, case-sensitive ('The' and 'the' differ). A repeated token picks its first "
-    "occurrence; to pick another, give its 0-based position instead (e.g. --query 4 for the second "
-    "'the' of the seed's sentence). A number is read as a position unless the sentence contains it "
+    "occurrence; to pick another, give its 0-based position instead (in 'the cat saw the dog', "
+    "--query 3 is the second 'the'). A number is read as a position unless the sentence contains it "
     "as a word. Default: the token at position 1, as the seed picks 'cat'"
 )
+
+
+EXPLAIN_EXAMPLES = """examples:
+  selfattn explain                              the seed's example, query 'cat'
+  selfattn explain --query the --precision 6    another query, more decimals
+  selfattn explain "the cat saw the dog" --query 3 --embed random --dim 4
+  selfattn explain "my words" --embeddings table.json --format markdown
+  selfattn explain --format json > trace.json   every number, full precision
+"""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -46,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
             "example, 'The cat sat on the warm mat', with its hand-made 3-dimensional embeddings."
         ),
     )
+    explain.epilog = EXPLAIN_EXAMPLES
+    explain.formatter_class = argparse.RawDescriptionHelpFormatter
     explain.add_argument("sentence", nargs="?", help="the sentence (default: the seed's example)")
     source = explain.add_argument_group("embeddings (default: the seed's table if it knows every token, else random)")
     source.add_argument(

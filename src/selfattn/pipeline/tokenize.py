@@ -35,7 +35,7 @@ def find_query(tokens: list[str], query: str | int | None) -> int:
     - an int: a 0-based position, 0 <= position < len(tokens).
     - a str: an exact, case-sensitive token; a repeated token selects its first
       occurrence. A string of digits that is not a token of the sentence is read as a
-      0-based position, so "4" picks the second "the" of the seed's sentence.
+      0-based position, so "3" picks the second "the" of "the cat saw the dog".
     """
     if query is None:
         return default_query_index(tokens)
