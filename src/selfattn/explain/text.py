@@ -13,7 +13,7 @@ from typing import TextIO
 
 from selfattn.explain.document import Document, Heading, Lines, Note, Paragraph, Table
 
-PIPED_MIN_WIDTH = 100
+PIPED_WIDTH = 100  # prose wraps here when piped; tables take the width they need
 
 
 def _table_width(table: Table) -> int:
@@ -33,9 +33,8 @@ def render_text(doc: Document, file: TextIO | None = None) -> None:
     is_terminal = file.isatty()
     width, target = None, file
     if not is_terminal:
-        # Render into a buffer at a width that fits every table, then drop rich's padding.
-        width = max([_table_width(b) for b in doc.blocks if isinstance(b, Table)] + [PIPED_MIN_WIDTH])
-        target = io.StringIO()
+        # Render into a buffer, then drop the spaces rich pads lines with.
+        width, target = PIPED_WIDTH, io.StringIO()
     console = Console(
         file=target,
         width=width,
@@ -46,9 +45,19 @@ def render_text(doc: Document, file: TextIO | None = None) -> None:
         soft_wrap=False,
     )
 
-    for block in doc.blocks:
-        if isinstance(block, Heading):
+    blank = True  # whether the last line printed was blank: one blank line between parts
+
+    def gap() -> None:
+        nonlocal blank
+        if not blank:
             console.print()
+        blank = True
+
+    for block in doc.blocks:
+        if isinstance(block, (Heading, Table)):
+            gap()
+        blank = False
+        if isinstance(block, Heading):
             style = "bold cyan" if block.level == 1 else "bold"
             console.print(Text(block.text, style=style))
             if not is_terminal:
@@ -64,7 +73,7 @@ def render_text(doc: Document, file: TextIO | None = None) -> None:
         elif isinstance(block, Table):
             if block.title:
                 console.print(Text(block.title, style="bold"))
-            table = RichTable(box=box.SIMPLE_HEAD, header_style="bold")
+            table = RichTable(box=box.SIMPLE_HEAD, header_style="bold", show_edge=False)
             for c, name in enumerate(block.columns):
                 justify = "right" if c >= block.numeric_from else "left"
                 table.add_column(name, justify=justify, no_wrap=True)
@@ -75,5 +84,6 @@ def render_text(doc: Document, file: TextIO | None = None) -> None:
             console.width = max(screen_width, _table_width(block))
             console.print(table)
             console.width = screen_width
+            gap()
     if not is_terminal:
         file.write("\n".join(line.rstrip() for line in target.getvalue().splitlines()) + "\n")

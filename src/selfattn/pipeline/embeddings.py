@@ -135,5 +135,5 @@ def resolve_embeddings(
         return seed_embeddings(tokens), EmbeddingSource("seed", False, "the seed's hand-made 3-dimensional table")
     dim = 3 if dim is None else dim
     x = random_embeddings(tokens, dim, seed)
-    description = f"random N(0, 1) vectors, dim {dim}, seed {seed} (untrained)"
+    description = f"seeded random N(0, 1) values, dim {dim}, seed {seed} (untrained)"
     return x, EmbeddingSource("random", False, description, seed=seed, note=note)
