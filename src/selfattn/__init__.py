@@ -30,6 +30,8 @@ _EXPORTS = {
     "context_vectors": "selfattn.pipeline.steps",
     "context_vector_loop": "selfattn.pipeline.steps",
     "self_attention": "selfattn.pipeline.steps",
+    "ExplainConfig": "selfattn.config",
+    "build_trace": "selfattn.config",
     "Trace": "selfattn.trace",
     "QueryTrace": "selfattn.trace",
     "trace_self_attention": "selfattn.trace",

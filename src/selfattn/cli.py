@@ -81,16 +81,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run_explain(args: argparse.Namespace) -> int:
-    from selfattn.explain.document import check_length, check_precision
-    from selfattn.pipeline.embeddings import SEED_SENTENCE, resolve_embeddings
-    from selfattn.pipeline.tokenize import tokenize
-    from selfattn.trace import trace_self_attention
+    from selfattn.config import ExplainConfig, build_trace
 
-    check_precision(args.precision)
-    tokens = tokenize(SEED_SENTENCE if args.sentence is None else args.sentence)
-    check_length(len(tokens), args.format)
-    x, source = resolve_embeddings(tokens, args.embed, path=args.embeddings, dim=args.dim, seed=args.seed)
-    trace = trace_self_attention(tokens, x, args.query, source)
+    config = ExplainConfig(
+        sentence=args.sentence,
+        embeddings=args.embeddings,
+        embed=args.embed,
+        dim=args.dim,
+        seed=args.seed,
+        query=args.query,
+        precision=args.precision,
+        format=args.format,
+    )
+    trace = build_trace(config)
 
     if args.format == "json":
         from selfattn.explain.json_out import render_json
@@ -99,7 +102,7 @@ def run_explain(args: argparse.Namespace) -> int:
         return 0
     from selfattn.explain.walkthrough import walkthrough
 
-    doc = walkthrough(trace, args.precision)
+    doc = walkthrough(trace, config.precision)
     if args.format == "markdown":
         from selfattn.explain.markdown import render_markdown
 

@@ -10,11 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence, Union
 
-from selfattn.errors import OptionError, SentenceError
 
-MIN_PRECISION, MAX_PRECISION = 0, 10
-MAX_TEXT_TOKENS = 24  # wider matrices stop being readable as text
-MAX_JSON_TOKENS = 512  # three 512 x 512 matrices are already ~15 MB of JSON
 MAX_SHOWN_DIMS = 8  # wider vectors are shown as their first and last components
 
 
@@ -60,23 +56,6 @@ class Document:
 
     def add(self, *blocks: Block) -> None:
         self.blocks.extend(blocks)
-
-
-def check_precision(precision: int) -> None:
-    if isinstance(precision, bool) or not isinstance(precision, int) or not MIN_PRECISION <= precision <= MAX_PRECISION:
-        raise OptionError(
-            f"--precision must be an integer from {MIN_PRECISION} to {MAX_PRECISION}, got {precision!r}"
-        )
-
-
-def check_length(n_tokens: int, output_format: str) -> None:
-    """Refuse sentences too long to be worth printing in the chosen format."""
-    limit = MAX_JSON_TOKENS if output_format == "json" else MAX_TEXT_TOKENS
-    if n_tokens > limit:
-        hint = f" (use --format json for up to {MAX_JSON_TOKENS})" if output_format != "json" else ""
-        raise SentenceError(
-            f"the sentence has {n_tokens} tokens; {output_format} output shows at most {limit}{hint}"
-        )
 
 
 def fmt(value: float, precision: int) -> str:

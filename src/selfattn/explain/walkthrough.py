@@ -12,13 +12,13 @@ from selfattn.explain.document import (
     Note,
     Paragraph,
     Table,
-    check_precision,
     component_headers,
     display_token,
     fmt,
     fmt_vector,
     vector_cells,
 )
+from selfattn.config import check_precision
 from selfattn.trace import Trace
 
 FLOAT32_EXP_LIMIT = 88.72  # exp(x) is inf in float32 above ln(3.4e38) ~ 88.72

@@ -95,6 +95,23 @@ def check_dim(dim: int) -> None:
         raise OptionError(f"--dim must be an integer from {MIN_DIM} to {MAX_DIM}, got {dim!r}")
 
 
+def check_embedding_options(method: str, path: str | None, dim: int | None, seed: int) -> None:
+    """Refuse unknown methods, out-of-range widths and options that exclude each other."""
+    if method not in EMBED_METHODS:
+        raise OptionError(f"unknown embedding method {method!r}: choose one of {', '.join(EMBED_METHODS)}")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise OptionError(f"--seed must be an integer, got {seed!r}")
+    if dim is not None:
+        check_dim(dim)
+    if path is not None:
+        if method != "auto":
+            raise OptionError(f"--embeddings FILE and --embed {method} exclude each other: choose one")
+        if dim is not None:
+            raise OptionError("--dim applies only to random embeddings, not to a file")
+    if method == "seed" and dim is not None and dim != 3:
+        raise OptionError("--dim applies only to random embeddings; the seed's table is 3-dimensional")
+
+
 def resolve_embeddings(
     tokens: list[str],
     method: str = "auto",
@@ -108,17 +125,12 @@ def resolve_embeddings(
     method "auto" (default): a file if ``path`` is given, random if ``dim`` is given,
     else the seed's table when it knows every token, else random vectors of width 3.
     """
-    if method not in EMBED_METHODS:
-        raise OptionError(f"unknown embedding method {method!r}: choose one of {', '.join(EMBED_METHODS)}")
+    check_embedding_options(method, path, dim, seed)
     if path is not None:
-        if method != "auto":
-            raise OptionError(f"--embeddings FILE and --embed {method} exclude each other: choose one")
-        if dim is not None:
-            raise OptionError("--dim applies only to random embeddings, not to a file")
         from selfattn.pipeline.embedding_files import load_embedding_file
 
         x = embed(tokens, load_embedding_file(path))
-        return x, EmbeddingSource("file", False, f"from the file {path}", path=str(path))
+        return x, EmbeddingSource("file", False, f"the file {path}", path=str(path))
     note = None
     if method == "auto":
         unknown = [t for t in dict.fromkeys(tokens) if t not in SEED_TABLE]
@@ -130,8 +142,6 @@ def resolve_embeddings(
                 shown = ", ".join(repr(t) for t in unknown[:5]) + (", ..." if len(unknown) > 5 else "")
                 note = f"the seed's table has no vector for {shown}, so random vectors are used"
     if method == "seed":
-        if dim is not None and dim != 3:
-            raise OptionError("--dim applies only to random embeddings; the seed's table is 3-dimensional")
         return seed_embeddings(tokens), EmbeddingSource("seed", False, "the seed's hand-made 3-dimensional table")
     dim = 3 if dim is None else dim
     x = random_embeddings(tokens, dim, seed)

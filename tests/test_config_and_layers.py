@@ -1,0 +1,68 @@
+"""The explain configuration, and the one-way import rule of the architecture."""
+
+import ast
+from pathlib import Path
+
+import pytest
+import torch
+
+from seed_reference import CAT_CONTEXT, INPUTS, at_4_decimals
+from selfattn import ExplainConfig, OptionError, SentenceError, build_trace
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "selfattn"
+
+
+def test_default_config_is_the_seed_example():
+    trace = build_trace(ExplainConfig())
+    assert trace.tokens[trace.query.index] == "cat"
+    torch.testing.assert_close(trace.embeddings, torch.tensor(INPUTS))
+    assert at_4_decimals(trace.query.context.tolist()) == CAT_CONTEXT
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(format="yaml"), "unknown format"),
+        (dict(precision=11), "--precision"),
+        (dict(precision=True), "--precision"),
+        (dict(dim=0), "--dim"),
+        (dict(embed="glove"), "unknown embedding method"),
+        (dict(embeddings="t.json", embed="seed"), "exclude each other"),
+        (dict(seed="1"), "--seed must be an integer"),
+    ],
+)
+def test_invalid_configs_cannot_be_built(kwargs, match):
+    with pytest.raises(OptionError, match=match):
+        ExplainConfig(**kwargs)
+
+
+def test_config_is_frozen():
+    config = ExplainConfig()
+    with pytest.raises(AttributeError):
+        config.precision = 2  # type: ignore[misc]
+
+
+def test_too_long_for_text_but_fine_for_json():
+    sentence = " ".join(["w"] * 25)
+    with pytest.raises(SentenceError, match="at most 24"):
+        build_trace(ExplainConfig(sentence=sentence))
+    assert len(build_trace(ExplainConfig(sentence=sentence, format="json")).tokens) == 25
+
+
+def _imports(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+@pytest.mark.parametrize("layer", ["pipeline", "trace.py", "errors.py", "config.py"])
+def test_core_never_imports_renderers_or_cli(layer):
+    files = sorted((PACKAGE / layer).rglob("*.py")) if (PACKAGE / layer).is_dir() else [PACKAGE / layer]
+    assert files
+    for path in files:
+        bad = {m for m in _imports(path) if m.startswith(("selfattn.explain", "selfattn.cli", "selfattn.viz"))}
+        assert not bad, f"{path.name} imports {bad}"
