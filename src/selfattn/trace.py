@@ -35,6 +35,7 @@ class QueryTrace:
     exp_sum: torch.Tensor  # (): sum_j exp(omega_j) (may be inf)
     weights_naive: torch.Tensor  # (n,): exp / exp_sum (NaN where it overflowed)
     max: torch.Tensor  # (): m = max_j omega_j, the stable form's shift
+    shifted: torch.Tensor  # (n,): omega - m
     exp_shifted: torch.Tensor  # (n,): exp(omega - m)
     exp_shifted_sum: torch.Tensor  # ()
     weights: torch.Tensor  # (n,): alpha, from the stable form
@@ -110,6 +111,7 @@ def trace_self_attention(
         exp_sum=naive.total.squeeze(-1),
         weights_naive=naive.weights,
         max=stable.shift.squeeze(-1),
+        shifted=stable.shifted,
         exp_shifted=stable.exp,
         exp_shifted_sum=stable.total.squeeze(-1),
         weights=weights,

@@ -54,6 +54,7 @@ def trace_to_dict(trace: Trace) -> dict[str, Any]:
                 "naive_overflow": qt.naive_overflows,
                 "stable": {
                     "max": float(qt.max),
+                    "shifted": qt.shifted,
                     "exp": qt.exp_shifted,
                     "exp_sum": float(qt.exp_shifted_sum),
                 },

@@ -152,7 +152,7 @@ def _softmax(doc: Document, trace: Trace, p: int) -> None:
         Table(
             ["token", "ω - m", "exp(ω - m)", "α"],
             [
-                [_label(trace, j), fmt(qt.scores[j] - qt.max, p), fmt(qt.exp_shifted[j], p), fmt(qt.weights[j], p)]
+                [_label(trace, j), fmt(qt.shifted[j], p), fmt(qt.exp_shifted[j], p), fmt(qt.weights[j], p)]
                 for j in range(len(trace.tokens))
             ],
             highlight_row=q,

@@ -52,6 +52,7 @@ class SoftmaxParts(NamedTuple):
     """The intermediates of one softmax: weights = exp / total, exp = exp(scores - shift)."""
 
     shift: torch.Tensor  # (..., 1): the row max (stable form) or 0 (naive form)
+    shifted: torch.Tensor  # (..., n): scores - shift
     exp: torch.Tensor  # (..., n)
     total: torch.Tensor  # (..., 1)
     weights: torch.Tensor  # (..., n)
@@ -72,12 +73,13 @@ def softmax_parts(scores: torch.Tensor, dim: int = -1, stable: bool = True) -> S
         shift = torch.where(torch.isfinite(shift), shift, torch.zeros_like(shift))
     else:
         shift = torch.zeros_like(scores.narrow(dim, 0, 1))
-    exp = torch.exp(scores - shift)
+    shifted = scores - shift
+    exp = torch.exp(shifted)
     total = exp.sum(dim=dim, keepdim=True)
     if stable:
         # total is 0 only when every score is -inf; 0 / 1 then gives the zero row.
         total = torch.where(total == 0, torch.ones_like(total), total)
-    return SoftmaxParts(shift, exp, total, exp / total)
+    return SoftmaxParts(shift, shifted, exp, total, exp / total)
 
 
 def softmax_naive(scores: torch.Tensor, dim: int = -1) -> torch.Tensor:
