@@ -37,6 +37,15 @@ def test_json_has_the_stable_keys(run_cli):
     assert (n, d) == (7, 3)
     assert len(data["scores"]) == n and all(len(row) == n for row in data["scores"] + data["weights"])
     assert len(data["context"]) == n and all(len(row) == d for row in data["context"])
+    # The stable form's numbers, checked with plain math on the JSON's own scores.
+    query, stable = data["query"], data["query"]["stable"]
+    assert stable["max"] == max(query["scores"])
+    assert stable["shifted"] == pytest.approx([s - stable["max"] for s in query["scores"]], abs=1e-6)
+    assert stable["exp"] == pytest.approx([math.exp(s - stable["max"]) for s in query["scores"]], rel=1e-6)
+    assert stable["exp_sum"] == pytest.approx(sum(stable["exp"]), rel=1e-6)
+    assert query["weights"] == pytest.approx([e / stable["exp_sum"] for e in stable["exp"]], rel=1e-6)
+    assert query["exp"] == pytest.approx([math.exp(s) for s in query["scores"]], rel=1e-6)
+    assert query["naive_overflow"] is False
 
 
 def test_markdown_has_headings_and_tables(run_cli):
