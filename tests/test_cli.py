@@ -254,3 +254,15 @@ def test_one_word_sentence(run_cli):
     data = json.loads(run_cli("explain", "The", "--format", "json")[1])
     assert data["tokens"] == ["The"] and data["query"]["index"] == 0
     assert data["weights"] == [[1.0]] and data["context"] == data["embeddings"]
+
+
+def test_sentence_as_separate_words(run_cli):
+    quoted = json.loads(run_cli("explain", "The cat sat", "--format", "json")[1])
+    words = json.loads(run_cli("explain", "The", "cat", "sat", "--format", "json")[1])
+    assert words["tokens"] == ["The", "cat", "sat"] and words == quoted
+
+
+def test_a_stdout_that_cannot_encode_greek_letters_still_works():
+    done = _run("explain", env=dict(os.environ, PYTHONIOENCODING="ascii"))
+    assert done.returncode == 0, done.stderr
+    assert "0.4964" in done.stdout and "Traceback" not in done.stderr

@@ -5,6 +5,9 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from seed_reference import CAT_CONTEXT, INPUTS, at_4_decimals
 from selfattn import ExplainConfig, OptionError, SentenceError, build_trace
@@ -66,3 +69,23 @@ def test_core_never_imports_renderers_or_cli(layer):
     for path in files:
         bad = {m for m in _imports(path) if m.startswith(("selfattn.explain", "selfattn.cli", "selfattn.viz"))}
         assert not bad, f"{path.name} imports {bad}"
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    words=st.lists(st.sampled_from(["The", "cat", "sat", "on", "the", "warm", "mat", "dog", "ran", "42"]), min_size=1, max_size=12),
+    dim=st.integers(1, 9),
+    seed=st.integers(-(2**40), 2**40),
+    query=st.integers(0, 11),
+)
+def test_any_sentence_matches_sdpa_and_softmax(words, dim, seed, query):
+    """Property: for any sentence, width, seed and query, the trace agrees with PyTorch."""
+    query = query % len(words)
+    trace = build_trace(ExplainConfig(sentence=" ".join(words), dim=dim, seed=seed, query=query, format="json"))
+    x = trace.embeddings
+    assert trace.query.index == query and x.shape == (len(words), dim)
+    torch.testing.assert_close(trace.context, F.scaled_dot_product_attention(x, x, x, scale=1.0))
+    torch.testing.assert_close(trace.weights, torch.softmax(x @ x.T, dim=-1))
+    torch.testing.assert_close(trace.query.weights, trace.weights[query])
+    torch.testing.assert_close(trace.query.context, trace.context[query])
+    torch.testing.assert_close(trace.row_sums, torch.ones(len(words)))

@@ -57,7 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     explain.epilog = EXPLAIN_EXAMPLES
     explain.formatter_class = argparse.RawDescriptionHelpFormatter
-    explain.add_argument("sentence", nargs="?", help="the sentence (default: the seed's example)")
+    explain.add_argument(
+        "sentence", nargs="*", help="the sentence, quoted or as separate words (default: the seed's example)"
+    )
     source = explain.add_argument_group("embeddings (default: the seed's table if it knows every token, else random)")
     source.add_argument(
         "--embeddings",
@@ -84,7 +86,7 @@ def run_explain(args: argparse.Namespace) -> int:
     from selfattn.config import ExplainConfig, build_trace
 
     config = ExplainConfig(
-        sentence=args.sentence,
+        sentence=" ".join(args.sentence) if args.sentence else None,
         embeddings=args.embeddings,
         embed=args.embed,
         dim=args.dim,
@@ -122,6 +124,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     from selfattn.errors import SelfAttnError
 
+    # Greek letters and box drawing must not crash a stdout that cannot encode them.
+    if hasattr(sys.stdout, "reconfigure") and (sys.stdout.encoding or "").lower().replace("-", "") != "utf8":
+        sys.stdout.reconfigure(errors="replace")
     try:
         return args.run(args)
     except SelfAttnError as error:
