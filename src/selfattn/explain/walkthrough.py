@@ -122,6 +122,12 @@ def _query_scores(doc: Document, trace: Trace, p: int) -> None:
     )
 
 
+def _per_token_table(trace: Trace, p: int, headers: list[str], columns: list) -> Table:
+    """One row per token, one column per (n,) tensor, the query's row highlighted."""
+    rows = [[_label(trace, j)] + [fmt(col[j], p) for col in columns] for j in range(len(trace.tokens))]
+    return Table(["token"] + headers, rows, highlight_row=trace.query.index)
+
+
 def _softmax(doc: Document, trace: Trace, p: int) -> None:
     qt = trace.query
     q = qt.index
@@ -132,14 +138,7 @@ def _softmax(doc: Document, trace: Trace, p: int) -> None:
             "and add up to 1: raise e to each score, add those up, and divide each one by the total. "
             "Because of the exponential, a score a little higher than the rest gets a clearly larger weight."
         ),
-        Table(
-            ["token", "ω", "exp(ω)", "α = exp(ω) / sum"],
-            [
-                [_label(trace, j), fmt(qt.scores[j], p), fmt(qt.exp[j], p), fmt(qt.weights_naive[j], p)]
-                for j in range(len(trace.tokens))
-            ],
-            highlight_row=q,
-        ),
+        _per_token_table(trace, p, ["ω", "exp(ω)", "α = exp(ω) / sum"], [qt.scores, qt.exp, qt.weights_naive]),
         Lines([f"sum of exp(ω) = {fmt(qt.exp_sum, p)}", f"sum of α      = {fmt(qt.weights_naive.sum(), p)}"]),
         Heading("The stable form", level=2),
         Paragraph(
@@ -149,14 +148,7 @@ def _softmax(doc: Document, trace: Trace, p: int) -> None:
             "factor exp(-m), so the weights do not change, but now the largest exponential is exp(0) = 1. "
             "selfattn always uses this form."
         ),
-        Table(
-            ["token", "ω - m", "exp(ω - m)", "α"],
-            [
-                [_label(trace, j), fmt(qt.shifted[j], p), fmt(qt.exp_shifted[j], p), fmt(qt.weights[j], p)]
-                for j in range(len(trace.tokens))
-            ],
-            highlight_row=q,
-        ),
+        _per_token_table(trace, p, ["ω - m", "exp(ω - m)", "α"], [qt.shifted, qt.exp_shifted, qt.weights]),
         Lines(
             [
                 f"m = max ω = {fmt(qt.max, p)}",
