@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from seed_reference import INPUTS, TOKENS
 
@@ -266,3 +268,28 @@ def test_a_stdout_that_cannot_encode_greek_letters_still_works():
     done = _run("explain", env=dict(os.environ, PYTHONIOENCODING="ascii"))
     assert done.returncode == 0, done.stderr
     assert "0.4964" in done.stdout and "Traceback" not in done.stderr
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    sentence=st.text(max_size=60),
+    query=st.one_of(st.none(), st.text(max_size=8), st.integers(-3, 30).map(str)),
+    precision=st.integers(-2, 12),
+    dim=st.one_of(st.none(), st.integers(-1, 1100)),
+    output=st.sampled_from(["text", "json", "markdown"]),
+)
+def test_any_user_input_ends_in_output_or_a_one_line_error(run_cli, sentence, query, precision, dim, output):
+    """Fuzz: whatever a user types, the CLI never raises; it prints a result or one error line."""
+    args = ["explain", "--", sentence] if sentence.startswith("-") else ["explain", sentence]
+    args[1:1] = ["--precision", str(precision), "--format", output]
+    if query is not None:
+        args[1:1] = ["--query=" + query]
+    if dim is not None:
+        args[1:1] = ["--dim", str(dim)]
+    status, out, err = run_cli(*args)
+    if status == 0:
+        assert out and err == ""
+        if output == "json":
+            assert json.loads(out)["tokens"] == sentence.split()
+    else:
+        assert status == 2 and out == "" and err.count("\n") == 1, (args, err)
