@@ -17,6 +17,7 @@ from typing import Mapping
 import torch
 
 from selfattn.errors import EmbeddingError, OptionError
+from selfattn.pipeline.tokenize import missing_tokens, quote_tokens
 
 SEED_SENTENCE = "The cat sat on the warm mat"
 
@@ -62,10 +63,12 @@ def embed(tokens: list[str], table: Mapping[str, torch.Tensor | tuple | list] | 
                 f"tokens: give one row per token, in sentence order"
             )
         return table.to(torch.float32)
-    missing = [t for t in dict.fromkeys(tokens) if t not in table]
+    missing = missing_tokens(tokens, table)
     if missing:
-        shown = ", ".join(repr(t) for t in missing[:8]) + (", ..." if len(missing) > 8 else "")
-        raise EmbeddingError(f"no embedding for token{'s' if len(missing) > 1 else ''} {shown} (tokens are case-sensitive)")
+        raise EmbeddingError(
+            f"no embedding for token{'s' if len(missing) > 1 else ''} {quote_tokens(missing, 8)} "
+            "(tokens are case-sensitive)"
+        )
     rows = [torch.as_tensor(table[t], dtype=torch.float32) for t in tokens]
     widths = {row.shape for row in rows}
     if len(widths) != 1 or rows[0].dim() != 1:
@@ -133,14 +136,13 @@ def resolve_embeddings(
         return x, EmbeddingSource("file", False, f"the file {path}", path=str(path))
     note = None
     if method == "auto":
-        unknown = [t for t in dict.fromkeys(tokens) if t not in SEED_TABLE]
+        unknown = missing_tokens(tokens, SEED_TABLE)
         if dim is None and not unknown:
             method = "seed"
         else:
             method = "random"
             if dim is None:
-                shown = ", ".join(repr(t) for t in unknown[:5]) + (", ..." if len(unknown) > 5 else "")
-                note = f"the seed's table has no vector for {shown}, so random vectors are used"
+                note = f"the seed's table has no vector for {quote_tokens(unknown, 5)}, so random vectors are used"
     if method == "seed":
         return seed_embeddings(tokens), EmbeddingSource("seed", False, "the seed's hand-made 3-dimensional table")
     dim = 3 if dim is None else dim

@@ -47,7 +47,7 @@ def find_query(tokens: list[str], query: str | int | None) -> int:
         except ValueError:
             raise QueryError(
                 f"query token {query!r} is not in the sentence (tokens are case-sensitive): "
-                f"choose one of {_token_list(tokens)} or a 0-based position"
+                f"choose one of {quote_tokens(tokens, 12, count=True)} or a 0-based position"
             ) from None
         query = position
     if isinstance(query, bool) or not isinstance(query, int):
@@ -60,7 +60,18 @@ def find_query(tokens: list[str], query: str | int | None) -> int:
     return query
 
 
-def _token_list(tokens: list[str], limit: int = 12) -> str:
+def quote_tokens(tokens: list[str], limit: int, count: bool = False) -> str:
+    """Distinct tokens quoted for a message: "'a', 'b', ..." after ``limit`` of them.
+
+    With ``count``, a shortened list also says how many there are in all.
+    """
     unique = list(dict.fromkeys(tokens))
     shown = ", ".join(repr(t) for t in unique[:limit])
-    return shown + (f", ... ({len(unique)} in all)" if len(unique) > limit else "")
+    if len(unique) <= limit:
+        return shown
+    return shown + (f", ... ({len(unique)} in all)" if count else ", ...")
+
+
+def missing_tokens(tokens: list[str], table) -> list[str]:
+    """Distinct tokens, in sentence order, that ``table`` has no entry for."""
+    return [t for t in dict.fromkeys(tokens) if t not in table]
