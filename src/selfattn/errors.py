@@ -28,3 +28,7 @@ class OptionError(SelfAttnError):
 
 class ShapeError(SelfAttnError):
     """Tensor shapes do not fit together; the message names the shapes involved."""
+
+
+class ConfigError(SelfAttnError):
+    """A model or attention configuration cannot be built (e.g. d_model not divisible by heads)."""

@@ -1,0 +1,1 @@
+"""The attention family, built from the seed's step functions (``selfattn.pipeline.steps``)."""

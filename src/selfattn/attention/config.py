@@ -1,0 +1,148 @@
+"""Frozen, validated configurations for the attention modules and transformer blocks.
+
+An invalid configuration cannot be built: ``__post_init__`` raises ``ConfigError`` with
+the numbers involved, before any parameter is allocated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from selfattn.errors import ConfigError, OptionError
+from selfattn.positional import check_positional
+
+ATTENTION_IMPLS = ("reference",)  # selected by name; fused kernels register here
+ACTIVATIONS = ("gelu", "relu")
+
+
+def _positive_int(name: str, value, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _probability(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+        raise ConfigError(f"{name} must be a number in [0, 1), got {value!r}")
+
+
+@dataclass(frozen=True)
+class AttentionConfig:
+    """Multi-head attention: d_model = width of the input, n_heads query heads of width head_dim.
+
+    n_kv_heads < n_heads gives grouped-query attention (1 = multi-query). head_dim
+    defaults to d_model / n_heads, which must then divide evenly. kdim / vdim are the
+    widths of the key and value inputs of cross-attention (default d_model).
+    positional: only "rope" and "alibi" act inside attention; "sinusoidal" and "learned"
+    are added to the embeddings by the model and are accepted here as no-ops.
+    """
+
+    d_model: int
+    n_heads: int = 1
+    n_kv_heads: int | None = None
+    head_dim: int | None = None
+    bias: bool = True
+    dropout: float = 0.0
+    kdim: int | None = None
+    vdim: int | None = None
+    positional: str = "none"
+    rope_base: float = 10000.0
+    attn_impl: str = "reference"
+
+    def __post_init__(self) -> None:
+        _positive_int("d_model", self.d_model)
+        _positive_int("n_heads", self.n_heads)
+        _positive_int("n_kv_heads", self.n_kv_heads, allow_none=True)
+        _positive_int("head_dim", self.head_dim, allow_none=True)
+        _positive_int("kdim", self.kdim, allow_none=True)
+        _positive_int("vdim", self.vdim, allow_none=True)
+        if self.head_dim is None and self.d_model % self.n_heads:
+            raise ConfigError(
+                f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads}), "
+                f"or give head_dim explicitly"
+            )
+        if self.n_heads % self.kv_heads:
+            raise ConfigError(
+                f"n_heads ({self.n_heads}) must be divisible by n_kv_heads ({self.n_kv_heads}): "
+                f"each key/value head serves a whole group of query heads"
+            )
+        _probability("dropout", self.dropout)
+        if not isinstance(self.bias, bool):
+            raise ConfigError(f"bias must be True or False, got {self.bias!r}")
+        try:
+            check_positional(self.positional)
+        except OptionError as error:
+            raise ConfigError(str(error)) from None
+        if self.positional == "rope" and self.head_size % 2:
+            raise ConfigError(f"RoPE rotates pairs of features, so head_dim must be even, got {self.head_size}")
+        if not isinstance(self.rope_base, (int, float)) or isinstance(self.rope_base, bool) or self.rope_base <= 1:
+            raise ConfigError(f"rope_base must be a number > 1, got {self.rope_base!r}")
+        if self.attn_impl not in ATTENTION_IMPLS:
+            raise ConfigError(f"unknown attention implementation {self.attn_impl!r}: choose one of {', '.join(ATTENTION_IMPLS)}")
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
+
+    @property
+    def head_size(self) -> int:
+        return self.d_model // self.n_heads if self.head_dim is None else self.head_dim
+
+    @property
+    def group_size(self) -> int:
+        """Query heads per key/value head: 1 for multi-head, n_heads for multi-query."""
+        return self.n_heads // self.kv_heads
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    """A stack of transformer blocks: attention + feed-forward, each with a residual and LayerNorm.
+
+    norm_first=True is pre-LN (x + f(LN(x)), GPT-2 and most modern models);
+    False is post-LN (LN(x + f(x)), the original transformer and BERT).
+    positional: "sinusoidal" / "learned" are added to the input once, at the bottom of
+    the stack; "rope" / "alibi" act in every attention layer.
+    """
+
+    d_model: int
+    n_heads: int
+    n_layers: int = 1
+    n_kv_heads: int | None = None
+    d_ff: int | None = None  # default 4 * d_model
+    dropout: float = 0.0
+    bias: bool = True
+    norm_first: bool = True
+    activation: str = "gelu"
+    layer_norm_eps: float = 1e-5
+    positional: str = "none"
+    max_len: int = 512  # longest sequence a learned positional table covers
+    causal: bool = False
+
+    def __post_init__(self) -> None:
+        _positive_int("n_layers", self.n_layers)
+        _positive_int("d_ff", self.d_ff, allow_none=True)
+        _positive_int("max_len", self.max_len)
+        if self.activation not in ACTIVATIONS:
+            raise ConfigError(f"unknown activation {self.activation!r}: choose one of {', '.join(ACTIVATIONS)}")
+        if not isinstance(self.layer_norm_eps, (int, float)) or self.layer_norm_eps <= 0:
+            raise ConfigError(f"layer_norm_eps must be a positive number, got {self.layer_norm_eps!r}")
+        for name in ("norm_first", "causal"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        self.attention  # validates the attention part
+
+    @property
+    def attention(self) -> AttentionConfig:
+        return AttentionConfig(
+            d_model=self.d_model,
+            n_heads=self.n_heads,
+            n_kv_heads=self.n_kv_heads,
+            bias=self.bias,
+            dropout=self.dropout,
+            positional=self.positional,
+        )
+
+    @property
+    def ff_size(self) -> int:
+        return 4 * self.d_model if self.d_ff is None else self.d_ff

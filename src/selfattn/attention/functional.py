@@ -1,0 +1,203 @@
+"""Scaled dot-product attention, written from the seed's step functions.
+
+    S = scale * Q K^T            attention_scores        (..., q_len, kv_len)
+    S' = S + B  or  S masked     float mask B added, bool mask False -> -inf
+    A = softmax(S')              softmax_parts (stable)  (..., q_len, kv_len)
+    O = A V                      context_vectors         (..., q_len, d_v)
+
+``scaled_dot_product_attention`` has the signature and semantics of
+``torch.nn.functional.scaled_dot_product_attention`` so it can be swapped in. One
+deliberate difference: a query row whose keys are all masked gets zero weights and a
+zero output (torch gives NaN), with finite gradients.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+
+from selfattn.errors import OptionError, ShapeError
+from selfattn.masks import causal_mask
+from selfattn.pipeline.steps import SoftmaxParts, attention_scores, context_vectors, softmax_parts
+
+
+class AttentionSteps(NamedTuple):
+    """Every intermediate of one attention call, for tracing and plots."""
+
+    scale: float
+    scores: torch.Tensor  # (..., heads, q_len, kv_len): scale * Q K^T, before any mask
+    masked_scores: torch.Tensor  # (..., heads, q_len, kv_len): the mask applied (-inf / bias added)
+    softmax: SoftmaxParts  # shift, exp, total and weights of the stable softmax
+    weights: torch.Tensor  # (..., heads, q_len, kv_len): softmax weights after dropout
+    output: torch.Tensor  # (..., heads, q_len, d_v)
+
+
+class AttentionOutput(NamedTuple):
+    output: torch.Tensor  # (..., heads, q_len, d_v)
+    weights: torch.Tensor  # (..., heads, q_len, kv_len)
+
+
+def scaled_dot_product_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> torch.Tensor:
+    """O = softmax(Q K^T / sqrt(d) + mask) V.   (..., Hq, q_len, d), (..., Hk, kv_len, d), (..., Hk, kv_len, d_v) -> (..., Hq, q_len, d_v)
+
+    attn_mask: bool (True = may attend) or float (added to the scores), broadcastable to
+    (..., Hq, q_len, kv_len). is_causal: query i sees keys j <= i (aligned top-left, as
+    torch does; see ``selfattn.masks.causal_mask`` for bottom-right). scale defaults to
+    1 / sqrt(d). enable_gqa: key/value may have fewer heads (Hq divisible by Hk); each
+    key/value head serves Hq / Hk consecutive query heads. Dropout is applied to the
+    weights whenever dropout_p > 0, as in torch; modules pass 0 at eval time.
+    """
+    steps = attention_steps(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    return steps.output
+
+
+def scaled_dot_product_attention_with_weights(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> AttentionOutput:
+    """(O, A): the output and the attention weights A (..., Hq, q_len, kv_len) that made it."""
+    steps = attention_steps(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    return AttentionOutput(steps.output, steps.weights)
+
+
+def attention_steps(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> AttentionSteps:
+    """The same computation as ``scaled_dot_product_attention``, returning every intermediate."""
+    check_attention_inputs(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
+    if enable_gqa:
+        key, value = expand_kv_heads(key, value, query.shape[-3])
+    if scale is None:
+        scale = 1.0 / math.sqrt(query.shape[-1])
+    scores = attention_scores(query, key, scale=scale)  # (..., Hq, q_len, kv_len)
+    if is_causal:
+        attn_mask = causal_mask(query.shape[-2], key.shape[-2], align="top_left", device=query.device)
+    masked = apply_mask(scores, attn_mask)  # (..., Hq, q_len, kv_len)
+    parts = softmax_parts(masked)
+    weights = dropout_weights(parts.weights, dropout_p) if dropout_p > 0 else parts.weights
+    output = context_vectors(weights, value)  # (..., Hq, q_len, kv_len) @ (..., kv_len, d_v)
+    return AttentionSteps(float(scale), scores, masked, parts, weights, output)
+
+
+def apply_mask(scores: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
+    """S' = S where the bool mask is True, else -inf; or S' = S + B for a float mask B."""
+    if attn_mask is None:
+        return scores
+    if attn_mask.dtype == torch.bool:
+        return scores.masked_fill(~attn_mask, float("-inf"))
+    return scores + attn_mask.to(scores.dtype)
+
+
+def expand_kv_heads(key: torch.Tensor, value: torch.Tensor, n_heads: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Repeat each key/value head for its group of query heads.   (..., Hk, kv_len, d) -> (..., Hq, kv_len, d)
+
+    Query head h reads key/value head h // (Hq / Hk), as torch's enable_gqa does.
+    """
+    group = n_heads // key.shape[-3]
+    if group == 1:
+        return key, value
+    key = key.repeat_interleave(group, dim=-3)  # (..., Hk * group, kv_len, d)
+    value = value.repeat_interleave(group, dim=-3)  # (..., Hk * group, kv_len, d_v)
+    return key, value
+
+
+def dropout_weights(weights: torch.Tensor, p: float, generator: torch.Generator | None = None) -> torch.Tensor:
+    """A_drop = A * keep / (1 - p), keep ~ Bernoulli(1 - p): the expected weight is unchanged."""
+    keep = torch.rand(weights.shape, generator=generator, device=weights.device) >= p
+    return weights * keep.to(weights.dtype) / (1.0 - p)
+
+
+def check_attention_inputs(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None,
+    dropout_p: float,
+    is_causal: bool,
+    enable_gqa: bool,
+) -> None:
+    """Refuse inputs that do not fit together, naming the shapes, before any arithmetic."""
+    shapes = f"query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
+    for name, tensor in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(tensor, torch.Tensor):
+            raise ShapeError(f"{name} must be a tensor, got {type(tensor).__name__}")
+        if tensor.dim() < 2:
+            raise ShapeError(f"{name} needs at least 2 dimensions (seq, d): {shapes}")
+        if not tensor.is_floating_point():
+            raise ShapeError(f"{name} must be a floating-point tensor, got {tensor.dtype}")
+    if not (query.dtype == key.dtype == value.dtype):
+        raise ShapeError(
+            f"query, key and value must share a dtype: {query.dtype}, {key.dtype}, {value.dtype}"
+        )
+    if query.shape[-1] != key.shape[-1]:
+        raise ShapeError(f"query and key must have the same last dimension d: {shapes}")
+    if key.shape[-2] != value.shape[-2]:
+        raise ShapeError(f"key and value must have the same length kv_len: {shapes}")
+    if key.shape[:-1] != value.shape[:-1]:
+        raise ShapeError(f"key and value must have the same leading dimensions: {shapes}")
+    if enable_gqa:
+        if query.dim() < 3:
+            raise ShapeError(f"enable_gqa needs a heads dimension (..., heads, seq, d): {shapes}")
+        hq, hk = query.shape[-3], key.shape[-3]
+        if hk == 0 or hq % hk:
+            raise ShapeError(
+                f"query heads ({hq}) must be a multiple of key/value heads ({hk}) for grouped-query attention: {shapes}"
+            )
+    kv_lead = list(key.shape[:-2])
+    if enable_gqa:
+        kv_lead[-1] = query.shape[-3]
+    try:
+        lead = torch.broadcast_shapes(tuple(query.shape[:-2]), tuple(kv_lead))
+    except RuntimeError:
+        raise ShapeError(f"the batch/head dimensions of query and key/value do not broadcast: {shapes}") from None
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or not 0.0 <= dropout_p < 1.0:
+        raise OptionError(f"dropout_p must be a number in [0, 1), got {dropout_p!r}")
+    if attn_mask is not None:
+        if is_causal:
+            raise OptionError("give either attn_mask or is_causal=True, not both (combine the masks first)")
+        check_mask(attn_mask, query.dtype, (*lead, query.shape[-2], key.shape[-2]))
+
+
+def check_mask(attn_mask: torch.Tensor, dtype: torch.dtype, scores_shape: tuple[int, ...]) -> None:
+    """A mask must be bool, or float (float32 or the query's dtype), and broadcast to the scores' shape."""
+    if not isinstance(attn_mask, torch.Tensor):
+        raise ShapeError(f"attn_mask must be a tensor, got {type(attn_mask).__name__}")
+    # torch takes bool, float32, or the query's dtype; so do we.
+    if attn_mask.dtype not in (torch.bool, torch.float32, dtype):
+        raise ShapeError(
+            f"attn_mask must be bool (True = may attend) or float32/{str(dtype).removeprefix('torch.')} "
+            f"(added to the scores), got {str(attn_mask.dtype).removeprefix('torch.')}"
+        )
+    try:
+        fits = torch.broadcast_shapes(tuple(attn_mask.shape), scores_shape) == scores_shape
+    except RuntimeError:
+        fits = False
+    if not fits:
+        raise ShapeError(
+            f"attn_mask of shape {tuple(attn_mask.shape)} does not broadcast to the scores' shape "
+            f"{tuple(scores_shape)} (..., heads, q_len, kv_len)"
+        )

@@ -1,0 +1,46 @@
+"""A key/value cache for incremental decoding.
+
+When a model generates one token at a time, the keys and values of earlier tokens do not
+change (causal attention never lets an old token see a new one), so each layer keeps
+them and computes K and V only for the new token. The cache is explicit data that the
+caller owns and passes in; modules never keep it on ``self``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from selfattn.errors import ShapeError
+
+
+class KVCache:
+    """Keys and values seen so far by one attention layer: (batch, kv_heads, length, head_dim)."""
+
+    def __init__(self) -> None:
+        self.key: torch.Tensor | None = None
+        self.value: torch.Tensor | None = None
+
+    @property
+    def length(self) -> int:
+        """How many positions are cached; the next token's position."""
+        return 0 if self.key is None else int(self.key.shape[-2])
+
+    def append(self, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """K = [K_past; K_new], V = [V_past; V_new].   (batch, Hkv, new, d) -> (batch, Hkv, past + new, d)"""
+        if self.key is None:
+            self.key, self.value = key, value
+        else:
+            if key.shape[:-2] != self.key.shape[:-2] or key.shape[-1] != self.key.shape[-1]:
+                raise ShapeError(
+                    f"new keys {tuple(key.shape)} do not fit the cached keys {tuple(self.key.shape)} "
+                    f"(batch, kv_heads, length, head_dim)"
+                )
+            self.key = torch.cat([self.key, key], dim=-2)  # (batch, Hkv, past + new, d)
+            self.value = torch.cat([self.value, value], dim=-2)  # (batch, Hkv, past + new, d_v)
+        return self.key, self.value
+
+    def reset(self) -> None:
+        self.key = self.value = None
+
+    def __repr__(self) -> str:
+        return f"KVCache(length={self.length})"

@@ -1,0 +1,193 @@
+"""Attention modules: they own the projection weights and call the functional attention.
+
+    Q = X W_q,  K = X_kv W_k,  V = X_kv W_v          (batch, heads, seq, head_dim)
+    head_h = softmax(Q_h K_g(h)^T / sqrt(head_dim) + mask) V_g(h),   g(h) = h // group
+    Y = concat(head_1 .. head_H) W_o                  (batch, q_len, d_model)
+
+No module computes scores or softmax itself: every path goes through
+``selfattn.attention.functional.attention_steps``.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import nn
+
+from selfattn.attention.config import AttentionConfig
+from selfattn.attention.functional import AttentionSteps, attention_steps
+from selfattn.attention.kv_cache import KVCache
+from selfattn.errors import ShapeError
+from selfattn.masks import causal_mask, combine_masks
+from selfattn.positional import alibi_bias, apply_rope
+
+
+class SelfAttention(nn.Module):
+    """One head with learned projections: Z = softmax(X W_q (X W_k)^T / sqrt(d_k)) X W_v.
+
+    (..., seq, d_in) -> (..., seq, d_v). The seed's next step: the same three lines, but
+    queries, keys and values are three different linear views of the embeddings.
+    """
+
+    def __init__(self, d_in: int, d_k: int, d_v: int | None = None, bias: bool = False) -> None:
+        super().__init__()
+        AttentionConfig(d_model=d_in, head_dim=d_k, bias=bias)  # validates the sizes
+        d_v = d_k if d_v is None else d_v
+        AttentionConfig(d_model=d_in, head_dim=d_v)
+        self.w_q = nn.Linear(d_in, d_k, bias=bias)
+        self.w_k = nn.Linear(d_in, d_k, bias=bias)
+        self.w_v = nn.Linear(d_in, d_v, bias=bias)
+
+    def forward(
+        self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, is_causal: bool = False, need_weights: bool = False
+    ):
+        steps = self.steps(x, attn_mask=attn_mask, is_causal=is_causal)
+        return (steps.output, steps.weights) if need_weights else steps.output
+
+    def steps(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, is_causal: bool = False) -> AttentionSteps:
+        _check_width(x, self.w_q.in_features, "x")
+        q, k, v = self.w_q(x), self.w_k(x), self.w_v(x)  # (..., seq, d_k), (..., seq, d_k), (..., seq, d_v)
+        return attention_steps(q, k, v, attn_mask=attn_mask, is_causal=is_causal)
+
+
+class MultiHeadSteps(NamedTuple):
+    """The intermediates of one multi-head attention call (for tracing; see ``MultiHeadAttention.steps``)."""
+
+    q: torch.Tensor  # (batch, H, q_len, head_dim), after RoPE if any
+    k: torch.Tensor  # (batch, Hkv, kv_len, head_dim), cached keys included
+    v: torch.Tensor  # (batch, Hkv, kv_len, head_dim)
+    mask: torch.Tensor | None  # what was added to / masked out of the scores (bool or float)
+    attention: AttentionSteps  # scores, softmax and per-head outputs, heads (batch, H, ...)
+    concat: torch.Tensor  # (batch, q_len, H * head_dim)
+    output: torch.Tensor  # (batch, q_len, d_model): concat W_o
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention with optional grouped-query / multi-query heads and cross-attention.
+
+    (batch, q_len, d_model) [, (batch, kv_len, kdim), (batch, kv_len, vdim)] -> (batch, q_len, d_model).
+    Unbatched (seq, d_model) inputs work too. Dropout acts on the weights in training only.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int = 1,
+        n_kv_heads: int | None = None,
+        bias: bool = True,
+        dropout: float = 0.0,
+        *,
+        head_dim: int | None = None,
+        kdim: int | None = None,
+        vdim: int | None = None,
+        positional: str = "none",
+        rope_base: float = 10000.0,
+        attn_impl: str = "reference",
+        config: AttentionConfig | None = None,
+    ) -> None:
+        super().__init__()
+        if config is None:
+            config = AttentionConfig(
+                d_model, n_heads, n_kv_heads, head_dim, bias, dropout, kdim, vdim, positional, rope_base, attn_impl
+            )
+        self.config = config
+        c = config
+        self.w_q = nn.Linear(c.d_model, c.n_heads * c.head_size, bias=c.bias)
+        self.w_k = nn.Linear(c.kdim or c.d_model, c.kv_heads * c.head_size, bias=c.bias)
+        self.w_v = nn.Linear(c.vdim or c.d_model, c.kv_heads * c.head_size, bias=c.bias)
+        self.w_o = nn.Linear(c.n_heads * c.head_size, c.d_model, bias=c.bias)
+
+    @classmethod
+    def from_config(cls, config: AttentionConfig) -> MultiHeadAttention:
+        return cls(config.d_model, config=config)
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor | None = None,
+        value: torch.Tensor | None = None,
+        *,
+        attn_mask: torch.Tensor | None = None,
+        is_causal: bool = False,
+        cache: KVCache | None = None,
+        need_weights: bool = False,
+    ):
+        """Y, or (Y, weights (batch, H, q_len, kv_len)) with need_weights=True."""
+        steps = self.steps(query, key, value, attn_mask=attn_mask, is_causal=is_causal, cache=cache)
+        return (steps.output, steps.attention.weights) if need_weights else steps.output
+
+    def steps(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor | None = None,
+        value: torch.Tensor | None = None,
+        *,
+        attn_mask: torch.Tensor | None = None,
+        is_causal: bool = False,
+        cache: KVCache | None = None,
+    ) -> MultiHeadSteps:
+        """Run attention and return every intermediate (the projections, each head, the concat)."""
+        c = self.config
+        key = query if key is None else key
+        value = key if value is None else value
+        unbatched = query.dim() == 2
+        if unbatched:
+            query, key, value = query[None], key[None], value[None]  # (1, seq, d)
+        _check_width(query, c.d_model, "query")
+        _check_width(key, self.w_k.in_features, "key")
+        _check_width(value, self.w_v.in_features, "value")
+        if key.shape[:2] != value.shape[:2] or key.shape[0] != query.shape[0]:
+            raise ShapeError(
+                f"query, key and value must share the batch size, and key/value the length: "
+                f"query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
+            )
+
+        past = 0 if cache is None else cache.length
+        q = _split_heads(self.w_q(query), c.n_heads)  # (batch, H, q_len, head_dim)
+        k = _split_heads(self.w_k(key), c.kv_heads)  # (batch, Hkv, new_len, head_dim)
+        v = _split_heads(self.w_v(value), c.kv_heads)  # (batch, Hkv, new_len, head_dim)
+        if c.positional == "rope":
+            k = apply_rope(k, torch.arange(past, past + k.shape[-2], device=k.device), c.rope_base)
+        if cache is not None:
+            k, v = cache.append(k, v)  # (batch, Hkv, past + new_len, head_dim)
+        q_len, kv_len = q.shape[-2], k.shape[-2]
+        if c.positional == "rope":
+            # The queries are the newest positions: bottom-right aligned with the keys.
+            q = apply_rope(q, torch.arange(kv_len - q_len, kv_len, device=q.device), c.rope_base)
+
+        mask = self._mask(attn_mask, is_causal, q_len, kv_len, q)
+        steps = attention_steps(
+            q, k, v,
+            attn_mask=mask,
+            dropout_p=c.dropout if self.training else 0.0,
+            enable_gqa=c.kv_heads != c.n_heads,
+        )  # heads: (batch, H, q_len, head_dim)
+        concat = steps.output.transpose(1, 2).flatten(2)  # (batch, q_len, H, head_dim) -> (batch, q_len, H * head_dim)
+        output = self.w_o(concat)  # (batch, q_len, d_model)
+        if unbatched:
+            output, concat = output[0], concat[0]
+        return MultiHeadSteps(q, k, v, mask, steps, concat, output)
+
+    def _mask(self, attn_mask, is_causal: bool, q_len: int, kv_len: int, q: torch.Tensor):
+        """The user's mask, the causal mask (bottom-right) and the ALiBi bias, as one mask."""
+        causal = causal_mask(q_len, kv_len, align="bottom_right", device=q.device) if is_causal else None
+        bias = None
+        if self.config.positional == "alibi":
+            bias = alibi_bias(self.config.n_heads, q_len, kv_len, dtype=q.dtype, device=q.device)  # (H, q_len, kv_len)
+        if attn_mask is not None and attn_mask.dim() == 3:
+            attn_mask = attn_mask[:, None]  # (batch, q_len, kv_len) -> (batch, 1, q_len, kv_len)
+        return combine_masks(attn_mask, causal, bias, dtype=q.dtype)
+
+
+def _split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """(batch, seq, heads * head_dim) -> (batch, heads, seq, head_dim)"""
+    batch, seq, width = x.shape
+    return x.view(batch, seq, n_heads, width // n_heads).transpose(1, 2)  # (batch, heads, seq, head_dim)
+
+
+def _check_width(x: torch.Tensor, width: int, name: str) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise ShapeError(f"{name} must be a tensor, got {type(x).__name__}")
+    if x.dim() not in (2, 3) or x.shape[-1] != width:
+        raise ShapeError(f"{name} must be (batch, seq, {width}) or (seq, {width}), got {tuple(x.shape)}")

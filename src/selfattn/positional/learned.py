@@ -1,0 +1,54 @@
+"""A trained table of position vectors, one row per position (as in GPT-2 and BERT).
+
+    P = weight[offset : offset + n]          (n, d_model), added to the token embeddings
+
+Unlike the sinusoidal code, nothing ties row p to row p + 1: every row is a free
+parameter, so the table cannot say anything about positions past max_len.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from selfattn.errors import ConfigError, ShapeError
+
+INIT_STD = 0.02  # GPT-2's initialisation for its position table
+
+
+class LearnedPositionalEmbedding(torch.nn.Module):
+    """Owns weight (max_len, d_model), drawn from N(0, 0.02^2); forward slices rows.
+
+    Pass a seeded ``torch.Generator`` to get the same untrained table on every run,
+    independent of the global random state.
+    """
+
+    def __init__(self, max_len: int, d_model: int, *, generator: torch.Generator | None = None) -> None:
+        super().__init__()
+        if max_len < 1:
+            raise ConfigError(f"max_len must be >= 1, got {max_len}")
+        if d_model < 1:
+            raise ConfigError(f"d_model must be >= 1, got {d_model}")
+        self.max_len = max_len
+        self.d_model = d_model
+        self.weight = torch.nn.Parameter(torch.empty(max_len, d_model))
+        torch.nn.init.normal_(self.weight, mean=0.0, std=INIT_STD, generator=generator)
+
+    def forward(self, n_positions: int, offset: int = 0) -> torch.Tensor:
+        """P = weight[offset : offset + n_positions].   -> (n_positions, d_model)
+
+        With a KV cache, offset is the number of tokens already seen, so the new
+        tokens get the rows for their true positions.
+        """
+        if n_positions < 0:
+            raise ShapeError(f"n_positions must be >= 0, got {n_positions}")
+        if offset < 0:
+            raise ShapeError(f"offset must be >= 0, got {offset}")
+        if offset + n_positions > self.max_len:
+            raise ShapeError(
+                f"positions {offset}..{offset + n_positions - 1} do not fit the learned table: "
+                f"max_len is {self.max_len}"
+            )
+        return self.weight[offset : offset + n_positions]  # (n_positions, d_model)
+
+    def extra_repr(self) -> str:
+        return f"max_len={self.max_len}, d_model={self.d_model}"
