@@ -28,6 +28,9 @@ EXPLAIN_EXAMPLES = """examples:
   selfattn explain "the cat saw the dog" --query 3 --embed random --dim 4
   selfattn explain "my words" --embeddings table.json --format markdown
   selfattn explain --format json > trace.json   every number, full precision
+  selfattn explain --variant scaled             divide the scores by sqrt(d)
+  selfattn explain --variant causal --d-k 2     Q/K/V projections and a causal mask
+  selfattn explain --variant gqa --heads 4 --kv-heads 2 --positional rope
 """
 
 
@@ -74,7 +77,27 @@ def build_parser() -> argparse.ArgumentParser:
         help="seed: the seed's 3-d table; random: seeded, untrained N(0, 1) vectors (default: auto)",
     )
     source.add_argument("--dim", type=int, metavar="D", help="width of random embeddings, 1 to 1024 (default 3)")
-    source.add_argument("--seed", type=int, default=0, metavar="S", help="seed for random embeddings (default 0)")
+    source.add_argument(
+        "--seed", type=int, default=0, metavar="S",
+        help="seed for random embeddings and untrained projection weights (default 0)",
+    )
+    variant = explain.add_argument_group("attention variant (default: the seed's simple attention)")
+    variant.add_argument(
+        "--variant",
+        default="simple",
+        metavar="NAME",
+        help="simple | scaled (divide by sqrt(d)) | qkv (learned projections) | causal (+ mask) | "
+        "multihead (+ heads, output projection) | gqa (query heads share key/value heads)",
+    )
+    variant.add_argument("--heads", type=int, metavar="H", help="query heads for multihead (default 2) and gqa (default 4)")
+    variant.add_argument("--kv-heads", type=int, metavar="K", help="key/value heads for gqa (default heads / 2)")
+    variant.add_argument("--d-k", type=int, metavar="D", help="width of each head's queries and keys (default d / heads, at least 2)")
+    variant.add_argument(
+        "--positional",
+        default="none",
+        metavar="NAME",
+        help="none | sinusoidal | learned (untrained) | rope | alibi (default none)",
+    )
     explain.add_argument("--query", metavar="TOKEN", help=QUERY_HELP)
     explain.add_argument("--precision", type=int, default=4, metavar="N", help="decimals shown, 0 to 10 (default 4)")
     explain.add_argument("--format", choices=["text", "json", "markdown"], default="text", help="output format")
@@ -94,6 +117,11 @@ def run_explain(args: argparse.Namespace) -> int:
         query=args.query,
         precision=args.precision,
         format=args.format,
+        variant=args.variant,
+        heads=args.heads,
+        kv_heads=args.kv_heads,
+        d_k=args.d_k,
+        positional=args.positional,
     )
     trace = build_trace(config)
 
@@ -102,9 +130,16 @@ def run_explain(args: argparse.Namespace) -> int:
 
         sys.stdout.write(render_json(trace))
         return 0
-    from selfattn.explain.walkthrough import walkthrough
+    from selfattn.trace import Trace
 
-    doc = walkthrough(trace, config.precision)
+    if isinstance(trace, Trace):
+        from selfattn.explain.walkthrough import walkthrough
+
+        doc = walkthrough(trace, config.precision)
+    else:
+        from selfattn.explain.variant_walkthrough import variant_walkthrough
+
+        doc = variant_walkthrough(trace, config.precision)
     if args.format == "markdown":
         from selfattn.explain.markdown import render_markdown
 

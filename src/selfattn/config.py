@@ -11,12 +11,17 @@ from dataclasses import dataclass
 from selfattn.errors import OptionError, SentenceError
 from selfattn.pipeline.embeddings import SEED_SENTENCE, check_embedding_options, resolve_embeddings
 from selfattn.pipeline.tokenize import tokenize
+from selfattn.positional import POSITIONAL_NAMES
 from selfattn.trace import Trace, trace_self_attention
+from selfattn.variant_trace import MULTI_HEAD, PROJECTED, VARIANTS, VariantTrace, default_d_k, default_heads, trace_variant
 
 FORMATS = ("text", "json", "markdown")
 MIN_PRECISION, MAX_PRECISION = 0, 10
 MAX_TEXT_TOKENS = 24  # wider matrices stop being readable as text
 MAX_JSON_TOKENS = 512  # three 512 x 512 matrices are already ~15 MB of JSON
+MAX_HEADS = 16  # one table per head; more stop being readable
+MAX_JSON_HEAD_CELLS = 1 << 18  # heads x n x n per matrix in JSON: 512 tokens x 1 head, 128 x 16
+MAX_D_K = 256
 
 
 @dataclass(frozen=True)
@@ -29,26 +34,97 @@ class ExplainConfig:
     query: str | int | None = None  # a token or a 0-based position
     precision: int = 4
     format: str = "text"
+    variant: str = "simple"  # one of VARIANTS
+    heads: int | None = None  # query heads (multihead, gqa)
+    kv_heads: int | None = None  # key/value heads (gqa)
+    d_k: int | None = None  # width of each head's queries and keys (variants with projections)
+    positional: str = "none"
 
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
             raise OptionError(f"unknown format {self.format!r}: choose one of {', '.join(FORMATS)}")
         check_precision(self.precision)
         check_embedding_options(self.embed, self.embeddings, self.dim, self.seed)
+        check_variant_options(self.variant, self.heads, self.kv_heads, self.d_k, self.positional)
 
     @property
     def tokens(self) -> list[str]:
         return tokenize(SEED_SENTENCE if self.sentence is None else self.sentence)
 
 
-def build_trace(config: ExplainConfig) -> Trace:
-    """Tokens -> embeddings -> self-attention, with every intermediate recorded."""
+    @property
+    def query_heads(self) -> int:
+        return default_heads(self.variant, self.heads, self.kv_heads)[0]
+
+    @property
+    def key_value_heads(self) -> int:
+        return default_heads(self.variant, self.heads, self.kv_heads)[1]
+
+
+def build_trace(config: ExplainConfig) -> Trace | VariantTrace:
+    """Tokens -> embeddings -> attention, with every intermediate recorded.
+
+    The seed's variant without positional encoding gives the seed's own Trace; every
+    other combination gives a VariantTrace.
+    """
     tokens = config.tokens
     check_length(len(tokens), config.format)
     x, source = resolve_embeddings(
         tokens, config.embed, path=config.embeddings, dim=config.dim, seed=config.seed
     )
-    return trace_self_attention(tokens, x, config.query, source)
+    if config.variant == "simple" and config.positional == "none":
+        return trace_self_attention(tokens, x, config.query, source)
+    n_heads = config.query_heads
+    if config.format == "json" and n_heads * len(tokens) ** 2 > MAX_JSON_HEAD_CELLS:
+        most = int((MAX_JSON_HEAD_CELLS / n_heads) ** 0.5)
+        raise SentenceError(
+            f"the sentence has {len(tokens)} tokens; JSON output with {n_heads} heads shows at most {most} "
+            f"(each head's score and weight matrices are written out)"
+        )
+    d = int(x.shape[1])
+    d_k = config.d_k or (default_d_k(d, config.query_heads, config.positional) if config.variant in PROJECTED else d)
+    if config.positional == "rope" and d_k % 2:
+        hint = " (give an even --d-k)" if config.variant in PROJECTED else " (use --variant qkv with an even --d-k, or an even --dim)"
+        raise OptionError(f"RoPE turns pairs of features, so it needs an even width; this one is {d_k}{hint}")
+    return trace_variant(
+        tokens,
+        x,
+        config.variant,
+        query=config.query,
+        heads=config.query_heads,
+        kv_heads=config.key_value_heads,
+        d_k=d_k if config.variant in PROJECTED else None,
+        positional=config.positional,
+        seed=config.seed,
+        source=source,
+    )
+
+
+def check_variant_options(variant: str, heads, kv_heads, d_k, positional: str) -> None:
+    """Each option must exist, be in range, and belong to the chosen variant."""
+    if variant not in VARIANTS:
+        raise OptionError(f"unknown variant {variant!r}: choose one of {', '.join(VARIANTS)}")
+    if positional not in POSITIONAL_NAMES:
+        raise OptionError(f"unknown positional encoding {positional!r}: choose one of {', '.join(POSITIONAL_NAMES)}")
+    for flag, value, upper in (("--heads", heads, MAX_HEADS), ("--kv-heads", kv_heads, MAX_HEADS), ("--d-k", d_k, MAX_D_K)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= upper):
+            raise OptionError(f"{flag} must be an integer from 1 to {upper}, got {value!r}")
+    if heads is not None and variant not in MULTI_HEAD:
+        raise OptionError(f"--heads applies to --variant multihead or gqa, not {variant}")
+    if kv_heads is not None and variant != "gqa":
+        raise OptionError(f"--kv-heads applies to --variant gqa, not {variant}")
+    if d_k is not None and variant not in PROJECTED:
+        raise OptionError(
+            f"--d-k applies to the variants with projections ({', '.join(PROJECTED)}); "
+            f"in {variant} the keys are the embeddings themselves"
+        )
+    if variant == "gqa":
+        n_heads, n_kv = default_heads(variant, heads, kv_heads)
+        if n_kv > n_heads or n_heads % n_kv:
+            raise OptionError(
+                f"--heads ({n_heads}) must be a multiple of --kv-heads ({n_kv}): "
+                f"each key/value head serves a whole group of query heads"
+            )
 
 
 def check_precision(precision: int) -> None:

@@ -15,9 +15,10 @@ from typing import Any
 import torch
 
 from selfattn.trace import Trace
+from selfattn.variant_trace import VariantTrace
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     """Tensors to nested lists of floats, non-finite floats to strings."""
     if isinstance(value, torch.Tensor):
         value = value.tolist()
@@ -28,16 +29,17 @@ def _plain(value: Any) -> Any:
             return "inf" if value > 0 else "-inf"
         return value
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [plain(v) for v in value]
     if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: plain(v) for k, v in value.items()}
     return value
 
 
 def trace_to_dict(trace: Trace) -> dict[str, Any]:
     qt = trace.query
-    return _plain(
+    return plain(
         {
+            "variant": "simple",
             "tokens": trace.tokens,
             "embeddings": trace.embeddings,
             "embedding_source": asdict(trace.source),
@@ -83,5 +85,9 @@ def _compact(value: Any, indent: int) -> str:
     return json.dumps(value, ensure_ascii=False, allow_nan=False)
 
 
-def render_json(trace: Trace) -> str:
+def render_json(trace: Trace | VariantTrace) -> str:
+    if isinstance(trace, VariantTrace):
+        from selfattn.explain.variant_json import variant_to_dict
+
+        return _compact(variant_to_dict(trace), 0) + "\n"
     return _compact(trace_to_dict(trace), 0) + "\n"

@@ -29,8 +29,8 @@ def walkthrough(trace: Trace, precision: int = 4) -> Document:
     """Every step of the seed's self-attention on this trace, in reading order."""
     check_precision(precision)
     doc = Document()
-    _tokens(doc, trace)
-    _embeddings(doc, trace, precision)
+    tokens_step(doc, trace.tokens, trace.query.index)
+    embeddings_step(doc, trace.tokens, trace.embeddings, trace.source, trace.query.index, precision)
     _query_scores(doc, trace, precision)
     _softmax(doc, trace, precision)
     _context(doc, trace, precision)
@@ -46,12 +46,12 @@ def _math(i: int) -> str:
     return f"x^({i + 1})"
 
 
-def _tokens(doc: Document, trace: Trace) -> None:
-    q = trace.query.index
+def tokens_step(doc: Document, tokens: list[str], q: int) -> None:
+    """Step 1: the tokens with both numbering schemes, the query marked."""
     doc.add(
         Heading("Step 1 · Tokens"),
         Paragraph(
-            f"The sentence is cut at every space, so each word is one token: {len(trace.tokens)} in all. "
+            f"The sentence is cut at every space, so each word is one token: {len(tokens)} in all. "
             "Case counts, so 'The' and 'the' are different tokens. Two numbering schemes meet here: "
             "Python counts positions from 0, the formulas count from 1. Token i in the code is "
             "x^(i+1) in the maths."
@@ -60,7 +60,7 @@ def _tokens(doc: Document, trace: Trace) -> None:
             ["code index", "math index", "token", ""],
             [
                 [str(i), _math(i), display_token(t), "← query" if i == q else ""]
-                for i, t in enumerate(trace.tokens)
+                for i, t in enumerate(tokens)
             ],
             highlight_row=q,
             numeric_from=4,
@@ -68,9 +68,9 @@ def _tokens(doc: Document, trace: Trace) -> None:
     )
 
 
-def _embeddings(doc: Document, trace: Trace, p: int) -> None:
-    n, d = trace.embeddings.shape
-    source = trace.source
+def embeddings_step(doc: Document, tokens: list[str], x, source, q: int, p: int) -> None:
+    """Step 2: the embedding table X, where it came from, and whether it was learned."""
+    n, d = x.shape
     doc.add(Heading(f"Step 2 · Embeddings: X is {n} × {d}"))
     doc.add(
         Paragraph(
@@ -87,8 +87,8 @@ def _embeddings(doc: Document, trace: Trace, p: int) -> None:
                 "not meaning. A trained model learns its vectors from data."
             )
         )
-    rows = [[_label(trace, i), _math(i)] + vector_cells(trace.embeddings[i].tolist(), p) for i in range(n)]
-    doc.add(Table(["token", ""] + component_headers(d), rows, highlight_row=trace.query.index, numeric_from=2))
+    rows = [[display_token(tokens[i]), _math(i)] + vector_cells(x[i].tolist(), p) for i in range(n)]
+    doc.add(Table(["token", ""] + component_headers(d), rows, highlight_row=q, numeric_from=2))
 
 
 def _query_scores(doc: Document, trace: Trace, p: int) -> None:

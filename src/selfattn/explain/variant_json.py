@@ -1,0 +1,117 @@
+"""A VariantTrace as JSON: the seed's keys, plus one key per step the variant adds.
+
+Single-head variants (simple, scaled, qkv, causal) drop the heads axis from ``scores``,
+``weights`` and ``query``, so they read like the seed's output; multihead and gqa keep
+it first: (heads, n, n). The keys are listed in the README.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from selfattn.explain.json_out import plain
+from selfattn.variant_trace import MULTI_HEAD, VariantTrace
+
+
+def variant_to_dict(t: VariantTrace) -> dict[str, Any]:
+    multi = t.variant in MULTI_HEAD
+    per_head = (lambda x: x) if multi else (lambda x: x[0])  # keep or drop the heads axis
+    qi = t.query_index
+    out: dict[str, Any] = {
+        "variant": t.variant,
+        "tokens": t.tokens,
+        "embeddings": t.embeddings,
+        "embedding_source": asdict(t.source),
+        "positional": _positional(t),
+    }
+    if t.projected:
+        out["projections"] = {
+            "untrained": True,
+            "seed": t.seed,
+            "d_k": t.d_k,
+            "w_q": t.w_q,
+            "w_k": t.w_k,
+            "w_v": t.w_v,
+            "q": t.q,
+            "k": t.k,
+            "v": t.v,
+        }
+    if t.variant != "simple":
+        out["scaling"] = {
+            "d_k": t.d_k,
+            "sqrt_d_k": t.d_k**0.5,
+            "scale": t.scale,
+            "scores_unscaled": per_head(t.scores_unscaled),
+            "scores_scaled": per_head(t.scores),
+            "weights_unscaled": per_head(t.weights_unscaled),
+            "weights_scaled": per_head(t.weights),
+            "query_max_weight_unscaled": per_head(t.weights_unscaled[:, qi].amax(-1)),
+            "query_max_weight_scaled": per_head(t.weights[:, qi].amax(-1)),
+        }
+    if t.mask is not None:
+        out["mask"] = {
+            "kind": "causal",
+            "align": "top_left",
+            "allowed": t.mask,
+            "masked_scores": per_head(t.masked_scores),
+        }
+    if multi:
+        out["heads"] = [
+            {
+                "head": h,
+                "kv_head": g,
+                "q": t.q[h],
+                "k": t.k[g],
+                "v": t.v[g],
+                "scores": t.masked_scores[h],
+                "weights": t.weights[h],
+                "output": t.head_outputs[h],
+            }
+            for h, g in enumerate(t.kv_head_of)
+        ]
+        out["multihead"] = {
+            "n_heads": t.n_heads,
+            "n_kv_heads": t.n_kv_heads,
+            "group_size": t.n_heads // t.n_kv_heads,
+            "kv_head_of": t.kv_head_of,
+            "concat": t.concat,
+            "w_o": t.w_o,
+            "output": t.output,
+        }
+    out["query"] = {
+        "index": qi,
+        "math_index": qi + 1,
+        "token": t.query_token,
+        "scores_unscaled": per_head(t.scores_unscaled[:, qi]),
+        "scores": per_head(t.masked_scores[:, qi]),
+        "max": per_head(t.row_max[:, qi]),
+        "exp": per_head(t.exp[:, qi]),
+        "exp_sum": per_head(t.exp_sum[:, qi]),
+        "weights": per_head(t.weights[:, qi]),
+        "weights_unscaled": per_head(t.weights_unscaled[:, qi]),
+        "head_context": per_head(t.head_outputs[:, qi]),
+        "context": t.output[qi],
+    }
+    out["scores"] = per_head(t.masked_scores)
+    out["weights"] = per_head(t.weights)
+    out["row_sums"] = per_head(t.weights.sum(-1))
+    out["context"] = t.output
+    return plain(out)
+
+
+def _positional(t: VariantTrace) -> dict[str, Any]:
+    info: dict[str, Any] = {"name": t.positional}
+    if t.encoding is not None:
+        info["encoding"] = t.encoding
+        info["untrained"] = t.positional == "learned"
+        info["input"] = t.inputs
+    if t.rope_angles is not None:
+        info["angles"] = t.rope_angles
+        info["q_unrotated"] = t.q_unrotated
+        info["k_unrotated"] = t.k_unrotated
+    if t.alibi_slopes is not None:
+        info["slopes"] = t.alibi_slopes
+        info["bias"] = t.alibi_bias
+    return info
+

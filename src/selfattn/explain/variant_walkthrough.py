@@ -1,0 +1,242 @@
+"""The walkthrough of an attention variant, as a Document built from a VariantTrace.
+
+It follows the seed's steps and adds one section per idea the variant brings: the
+positional encoding, the Q/K/V projections, the scaling by sqrt(d_k), the causal mask,
+the heads with their concatenation and output projection. All numbers come from the
+trace; nothing here computes attention.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from selfattn.config import check_precision
+from selfattn.explain.document import (
+    Document,
+    Heading,
+    Lines,
+    Note,
+    Paragraph,
+    Table,
+    component_headers,
+    display_token,
+    fmt,
+    fmt_vector,
+    vector_cells,
+)
+from selfattn.explain.walkthrough import embeddings_step, tokens_step
+from selfattn.variant_trace import MULTI_HEAD, VariantTrace
+
+TERMS_SHOWN_UP_TO_DIM = 4
+
+INTRO = {
+    "simple": "the seed's attention, softmax(X Xᵀ) X, here with a positional encoding",
+    "scaled": "the seed's attention with the scores divided by √d before the softmax",
+    "qkv": "queries, keys and values as three learned linear views of the embeddings",
+    "causal": "Q/K/V attention where no token may look at a token after it",
+    "multihead": "several Q/K/V heads side by side, concatenated and mixed by an output projection",
+    "gqa": "grouped-query attention: many query heads share fewer key/value heads",
+}
+
+
+def variant_walkthrough(t: VariantTrace, precision: int = 4) -> Document:
+    """Every step of the variant on this trace, in reading order."""
+    check_precision(precision)
+    doc = Document()
+    p = precision
+    doc.add(Paragraph(f"Variant '{t.variant}': {INTRO[t.variant]}."))
+    tokens_step(doc, t.tokens, t.query_index)
+    embeddings_step(doc, t.tokens, t.embeddings, t.source, t.query_index, p)
+    step = 3
+    if t.positional != "none":
+        _positional(doc, t, p, step)
+        step += 1
+    if t.projected:
+        _projections(doc, t, p, step)
+        step += 1
+    if t.mask is not None:
+        _mask(doc, t, p, step)
+        step += 1
+    for h in range(t.n_heads):
+        _head(doc, t, p, step, h)
+    step += 1
+    _output(doc, t, p, step)
+    return doc
+
+
+def _label(t: VariantTrace, j: int) -> str:
+    return display_token(t.tokens[j])
+
+
+def _rows(t: VariantTrace, p: int, columns: list[torch.Tensor]) -> list[list[str]]:
+    """One row per token: its label, then one number from each (n,) column."""
+    return [[_label(t, j)] + [fmt(col[j], p) for col in columns] for j in range(len(t.tokens))]
+
+
+def _positional(doc: Document, t: VariantTrace, p: int, step: int) -> None:
+    d = t.embeddings.shape[1]
+    q = t.query_index
+    if t.encoding is not None:
+        what = (
+            "the sinusoidal table of Vaswani et al.: column 2i is sin(pos / 10000^(2i/d)), column 2i+1 the "
+            "matching cos, so every position gets its own pattern of waves"
+            if t.positional == "sinusoidal"
+            else f"a learned table, one row per position (here seeded and untrained, seed {t.seed}, N(0, 0.02²))"
+        )
+        doc.add(
+            Heading(f"Step {step} · Positional encoding ({t.positional}): X + P"),
+            Paragraph(
+                "Attention by itself does not know the order of the tokens: shuffle them and every token gets "
+                f"the same context vector as before. Adding a position vector to each embedding fixes that. P is {what}."
+            ),
+            Table(["position"] + component_headers(d, "p"), [[str(i)] + vector_cells(t.encoding[i].tolist(), p) for i in range(len(t.tokens))], highlight_row=q),
+            Table(["token"] + component_headers(d, "x+p"), [[_label(t, i)] + vector_cells(t.inputs[i].tolist(), p) for i in range(len(t.tokens))], title="What attention reads: X + P", highlight_row=q),
+        )
+    elif t.positional == "rope":
+        doc.add(
+            Heading(f"Step {step} · Rotary positions (RoPE): turn q and k"),
+            Paragraph(
+                "RoPE leaves X alone. Instead it turns each pair of features of a query or key by an angle that "
+                "grows with the token's position: pair i turns by pos × 10000^(-2i/d_k). Turning both vectors makes "
+                "their dot product depend on how far apart the tokens are, not on where they are."
+            ),
+            Table(["position"] + [f"pair {i + 1}" for i in range(t.rope_angles.shape[1])], [[str(i)] + [fmt(a, p) for a in t.rope_angles[i].tolist()] for i in range(len(t.tokens))], title="Angles in radians", highlight_row=q),
+            Lines([f"q of '{_label(t, q)}', head {h + 1}: {fmt_vector(t.q_unrotated[h, q].tolist(), p)} → {fmt_vector(t.q[h, q].tolist(), p)}" for h in range(t.n_heads)]),
+        )
+    else:
+        slopes = ", ".join(fmt(s, 6) for s in t.alibi_slopes.tolist())
+        doc.add(
+            Heading(f"Step {step} · ALiBi: a distance penalty on the scores"),
+            Paragraph(
+                "ALiBi adds no vectors. It subtracts slope × distance from every score, so far-away tokens need a "
+                "clearly higher score to get the same weight. Each head has its own slope: a geometric sequence "
+                "from 2^(-8/H), so some heads look close by and others far."
+            ),
+            Lines([f"slopes: {slopes}"] + [f"bias for '{_label(t, q)}', head {h + 1}: {fmt_vector(t.alibi_bias[h, q].tolist(), p)}" for h in range(t.n_heads)]),
+        )
+
+
+def _projections(doc: Document, t: VariantTrace, p: int, step: int) -> None:
+    d = t.embeddings.shape[1]
+    heads = f"{t.n_heads} head{'s' if t.n_heads > 1 else ''} × d_k = {t.d_k}"
+    doc.add(
+        Heading(f"Step {step} · Projections: Q = X W_q, K = X W_k, V = X W_v"),
+        Paragraph(
+            "In the seed each token's vector plays three parts at once: what it looks for (query), what it offers "
+            "to be found by (key), and what it hands over (value). Three weight matrices give each part its own "
+            f"view of the embedding. W_q is {d} × {t.n_heads * t.d_k} ({heads}); W_k and W_v are "
+            f"{d} × {t.n_kv_heads * t.d_k}."
+        ),
+        Note(
+            f"These weights are untrained: drawn from N(0, 1/{d}) with seed {t.seed}. A trained model learns them, so "
+            "the patterns below show the arithmetic, not meaning."
+        ),
+    )
+    for name, w in (("W_q", t.w_q), ("W_k", t.w_k), ("W_v", t.w_v)):
+        doc.add(Table([name] + component_headers(w.shape[1], "c"), [[f"row {i + 1}"] + vector_cells(w[i].tolist(), p) for i in range(d)], title=f"{name} ({d} × {w.shape[1]})", numeric_from=1))
+    for h, g in enumerate(t.kv_head_of):
+        title = f"Head {h + 1}" + (f" (key/value head {g + 1})" if t.n_kv_heads != t.n_heads else "")
+        rows = [[_label(t, j), fmt_vector(t.q[h, j].tolist(), p), fmt_vector(t.k[g, j].tolist(), p), fmt_vector(t.v[g, j].tolist(), p)] for j in range(len(t.tokens))]
+        doc.add(Table(["token", "q", "k", "v"], rows, title=title, highlight_row=t.query_index))
+    if t.n_kv_heads != t.n_heads:
+        doc.add(
+            Paragraph(
+                f"Grouped-query attention: {t.n_heads} query heads share {t.n_kv_heads} key/value heads, "
+                f"{t.n_heads // t.n_kv_heads} query heads to each. The key/value cache is "
+                f"{t.n_heads // t.n_kv_heads}× smaller than with one key/value head per query head."
+            )
+        )
+
+
+def _mask(doc: Document, t: VariantTrace, p: int, step: int) -> None:
+    labels = [_label(t, j) for j in range(len(t.tokens))]
+    doc.add(
+        Heading(f"Step {step} · Causal mask: no looking ahead"),
+        Paragraph(
+            "A model that writes text one token at a time cannot see the tokens it has not written yet. The mask "
+            "lets token i attend to tokens 1..i only: every later score is set to -inf before the softmax, and "
+            "exp(-inf) = 0, so those tokens get exactly zero weight. The rows still add up to 1."
+        ),
+        Table(["may attend"] + labels, [[labels[i]] + ["✓" if ok else "·" for ok in t.mask[i].tolist()] for i in range(len(labels))], highlight_row=t.query_index),
+        Table(["scores"] + labels, [[labels[i]] + [fmt(s, p) for s in t.masked_scores[0, i].tolist()] for i in range(len(labels))], title="Scores of head 1 (scaled by 1/√d_k, see the next step) after the mask", highlight_row=t.query_index),
+    )
+
+
+def _entropy(weights: torch.Tensor) -> float:
+    """H = -sum w ln w in nats: 0 for one-hot, ln n for uniform."""
+    w = weights[weights > 0]
+    return float(-(w * w.log()).sum())
+
+
+def _head(doc: Document, t: VariantTrace, p: int, step: int, h: int) -> None:
+    q, n = t.query_index, len(t.tokens)
+    qlabel = _label(t, q)
+    head = f" · head {h + 1}" if t.variant in MULTI_HEAD else ""
+    doc.add(Heading(f"Step {step} · Scores and softmax for '{qlabel}'{head}", level=1 if h == 0 else 2))
+    if h == 0:
+        what = "q · k_j" if t.projected else "x_q · x_j"
+        scaled = (
+            f"Then each score is divided by √d_k = √{t.d_k} = {fmt(math.sqrt(t.d_k), p)}. A dot product of d_k "
+            "terms grows with d_k, and large scores push softmax towards one token taking all the weight, where "
+            "its gradients vanish. Dividing by √d_k keeps the spread of the scores near 1 whatever the width."
+            if t.variant != "simple"
+            else "The seed does not scale the scores."
+        )
+        doc.add(Paragraph(f"The score of token j is {what}. {scaled}"))
+    g = t.kv_head_of[h]
+    keys, query_vec = t.k[g], t.q[h, q]
+    if t.d_k <= TERMS_SHOWN_UP_TO_DIM:
+        lines = [
+            f"{_label(t, j)}: " + " + ".join(f"{fmt(a, p)}×{fmt(b, p)}" for a, b in zip(query_vec.tolist(), keys[j].tolist()))
+            + f" = {fmt(t.scores_unscaled[h, q, j], p)}"
+            for j in range(n)
+        ]
+        doc.add(Lines(lines))
+    columns, headers = [t.scores_unscaled[h, q]], ["q·k" if t.projected else "x_q·x_j"]
+    if t.variant != "simple":
+        columns.append(t.scores[h, q])
+        headers.append(f"÷ √{t.d_k}")
+    if t.mask is not None or t.alibi_bias is not None:
+        columns.append(t.masked_scores[h, q])
+        headers.append("+ mask" if t.alibi_bias is None else "+ bias" if t.mask is None else "+ bias, mask")
+    columns += [t.exp[h, q]] + ([t.weights_unscaled[h, q]] if t.variant != "simple" else []) + [t.weights[h, q]]
+    headers += ["exp(s - m)"] + (["α unscaled"] if t.variant != "simple" else []) + ["α"]
+    doc.add(Table(["token"] + headers, _rows(t, p, columns), highlight_row=q))
+    lines = [f"m = {fmt(t.row_max[h, q], p)}   sum of exp(s - m) = {fmt(t.exp_sum[h, q], p)}   sum of α = {fmt(t.weights[h, q].sum(), p)}"]
+    if t.variant != "simple":
+        lines.append(
+            f"largest weight: {fmt(t.weights_unscaled[h, q].max(), p)} unscaled, {fmt(t.weights[h, q].max(), p)} scaled; "
+            f"entropy {_entropy(t.weights_unscaled[h, q]):.3f} vs {_entropy(t.weights[h, q]):.3f} nats "
+            f"(uniform would be {math.log(int(t.mask[q].sum()) if t.mask is not None else n):.3f})"
+        )
+    lines.append(f"head output z = Σ α_j v_j = {fmt_vector(t.head_outputs[h, q].tolist(), p)}")
+    doc.add(Lines(lines))
+    order = sorted(range(n), key=lambda j: -float(t.weights[h, q, j]))
+    top = ", ".join(f"'{_label(t, j)}' {100 * float(t.weights[h, q, j]):.{max(p - 2, 0)}f}%" for j in order[:3])
+    doc.add(Paragraph(f"'{qlabel}' puts the most weight on {top}."))
+
+
+def _output(doc: Document, t: VariantTrace, p: int, step: int) -> None:
+    n, q = len(t.tokens), t.query_index
+    labels = [_label(t, j) for j in range(n)]
+    doc.add(Heading(f"Step {step} · Every token as the query, all at once"))
+    for h in range(t.n_heads):
+        name = "A" if t.n_heads == 1 else f"A head {h + 1}"
+        doc.add(Table([name] + labels, [[labels[i]] + [fmt(w, p) for w in t.weights[h, i].tolist()] for i in range(n)], title=f"Weights ({n} × {n}); every row adds up to 1", highlight_row=q))
+    if t.concat is not None:
+        doc.add(
+            Paragraph(
+                f"The {t.n_heads} head outputs (each {t.head_outputs.shape[-1]} wide) are laid side by side into one "
+                f"vector of {t.concat.shape[-1]}, and W_o ({t.w_o.shape[0]} × {t.w_o.shape[1]}, untrained) mixes them "
+                "back to the model width: output = concat(head_1, ..., head_H) W_o."
+            ),
+            Lines([f"concat for '{labels[q]}': {fmt_vector(t.concat[q].tolist(), p)}", f"output:            {fmt_vector(t.output[q].tolist(), p)}"]),
+        )
+    width = t.output.shape[-1]
+    doc.add(
+        Table(["Z"] + component_headers(width, "z"), [[labels[i]] + vector_cells(t.output[i].tolist(), p) for i in range(n)], title=f"Outputs ({n} × {width})", highlight_row=q),
+        Heading("Summary: each token before and after attention", level=2),
+        Table(["token", "input", "output"], [[labels[i], fmt_vector(t.inputs[i].tolist(), p), fmt_vector(t.output[i].tolist(), p)] for i in range(n)], highlight_row=q, numeric_from=3),
+    )

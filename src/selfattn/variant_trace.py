@@ -1,0 +1,226 @@
+"""Trace one attention variant on a sentence: every intermediate, for the explainer.
+
+The variants grow the seed step by step (each adds one idea):
+
+    simple     softmax(X X^T) X                        the seed
+    scaled     softmax(X X^T / sqrt(d)) X              + scaling
+    qkv        softmax(Q K^T / sqrt(d_k)) V            + learned projections
+    causal     ... + mask: no token sees a later one   + causal mask
+    multihead  H heads side by side, concat, W_o       + heads
+    gqa        H query heads share K key/value heads   + grouped-query attention
+
+All the arithmetic goes through ``attention_steps`` and ``MultiHeadAttention.steps``;
+this module only chooses inputs and records what comes back. Projection weights are
+seeded and untrained.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from selfattn.attention.functional import attention_steps
+from selfattn.attention.modules import MultiHeadAttention
+from selfattn.errors import EmbeddingError
+from selfattn.masks import causal_mask, combine_masks
+from selfattn.pipeline.embeddings import EmbeddingSource
+from selfattn.pipeline.tokenize import find_query
+from selfattn.positional import LearnedPositionalEmbedding, alibi_bias, alibi_slopes, apply_rope, rope_angles
+from selfattn.positional import sinusoidal_encoding
+
+VARIANTS = ("simple", "scaled", "qkv", "causal", "multihead", "gqa")
+PROJECTED = ("qkv", "causal", "multihead", "gqa")  # variants with learned Q/K/V projections
+MULTI_HEAD = ("multihead", "gqa")
+DEFAULT_HEADS = {"multihead": 2, "gqa": 4}
+
+
+@dataclass(frozen=True)
+class VariantTrace:
+    """One variant run on X (n, d); per-head tensors keep the heads axis first."""
+
+    variant: str
+    tokens: list[str]
+    source: EmbeddingSource
+    embeddings: torch.Tensor  # (n, d): X as given
+    positional: str
+    encoding: torch.Tensor | None  # (n, d): the table added to X (sinusoidal, learned)
+    inputs: torch.Tensor  # (n, d): X + P, what attention reads
+    rope_angles: torch.Tensor | None  # (n, d_k / 2): rotation angle of each feature pair
+    alibi_slopes: torch.Tensor | None  # (H,)
+    alibi_bias: torch.Tensor | None  # (H, n, n): -slope * distance, added to the scores
+    n_heads: int
+    n_kv_heads: int
+    d_k: int
+    scale: float  # 1 / sqrt(d_k), or 1 for the seed
+    seed: int
+    w_q: torch.Tensor | None  # (d, H d_k): Q = X W_q
+    w_k: torch.Tensor | None  # (d, K d_k)
+    w_v: torch.Tensor | None  # (d, K d_k)
+    q_unrotated: torch.Tensor  # (H, n, d_k): before RoPE (same as q without it)
+    k_unrotated: torch.Tensor  # (K, n, d_k)
+    q: torch.Tensor  # (H, n, d_k)
+    k: torch.Tensor  # (K, n, d_k)
+    v: torch.Tensor  # (K, n, d_v)
+    mask: torch.Tensor | None  # (n, n) bool, True = may attend
+    scores_unscaled: torch.Tensor  # (H, n, n): Q K^T
+    scores: torch.Tensor  # (H, n, n): scale * Q K^T
+    masked_scores: torch.Tensor  # (H, n, n): + bias, -inf where masked: the softmax input
+    row_max: torch.Tensor  # (H, n): m, the stable softmax's shift
+    exp: torch.Tensor  # (H, n, n): exp(masked_scores - m)
+    exp_sum: torch.Tensor  # (H, n)
+    weights: torch.Tensor  # (H, n, n)
+    weights_unscaled: torch.Tensor  # (H, n, n): the same softmax without the 1/sqrt(d_k)
+    head_outputs: torch.Tensor  # (H, n, d_v): weights @ V per head
+    concat: torch.Tensor | None  # (n, H d_v)
+    w_o: torch.Tensor | None  # (H d_v, d): output = concat W_o
+    output: torch.Tensor  # (n, d_out): the new vector of every token
+    query_index: int
+
+    @property
+    def query_token(self) -> str:
+        return self.tokens[self.query_index]
+
+    @property
+    def projected(self) -> bool:
+        return self.w_q is not None
+
+    @property
+    def kv_head_of(self) -> list[int]:
+        """Which key/value head each query head reads."""
+        group = self.n_heads // self.n_kv_heads
+        return [h // group for h in range(self.n_heads)]
+
+
+def default_heads(variant: str, heads: int | None = None, kv_heads: int | None = None) -> tuple[int, int]:
+    """(query heads, key/value heads): 2 heads for multihead; 4 sharing 2 for gqa (half, or 1 if odd)."""
+    heads = heads or DEFAULT_HEADS.get(variant, 1)
+    if kv_heads is None:
+        kv_heads = (heads // 2 if heads % 2 == 0 else 1) if variant == "gqa" else heads
+    return heads, kv_heads
+
+
+def default_d_k(d: int, heads: int, positional: str) -> int:
+    """d / heads, at least 2, and even when RoPE needs feature pairs."""
+    d_k = max(2, d // heads)
+    return d_k - d_k % 2 if positional == "rope" else d_k
+
+
+def trace_variant(
+    tokens: list[str],
+    embeddings: torch.Tensor,
+    variant: str = "scaled",
+    *,
+    query: str | int | None = None,
+    heads: int | None = None,
+    kv_heads: int | None = None,
+    d_k: int | None = None,
+    positional: str = "none",
+    seed: int = 0,
+    source: EmbeddingSource | None = None,
+) -> VariantTrace:
+    """Run ``variant`` on X (n, d) and record every step. Options are validated by ExplainConfig."""
+    x = embeddings.detach()
+    n, d = x.shape
+    q_index = find_query(tokens, query)
+    heads, kv_heads = default_heads(variant, heads, kv_heads)
+    generator = torch.Generator().manual_seed(seed)
+
+    encoding = None
+    if positional == "sinusoidal":
+        encoding = sinusoidal_encoding(n, d, dtype=x.dtype)
+    elif positional == "learned":
+        encoding = LearnedPositionalEmbedding(n, d, generator=generator)(n).detach().to(x.dtype)
+    inputs = x if encoding is None else x + encoding  # (n, d)
+    if not torch.isfinite(inputs @ inputs.T).all():
+        raise EmbeddingError(
+            f"the dot products of these embeddings overflow {str(x.dtype).removeprefix('torch.')} "
+            f"(largest |x| is {float(x.abs().max()):.3g}): scale the vectors down"
+        )
+    causal = causal_mask(n, n) if variant in ("causal",) else None
+
+    if variant in PROJECTED:
+        d_k = d_k or default_d_k(d, heads, positional)
+        module = _seeded_attention(d, heads, kv_heads, d_k, positional, generator)
+        with torch.no_grad():
+            steps = module.steps(inputs, is_causal=causal is not None)
+            q_plain = module.w_q(inputs).view(n, heads, d_k).transpose(0, 1)  # (n, H d_k) -> (H, n, d_k)
+            k_plain = module.w_k(inputs).view(n, kv_heads, d_k).transpose(0, 1)  # (K, n, d_k)
+        q, k, v, attention, mask = steps.q[0], steps.k[0], steps.v[0], steps.attention, steps.mask
+        w_q, w_k, w_v, w_o = (layer.weight.detach().T for layer in (module.w_q, module.w_k, module.w_v, module.w_o))
+        multi = variant in MULTI_HEAD
+        concat = steps.concat if multi else None
+        output = steps.output if multi else attention.output[0, 0]  # (n, d) or the single head's (n, d_k)
+        if not multi:
+            w_o = None
+        scale = attention.scale
+    else:
+        # The seed's own form: queries, keys and values are X itself.
+        heads = kv_heads = 1
+        d_k = d
+        scale = 1.0 if variant == "simple" else 1.0 / math.sqrt(d)
+        q_plain = k_plain = v = inputs[None]  # (1, n, d)
+        q = k = apply_rope(q_plain) if positional == "rope" else q_plain
+        mask = combine_masks(causal, _alibi(positional, 1, n, x.dtype), dtype=x.dtype)
+        attention = attention_steps(q, k, v, attn_mask=mask, scale=scale)
+        w_q = w_k = w_v = w_o = concat = None
+        output = attention.output[0]  # (n, d)
+
+    unscaled = attention_steps(q, k, v, attn_mask=mask, scale=1.0, enable_gqa=heads != kv_heads)
+    softmax = attention.softmax
+    return VariantTrace(
+        variant=variant,
+        tokens=list(tokens),
+        source=source or EmbeddingSource("given", False, "given by the caller"),
+        embeddings=x,
+        positional=positional,
+        encoding=encoding,
+        inputs=inputs,
+        rope_angles=rope_angles(torch.arange(n), d_k).to(x.dtype) if positional == "rope" else None,
+        alibi_slopes=alibi_slopes(heads).to(x.dtype) if positional == "alibi" else None,
+        alibi_bias=_alibi(positional, heads, n, x.dtype),
+        n_heads=heads,
+        n_kv_heads=kv_heads,
+        d_k=d_k,
+        scale=scale,
+        seed=seed,
+        w_q=w_q,
+        w_k=w_k,
+        w_v=w_v,
+        q_unrotated=q_plain,
+        k_unrotated=k_plain,
+        q=q,
+        k=k,
+        v=v,
+        mask=causal,
+        scores_unscaled=unscaled.scores.reshape(heads, n, n),
+        scores=attention.scores.reshape(heads, n, n),
+        masked_scores=attention.masked_scores.reshape(heads, n, n),
+        row_max=softmax.shift.reshape(heads, n),
+        exp=softmax.exp.reshape(heads, n, n),
+        exp_sum=softmax.total.reshape(heads, n),
+        weights=attention.weights.reshape(heads, n, n),
+        weights_unscaled=unscaled.weights.reshape(heads, n, n),
+        head_outputs=attention.output.reshape(heads, n, -1),
+        concat=concat,
+        w_o=w_o,
+        output=output,
+        query_index=q_index,
+    )
+
+
+def _alibi(positional: str, heads: int, n: int, dtype: torch.dtype) -> torch.Tensor | None:
+    return alibi_bias(heads, n, n, dtype=dtype) if positional == "alibi" else None  # (H, n, n)
+
+
+def _seeded_attention(
+    d: int, heads: int, kv_heads: int, d_k: int, positional: str, generator: torch.Generator
+) -> MultiHeadAttention:
+    """Untrained projections, fixed by the seed: W ~ N(0, 1 / fan_in), no biases."""
+    inner = positional if positional in ("rope", "alibi") else "none"
+    module = MultiHeadAttention(d, heads, kv_heads, bias=False, head_dim=d_k, positional=inner)
+    with torch.no_grad():
+        for layer in (module.w_q, module.w_k, module.w_v, module.w_o):
+            layer.weight.normal_(0.0, 1.0 / math.sqrt(layer.in_features), generator=generator)
+    return module.eval()
