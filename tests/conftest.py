@@ -8,6 +8,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from seed_reference import INPUTS  # noqa: E402
 
+# The tests use tiny tensors, where thread start-up costs more than the arithmetic
+# (a small LayerNorm is ~100x slower with 2 threads than with 1 on this machine).
+torch.set_num_threads(1)
+
 
 @pytest.fixture
 def seed_x() -> torch.Tensor:

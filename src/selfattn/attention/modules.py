@@ -102,6 +102,13 @@ class MultiHeadAttention(nn.Module):
     def from_config(cls, config: AttentionConfig) -> MultiHeadAttention:
         return cls(config.d_model, config=config)
 
+    @classmethod
+    def from_torch(cls, mha: nn.Module) -> MultiHeadAttention:
+        """A copy of a ``torch.nn.MultiheadAttention``'s weights in our module (see ``attention.interop``)."""
+        from selfattn.attention.interop import from_torch
+
+        return from_torch(mha)
+
     def forward(
         self,
         query: torch.Tensor,
@@ -113,9 +120,12 @@ class MultiHeadAttention(nn.Module):
         cache: KVCache | None = None,
         need_weights: bool = False,
     ):
-        """Y, or (Y, weights (batch, H, q_len, kv_len)) with need_weights=True."""
+        """Y, or (Y, weights (batch, H, q_len, kv_len)) with need_weights=True (no batch axis if unbatched)."""
         steps = self.steps(query, key, value, attn_mask=attn_mask, is_causal=is_causal, cache=cache)
-        return (steps.output, steps.attention.weights) if need_weights else steps.output
+        if not need_weights:
+            return steps.output
+        weights = steps.attention.weights  # (batch, H, q_len, kv_len)
+        return steps.output, weights[0] if query.dim() == 2 else weights
 
     def steps(
         self,

@@ -1,0 +1,217 @@
+"""Where attention lives in a transformer: a block is attention plus a feed-forward network.
+
+The seed places self-attention inside a larger layer. Each layer has two parts: the
+attention sub-layer, where every token looks at the others, and a small dense network
+that works on each position on its own. Both parts are wrapped in a residual sum and a
+layer norm, and the layer is repeated N times. Two orders of "add" and "normalise":
+
+    pre-LN  (norm_first=True):   x = x + Drop(Attn(LN1(x)));   x = x + Drop(FFN(LN2(x)))
+    post-LN (norm_first=False):  x = LN1(x + Drop(Attn(x)));   x = LN2(x + Drop(FFN(x)))
+
+    FFN(x) = act(x W_1 + b_1) W_2 + b_2,   act = GELU (exact, erf) or ReLU
+
+Post-LN is the original paper's order (and BERT's); pre-LN keeps a clean residual path
+and is what GPT-2 and most later models use, with one more LN after the last layer.
+Both orders match ``torch.nn.TransformerEncoderLayer`` with the same weights.
+
+Shapes: x is (batch, seq, d_model), or (seq, d_model) without a batch axis. The
+attention math itself lives in ``MultiHeadAttention``; nothing here scores or softmaxes.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from selfattn.attention.config import TransformerConfig
+from selfattn.attention.kv_cache import KVCache
+from selfattn.attention.modules import MultiHeadAttention
+from selfattn.errors import ShapeError
+from selfattn.positional import LearnedPositionalEmbedding, sinusoidal_encoding
+
+_ACTIVATIONS = {"gelu": F.gelu, "relu": F.relu}  # F.gelu's default is the exact erf form
+
+
+class FeedForward(nn.Module):
+    """FFN(x) = act(x W_1 + b_1) W_2 + b_2, applied to each position on its own.
+
+    (..., d_model) -> (..., d_model), through a hidden width d_ff. Dropout acts on the
+    hidden activations in training only. ``linear1`` / ``linear2`` carry the names of
+    ``torch.nn.TransformerEncoderLayer`` so weights copy one to one.
+    """
+
+    def __init__(self, d_model: int, d_ff: int, activation: str = "gelu", dropout: float = 0.0, bias: bool = True) -> None:
+        super().__init__()
+        TransformerConfig(d_model, 1, d_ff=d_ff, activation=activation, dropout=dropout, bias=bias)  # validates
+        self.activation = activation
+        self.linear1 = nn.Linear(d_model, d_ff, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+        self.linear2 = nn.Linear(d_ff, d_model, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        hidden = _ACTIVATIONS[self.activation](self.linear1(x))  # (..., d_ff)
+        return self.linear2(self.dropout(hidden))  # (..., d_ff) -> (..., d_model)
+
+    def extra_repr(self) -> str:
+        return f"activation={self.activation!r}"
+
+
+class TransformerBlock(nn.Module):
+    """One layer: self-attention and a feed-forward network, each with a residual and a LayerNorm.
+
+    (batch, seq, d_model) -> (batch, seq, d_model), or (seq, d_model) -> (seq, d_model).
+    Pre-LN:  x = x + Drop(Attn(LN1(x))); x = x + Drop(FFN(LN2(x))).
+    Post-LN: x = LN1(x + Drop(Attn(x))); x = LN2(x + Drop(FFN(x))).
+    """
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        self.config = config
+        d, eps = config.d_model, config.layer_norm_eps
+        self.attention = MultiHeadAttention.from_config(config.attention)
+        self.feed_forward = FeedForward(d, config.ff_size, config.activation, config.dropout, config.bias)
+        self.norm1 = nn.LayerNorm(d, eps=eps, bias=config.bias)
+        self.norm2 = nn.LayerNorm(d, eps=eps, bias=config.bias)
+        self.dropout1 = nn.Dropout(config.dropout)
+        self.dropout2 = nn.Dropout(config.dropout)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        *,
+        attn_mask: torch.Tensor | None = None,
+        is_causal: bool | None = None,
+        cache: KVCache | None = None,
+        need_weights: bool = False,
+    ):
+        """x', or (x', weights (batch, H, q_len, kv_len)) with need_weights=True.
+
+        attn_mask: bool, True = may attend, broadcastable to (batch, H, q_len, kv_len).
+        is_causal defaults to config.causal; the causal mask is aligned bottom-right, so
+        with a cache the new tokens see every cached one. Unbatched input gives weights
+        (H, q_len, kv_len).
+        """
+        _check_input(x, self.config.d_model)
+        causal = self.config.causal if is_causal is None else is_causal
+
+        def attend(h: torch.Tensor):
+            out, weights = self.attention(h, attn_mask=attn_mask, is_causal=causal, cache=cache, need_weights=True)
+            return self.dropout1(out), weights  # (..., seq, d_model), (batch, H, q_len, kv_len)
+
+        if self.config.norm_first:
+            attended, weights = attend(self.norm1(x))
+            x = x + attended
+            x = x + self.dropout2(self.feed_forward(self.norm2(x)))
+        else:
+            attended, weights = attend(x)
+            x = self.norm1(x + attended)
+            x = self.norm2(x + self.dropout2(self.feed_forward(x)))
+        if not need_weights:
+            return x
+        if x.dim() == 2 and weights.dim() == 4:
+            weights = weights[0]  # (1, H, q_len, kv_len) -> (H, q_len, kv_len)
+        return x, weights
+
+
+class TransformerOutput(NamedTuple):
+    """What ``Transformer`` returns. Without a batch axis in the input, none in the output."""
+
+    last_hidden_state: torch.Tensor  # (batch, seq, d_model): after the final norm (pre-LN)
+    hidden_states: tuple[torch.Tensor, ...] | None  # n_layers + 1 of (batch, seq, d_model)
+    attentions: tuple[torch.Tensor, ...] | None  # n_layers of (batch, H, q_len, kv_len)
+
+
+class Transformer(nn.Module):
+    """A stack of n_layers ``TransformerBlock``s over embeddings that are already given.
+
+    (batch, seq, d_model) -> TransformerOutput. positional "sinusoidal" adds
+    PE[past .. past + seq - 1] and "learned" adds rows of a trained table to the input
+    once, at the bottom; "rope" and "alibi" act inside every attention layer. Pre-LN
+    stacks end with a LayerNorm ``norm`` (as GPT-2); post-LN stacks already end normalised.
+    hidden_states: the input after the positions were added, then each layer's output
+    (before ``norm``). With ``caches`` (one KVCache per layer, see ``new_caches``) the
+    input continues a sequence of caches[0].length earlier tokens.
+    """
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.position_embedding = (
+            LearnedPositionalEmbedding(config.max_len, config.d_model) if config.positional == "learned" else None
+        )
+        self.layers = nn.ModuleList(TransformerBlock(config) for _ in range(config.n_layers))
+        self.norm = (
+            nn.LayerNorm(config.d_model, eps=config.layer_norm_eps, bias=config.bias) if config.norm_first else None
+        )
+
+    def new_caches(self) -> list[KVCache]:
+        """One empty KVCache per layer, for decoding a sequence piece by piece."""
+        return [KVCache() for _ in self.layers]
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        *,
+        attn_mask: torch.Tensor | None = None,
+        is_causal: bool | None = None,
+        caches: list[KVCache] | None = None,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+    ) -> TransformerOutput:
+        _check_input(x, self.config.d_model)
+        past = self._past_length(caches)
+        unbatched = x.dim() == 2
+        if unbatched:
+            x = x[None]  # (seq, d_model) -> (1, seq, d_model)
+        x = x + self._positions(x.shape[1], past, x)  # (batch, seq, d_model) + (seq, d_model)
+
+        hidden_states, attentions = [x], []
+        for i, layer in enumerate(self.layers):
+            cache = None if caches is None else caches[i]
+            x, weights = layer(x, attn_mask=attn_mask, is_causal=is_causal, cache=cache, need_weights=True)
+            hidden_states.append(x)  # (batch, seq, d_model)
+            attentions.append(weights)  # (batch, H, q_len, kv_len)
+        last = x if self.norm is None else self.norm(x)  # (batch, seq, d_model)
+
+        if unbatched:
+            last = last[0]
+            hidden_states = [h[0] for h in hidden_states]  # each (seq, d_model)
+            attentions = [a[0] for a in attentions]  # each (H, q_len, kv_len)
+        return TransformerOutput(
+            last,
+            tuple(hidden_states) if output_hidden_states else None,
+            tuple(attentions) if output_attentions else None,
+        )
+
+    def _positions(self, seq: int, past: int, x: torch.Tensor) -> torch.Tensor | int:
+        """The additive position codes for positions past .. past + seq - 1.   -> (seq, d_model), or 0"""
+        if self.config.positional == "sinusoidal":
+            return sinusoidal_encoding(seq, self.config.d_model, offset=past, dtype=x.dtype, device=x.device)
+        if self.position_embedding is not None:
+            return self.position_embedding(seq, offset=past)  # (seq, d_model)
+        return 0  # "none", or positions that act inside attention (rope, alibi)
+
+    def _past_length(self, caches: list[KVCache] | None) -> int:
+        if caches is None:
+            return 0
+        n_layers = len(self.layers)
+        if not isinstance(caches, (list, tuple)) or len(caches) != n_layers:
+            got = len(caches) if isinstance(caches, (list, tuple)) else f"a {type(caches).__name__}"
+            raise ShapeError(
+                f"caches must be a list of one KVCache per layer ({n_layers}), got {got}; "
+                f"use Transformer.new_caches()"
+            )
+        lengths = [cache.length for cache in caches]
+        if len(set(lengths)) > 1:
+            raise ShapeError(f"the caches hold different lengths {lengths}; every layer must have seen the same tokens")
+        return lengths[0]
+
+
+def _check_input(x: torch.Tensor, d_model: int) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise ShapeError(f"x must be a tensor, got {type(x).__name__}")
+    if x.dim() not in (2, 3) or x.shape[-1] != d_model:
+        raise ShapeError(f"x must be (batch, seq, {d_model}) or (seq, {d_model}), got {tuple(x.shape)}")

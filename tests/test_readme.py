@@ -1,0 +1,36 @@
+"""The README's examples run as written: its Python blocks and every `selfattn explain` command it shows."""
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+
+
+def test_python_examples_run():
+    blocks = re.findall(r"```python\n(.*?)```", README, re.S)
+    assert len(blocks) >= 2
+    namespace: dict = {}
+    exec(compile("\n".join(blocks), "README.md", "exec"), namespace)  # noqa: S102 - our own README
+    assert namespace["out"].last_hidden_state.shape == (2, 10, 64)
+    assert namespace["w"].shape == (2, 8, 10, 10)
+
+
+SHELL = "\n".join(re.findall(r"```sh\n(.*?)```", README, re.S))
+INLINE = re.findall(r"`(selfattn explain[^`]*)`", README)  # the variants table
+COMMANDS = sorted(
+    {
+        command.split("#")[0].strip()
+        for command in re.findall(r"^selfattn explain.*$", SHELL, re.M) + INLINE
+        if ">" not in command and "table.json" not in command  # writes a file / needs one
+    }
+)
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_explain_commands_in_the_readme_run(run_cli, command):
+    assert len(COMMANDS) >= 10
+    status, out, err = run_cli(*shlex.split(command)[1:])
+    assert status == 0 and out and err == "", (command, err)
