@@ -62,7 +62,10 @@ def _imports(path: Path) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("layer", ["pipeline", "trace.py", "errors.py", "config.py"])
+CORE = ["pipeline", "attention", "positional", "masks.py", "trace.py", "variant_trace.py", "errors.py", "config.py", "shapes.py"]
+
+
+@pytest.mark.parametrize("layer", CORE)
 def test_core_never_imports_renderers_or_cli(layer):
     files = sorted((PACKAGE / layer).rglob("*.py")) if (PACKAGE / layer).is_dir() else [PACKAGE / layer]
     assert files
@@ -89,3 +92,13 @@ def test_any_sentence_matches_sdpa_and_softmax(words, dim, seed, query):
     torch.testing.assert_close(trace.query.weights, trace.weights[query])
     torch.testing.assert_close(trace.query.context, trace.context[query])
     torch.testing.assert_close(trace.row_sums, torch.ones(len(words)))
+
+
+def test_no_module_borrows_torchs_attention_or_softmax():
+    """The attention math is ours: nothing in the package calls torch's softmax or SDPA."""
+    borrowed = {"softmax", "scaled_dot_product_attention", "log_softmax", "multi_head_attention_forward"}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr in borrowed:
+                owner = ast.unparse(node.value)
+                assert not owner.startswith(("torch", "F", "nn")), f"{path.name} calls {owner}.{node.attr}"
