@@ -77,11 +77,17 @@ def padding_mask(key_lengths, kv_len: int | None = None, *, device=None) -> torc
     keys; their outputs are usually ignored.
     """
     lengths = torch.as_tensor(key_lengths, device=device)
-    if lengths.dim() != 1 or lengths.dtype.is_floating_point or lengths.dtype == torch.bool:
-        raise ShapeError(f"key_lengths must be a 1-D sequence of integers, got shape {tuple(lengths.shape)}")
+    dtype = lengths.dtype
+    if lengths.dim() != 1 or dtype.is_floating_point or dtype.is_complex or dtype == torch.bool:
+        raise ShapeError(
+            f"key_lengths must be a 1-D sequence of integers, got shape {tuple(lengths.shape)} "
+            f"of {str(dtype).removeprefix('torch.')}"
+        )
     if lengths.numel() and int(lengths.min()) < 0:
         raise ShapeError(f"key lengths must be >= 0, got {lengths.tolist()}")
     longest = int(lengths.max()) if lengths.numel() else 0
+    if kv_len is not None:
+        _check_lengths(longest, kv_len)
     kv_len = longest if kv_len is None else kv_len
     if longest > kv_len:
         raise ShapeError(f"a key length ({longest}) exceeds kv_len ({kv_len})")
@@ -95,10 +101,22 @@ def user_mask(mask, q_len: int | None = None, kv_len: int | None = None) -> torc
     Accepts bool, or 0/1 integers (1 = may attend). The last two axes must be
     (q_len, kv_len) where those are given.
     """
-    tensor = torch.as_tensor(mask)
+    try:
+        tensor = torch.as_tensor(mask)
+    except (TypeError, ValueError, RuntimeError):
+        raise ShapeError(
+            f"a user mask must be bool or 0/1 integers (1 = may attend), got {type(mask).__name__}"
+        ) from None
     if tensor.dtype != torch.bool:
-        if tensor.is_floating_point() or not bool(((tensor == 0) | (tensor == 1)).all()):
-            raise ShapeError("a user mask must be bool or 0/1 integers (1 = may attend)")
+        if (
+            tensor.is_floating_point()
+            or tensor.is_complex()
+            or not bool(((tensor == 0) | (tensor == 1)).all())
+        ):
+            raise ShapeError(
+                f"a user mask must be bool or 0/1 integers (1 = may attend), "
+                f"got {str(tensor.dtype).removeprefix('torch.')}"
+            )
         tensor = tensor.bool()
     if tensor.dim() < 2:
         raise ShapeError(f"a mask needs at least 2 dimensions (q_len, kv_len), got shape {tuple(tensor.shape)}")

@@ -8,7 +8,8 @@
 ``scaled_dot_product_attention`` has the signature and semantics of
 ``torch.nn.functional.scaled_dot_product_attention`` so it can be swapped in. One
 deliberate difference: a query row whose keys are all masked gets zero weights and a
-zero output (torch gives NaN), with finite gradients.
+zero output, never NaN, with finite gradients. (torch 2.13's CPU SDPA also gives zeros
+there; older releases, some backends and ``nn.MultiheadAttention`` give NaN.)
 """
 
 from __future__ import annotations
@@ -97,10 +98,16 @@ def attention_steps(
     if is_causal:
         attn_mask = causal_mask(query.shape[-2], key.shape[-2], align="top_left", device=query.device)
     masked = apply_mask(scores, attn_mask)  # (..., Hq, q_len, kv_len)
-    parts = softmax_parts(masked)
+    parts = softmax_parts(masked) if masked.shape[-1] else _empty_softmax(masked)
     weights = dropout_weights(parts.weights, dropout_p) if dropout_p > 0 else parts.weights
     output = context_vectors(weights, value)  # (..., Hq, q_len, kv_len) @ (..., kv_len, d_v)
     return AttentionSteps(float(scale), scores, masked, parts, weights, output)
+
+
+def _empty_softmax(masked: torch.Tensor) -> SoftmaxParts:
+    """kv_len = 0: no key to attend to, so empty weights and (via A V) a zero output, as torch gives."""
+    row = (*masked.shape[:-1], 1)  # (..., q_len, 1)
+    return SoftmaxParts(masked.new_zeros(row), masked, masked.exp(), masked.new_ones(row), masked.exp())
 
 
 def apply_mask(scores: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
@@ -141,10 +148,11 @@ def check_attention_inputs(
     enable_gqa: bool,
 ) -> None:
     """Refuse inputs that do not fit together, naming the shapes, before any arithmetic."""
-    shapes = f"query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
     for name, tensor in (("query", query), ("key", key), ("value", value)):
         if not isinstance(tensor, torch.Tensor):
             raise ShapeError(f"{name} must be a tensor, got {type(tensor).__name__}")
+    shapes = f"query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
+    for name, tensor in (("query", query), ("key", key), ("value", value)):
         if tensor.dim() < 2:
             raise ShapeError(f"{name} needs at least 2 dimensions (seq, d): {shapes}")
         if not tensor.is_floating_point():
@@ -160,7 +168,7 @@ def check_attention_inputs(
     if key.shape[:-1] != value.shape[:-1]:
         raise ShapeError(f"key and value must have the same leading dimensions: {shapes}")
     if enable_gqa:
-        if query.dim() < 3:
+        if query.dim() < 3 or key.dim() < 3:
             raise ShapeError(f"enable_gqa needs a heads dimension (..., heads, seq, d): {shapes}")
         hq, hk = query.shape[-3], key.shape[-3]
         if hk == 0 or hq % hk:

@@ -27,6 +27,11 @@ class KVCache:
 
     def append(self, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """K = [K_past; K_new], V = [V_past; V_new].   (batch, Hkv, new, d) -> (batch, Hkv, past + new, d)"""
+        if key.dim() != 4 or value.dim() != 4 or key.shape[:-1] != value.shape[:-1]:
+            raise ShapeError(
+                f"keys and values must be (batch, kv_heads, length, head_dim) with the same length: "
+                f"key {tuple(key.shape)}, value {tuple(value.shape)}"
+            )
         if self.key is None:
             self.key, self.value = key, value
         else:
@@ -34,6 +39,12 @@ class KVCache:
                 raise ShapeError(
                     f"new keys {tuple(key.shape)} do not fit the cached keys {tuple(self.key.shape)} "
                     f"(batch, kv_heads, length, head_dim)"
+                )
+            if value.shape[-1] != self.value.shape[-1]:
+                raise ShapeError(f"new values {tuple(value.shape)} do not fit the cached values {tuple(self.value.shape)}")
+            if (key.dtype, key.device) != (self.key.dtype, self.key.device):
+                raise ShapeError(
+                    f"new keys are {key.dtype} on {key.device}, the cache holds {self.key.dtype} on {self.key.device}"
                 )
             self.key = torch.cat([self.key, key], dim=-2)  # (batch, Hkv, past + new, d)
             self.value = torch.cat([self.value, value], dim=-2)  # (batch, Hkv, past + new, d_v)

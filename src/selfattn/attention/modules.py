@@ -120,7 +120,14 @@ class MultiHeadAttention(nn.Module):
         cache: KVCache | None = None,
         need_weights: bool = False,
     ):
-        """Y, or (Y, weights (batch, H, q_len, kv_len)) with need_weights=True (no batch axis if unbatched)."""
+        """Y, or (Y, weights (batch, H, q_len, kv_len)) with need_weights=True (no batch axis if unbatched).
+
+        attn_mask: ours (bool True = may attend, or float added), broadcastable to
+        (batch, H, q_len, kv_len); a 3-D mask is read as (batch, q_len, kv_len), not as
+        nn.MultiheadAttention's (batch * heads, q_len, kv_len) (see ``interop.torch_masks_to_ours``).
+        is_causal: the queries are the last q_len positions of the keys (bottom-right).
+        cache: a KVCache that this call extends with its keys and values.
+        """
         steps = self.steps(query, key, value, attn_mask=attn_mask, is_causal=is_causal, cache=cache)
         if not need_weights:
             return steps.output
@@ -141,16 +148,18 @@ class MultiHeadAttention(nn.Module):
         c = self.config
         key = query if key is None else key
         value = key if value is None else value
-        unbatched = query.dim() == 2
-        if unbatched:
-            query, key, value = query[None], key[None], value[None]  # (1, seq, d)
         _check_width(query, c.d_model, "query")
         _check_width(key, self.w_k.in_features, "key")
         _check_width(value, self.w_v.in_features, "value")
+        shapes = f"query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
+        if not query.dim() == key.dim() == value.dim():
+            raise ShapeError(f"query, key and value must all be batched (batch, seq, d) or all unbatched (seq, d): {shapes}")
+        unbatched = query.dim() == 2
+        if unbatched:
+            query, key, value = query[None], key[None], value[None]  # (1, seq, d)
         if key.shape[:2] != value.shape[:2] or key.shape[0] != query.shape[0]:
             raise ShapeError(
-                f"query, key and value must share the batch size, and key/value the length: "
-                f"query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
+                f"query, key and value must share the batch size, and key/value the length: {shapes}"
             )
 
         past = 0 if cache is None else cache.length
