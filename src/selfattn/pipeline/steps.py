@@ -28,11 +28,11 @@ def attention_scores(query: torch.Tensor, keys: torch.Tensor, scale: float = 1.0
             f"query and keys must have the same last dimension: query {tuple(query.shape)}, "
             f"keys {tuple(keys.shape)}"
         )
+    if scale != 1.0:
+        query = query * scale  # scaling the q_len x d queries is cheaper than the q_len x kv_len scores
     if query.dim() == 1:
-        scores = keys @ query  # (kv_len, d) @ (d,) -> (kv_len,)
-    else:
-        scores = query @ keys.transpose(-2, -1)  # (..., q_len, d) @ (..., d, kv_len) -> (..., q_len, kv_len)
-    return scores * scale if scale != 1.0 else scores
+        return keys @ query  # (kv_len, d) @ (d,) -> (kv_len,)
+    return query @ keys.transpose(-2, -1)  # (..., q_len, d) @ (..., d, kv_len) -> (..., q_len, kv_len)
 
 
 def attention_scores_loop(query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
