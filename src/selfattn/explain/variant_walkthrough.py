@@ -50,11 +50,16 @@ def variant_walkthrough(t: VariantTrace, precision: int = 4) -> Document:
     tokens_step(doc, t.tokens, t.query_index)
     embeddings_step(doc, t.tokens, t.embeddings, t.source, t.query_index, p)
     step = 3
-    if t.positional != "none":
+    # Added tables change X, so they come first; RoPE and ALiBi act on q, k and the scores.
+    acts_on_x = t.encoding is not None
+    if t.positional != "none" and acts_on_x:
         _positional(doc, t, p, step)
         step += 1
     if t.projected:
         _projections(doc, t, p, step)
+        step += 1
+    if t.positional != "none" and not acts_on_x:
+        _positional(doc, t, p, step)
         step += 1
     if t.mask is not None:
         _mask(doc, t, p, step)
@@ -103,7 +108,10 @@ def _positional(doc: Document, t: VariantTrace, p: int, step: int) -> None:
                 "their dot product depend on how far apart the tokens are, not on where they are."
             ),
             Table(["position"] + [f"pair {i + 1}" for i in range(t.rope_angles.shape[1])], [[str(i)] + [fmt(a, p) for a in t.rope_angles[i].tolist()] for i in range(len(t.tokens))], title="Angles in radians", highlight_row=q),
-            Lines([f"q of '{_label(t, q)}', head {h + 1}: {fmt_vector(t.q_unrotated[h, q].tolist(), p)} → {fmt_vector(t.q[h, q].tolist(), p)}" for h in range(t.n_heads)]),
+            Lines(
+                [f"q of '{_label(t, q)}', head {h + 1}: {fmt_vector(t.q_unrotated[h, q].tolist(), p)} → {fmt_vector(t.q[h, q].tolist(), p)}" for h in range(t.n_heads)]
+                + [f"k of '{_label(t, j)}' (position {j}), key head {g + 1}: {fmt_vector(t.k_unrotated[g, j].tolist(), p)} → {fmt_vector(t.k[g, j].tolist(), p)}" for g in range(t.n_kv_heads) for j in range(len(t.tokens))]
+            ),
         )
     else:
         slopes = ", ".join(fmt(s, 6) for s in t.alibi_slopes.tolist())
@@ -138,7 +146,8 @@ def _projections(doc: Document, t: VariantTrace, p: int, step: int) -> None:
         doc.add(Table([name] + component_headers(w.shape[1], "c"), [[f"row {i + 1}"] + vector_cells(w[i].tolist(), p) for i in range(d)], title=f"{name} ({d} × {w.shape[1]})", numeric_from=1))
     for h, g in enumerate(t.kv_head_of):
         title = f"Head {h + 1}" + (f" (key/value head {g + 1})" if t.n_kv_heads != t.n_heads else "")
-        rows = [[_label(t, j), fmt_vector(t.q[h, j].tolist(), p), fmt_vector(t.k[g, j].tolist(), p), fmt_vector(t.v[g, j].tolist(), p)] for j in range(len(t.tokens))]
+        # Before any rotation: RoPE is the next step.
+        rows = [[_label(t, j), fmt_vector(t.q_unrotated[h, j].tolist(), p), fmt_vector(t.k_unrotated[g, j].tolist(), p), fmt_vector(t.v[g, j].tolist(), p)] for j in range(len(t.tokens))]
         doc.add(Table(["token", "q", "k", "v"], rows, title=title, highlight_row=t.query_index))
     if t.n_kv_heads != t.n_heads:
         doc.add(
@@ -188,8 +197,9 @@ def _head(doc: Document, t: VariantTrace, p: int, step: int, h: int) -> None:
     g = t.kv_head_of[h]
     keys, query_vec = t.k[g], t.q[h, q]
     if t.d_k <= TERMS_SHOWN_UP_TO_DIM:
+        width = max(len(_label(t, j)) for j in range(n))
         lines = [
-            f"{_label(t, j)}: " + " + ".join(f"{fmt(a, p)}×{fmt(b, p)}" for a, b in zip(query_vec.tolist(), keys[j].tolist()))
+            f"{_label(t, j) + ':':<{width + 1}} " + " + ".join(f"{fmt(a, p)}×{fmt(b, p)}" for a, b in zip(query_vec.tolist(), keys[j].tolist()))
             + f" = {fmt(t.scores_unscaled[h, q, j], p)}"
             for j in range(n)
         ]
@@ -213,9 +223,26 @@ def _head(doc: Document, t: VariantTrace, p: int, step: int, h: int) -> None:
         )
     lines.append(f"head output z = Σ α_j v_j = {fmt_vector(t.head_outputs[h, q].tolist(), p)}")
     doc.add(Lines(lines))
+    if t.variant != "simple" and h == 0:
+        doc.add(Paragraph(_scaling_effect(t, q)))
     order = sorted(range(n), key=lambda j: -float(t.weights[h, q, j]))
     top = ", ".join(f"'{_label(t, j)}' {100 * float(t.weights[h, q, j]):.{max(p - 2, 0)}f}%" for j in order[:3])
     doc.add(Paragraph(f"'{qlabel}' puts the most weight on {top}."))
+
+
+def _scaling_effect(t: VariantTrace, q: int) -> str:
+    """One sentence on what dividing by sqrt(d_k) did to this row, and how to see it grow."""
+    before, after = float(t.weights_unscaled[0, q].max()), float(t.weights[0, q].max())
+    text = (
+        f"Dividing by √{t.d_k} moved the largest weight from {before:.3f} to {after:.3f}: "
+        + ("the weights got flatter." if after < before else "the weights got more peaked." if after > before else "no change.")
+    )
+    if t.d_k < 16:
+        text += (
+            f" With d_k = {t.d_k} the effect is small; it grows with the width, because an unscaled dot product "
+            "of d_k terms has a spread of about √d_k (try --embed random --dim 64)."
+        )
+    return text
 
 
 def _output(doc: Document, t: VariantTrace, p: int, step: int) -> None:
