@@ -444,3 +444,11 @@ def test_bad_input_raises_a_typed_error_naming_it(args, kwargs, error, match):
         scaled_dot_product_attention(*args, **kwargs)
     with pytest.raises(error, match=match):
         scaled_dot_product_attention_with_weights(*args, **kwargs)
+
+
+@pytest.mark.parametrize("q_len,kv_len", [(3, 5), (4, 4), (1, 6)])
+def test_torch_causal_bias_objects_are_accepted_as_masks(q_len, kv_len):
+    """Users swapping us in for torch may pass torch's CausalBias objects; they mean the same here."""
+    query, key, value = qkv(2, 2, 2, q_len, kv_len, 4, 4, dtype=torch.float64)
+    for bias in (causal_upper_left(q_len, kv_len), causal_lower_right(q_len, kv_len)):
+        assert_matches_torch(query, key, value, attn_mask=bias, torch_kwargs={"attn_mask": bias})

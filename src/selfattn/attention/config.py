@@ -102,7 +102,8 @@ class TransformerConfig:
     norm_first=True is pre-LN (x + f(LN(x)), GPT-2 and most modern models);
     False is post-LN (LN(x + f(x)), the original transformer and BERT).
     positional: "sinusoidal" / "learned" are added to the input once, at the bottom of
-    the stack; "rope" / "alibi" act in every attention layer.
+    the stack; "rope" / "alibi" act in every attention layer. bias switches the biases
+    of every linear layer and LayerNorm (as torch's ``bias`` does).
     """
 
     d_model: int
@@ -118,6 +119,8 @@ class TransformerConfig:
     positional: str = "none"
     max_len: int = 512  # longest sequence a learned positional table covers
     causal: bool = False
+    head_dim: int | None = None  # default d_model / n_heads
+    rope_base: float = 10000.0
 
     def __post_init__(self) -> None:
         _positive_int("n_layers", self.n_layers)
@@ -138,9 +141,11 @@ class TransformerConfig:
             d_model=self.d_model,
             n_heads=self.n_heads,
             n_kv_heads=self.n_kv_heads,
+            head_dim=self.head_dim,
             bias=self.bias,
             dropout=self.dropout,
             positional=self.positional,
+            rope_base=self.rope_base,
         )
 
     @property

@@ -89,6 +89,7 @@ def attention_steps(
     enable_gqa: bool = False,
 ) -> AttentionSteps:
     """The same computation as ``scaled_dot_product_attention``, returning every intermediate."""
+    attn_mask = from_causal_bias(attn_mask, query)
     check_attention_inputs(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
     if enable_gqa:
         key, value = expand_kv_heads(key, value, query.shape[-3])
@@ -108,6 +109,16 @@ def _empty_softmax(masked: torch.Tensor) -> SoftmaxParts:
     """kv_len = 0: no key to attend to, so empty weights and (via A V) a zero output, as torch gives."""
     row = (*masked.shape[:-1], 1)  # (..., q_len, 1)
     return SoftmaxParts(masked.new_zeros(row), masked, masked.exp(), masked.new_ones(row), masked.exp())
+
+
+def from_causal_bias(attn_mask, query: torch.Tensor):
+    """torch's ``causal_upper_left`` / ``causal_lower_right`` objects as our bool masks; others unchanged."""
+    from torch.nn.attention.bias import CausalBias, CausalVariant
+
+    if not isinstance(attn_mask, CausalBias):
+        return attn_mask
+    align = "top_left" if attn_mask.variant == CausalVariant.UPPER_LEFT else "bottom_right"
+    return causal_mask(attn_mask.seq_len_q, attn_mask.seq_len_kv, align=align, device=query.device)
 
 
 def apply_mask(scores: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:

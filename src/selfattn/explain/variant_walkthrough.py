@@ -19,6 +19,7 @@ from selfattn.explain.document import (
     Lines,
     Note,
     Paragraph,
+    MAX_SHOWN_DIMS,
     Table,
     component_headers,
     display_token,
@@ -142,7 +143,12 @@ def _projections(doc: Document, t: VariantTrace, p: int, step: int) -> None:
             "the patterns below show the arithmetic, not meaning."
         ),
     )
-    for name, w in (("W_q", t.w_q), ("W_k", t.w_k), ("W_v", t.w_v)):
+    weights = (("W_q", t.w_q), ("W_k", t.w_k), ("W_v", t.w_v))
+    if d > MAX_SHOWN_DIMS:
+        sizes = ", ".join(f"{name} {w.shape[0]} × {w.shape[1]}" for name, w in weights)
+        doc.add(Paragraph(f"The matrices ({sizes}) are too big to print here; --format json has every entry."))
+        weights = ()
+    for name, w in weights:
         doc.add(Table([name] + component_headers(w.shape[1], "c"), [[f"row {i + 1}"] + vector_cells(w[i].tolist(), p) for i in range(d)], title=f"{name} ({d} × {w.shape[1]})", numeric_from=1))
     for h, g in enumerate(t.kv_head_of):
         title = f"Head {h + 1}" + (f" (key/value head {g + 1})" if t.n_kv_heads != t.n_heads else "")
