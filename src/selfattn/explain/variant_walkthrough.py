@@ -120,8 +120,8 @@ def _positional(doc: Document, t: VariantTrace, p: int, step: int) -> None:
             Heading(f"Step {step} · ALiBi: a distance penalty on the scores"),
             Paragraph(
                 "ALiBi adds no vectors. It subtracts slope × distance from every score, so far-away tokens need a "
-                "clearly higher score to get the same weight. Each head has its own slope: a geometric sequence "
-                "from 2^(-8/H), so some heads look close by and others far."
+                "clearly higher score to get the same weight. Each head has its own slope (for H a power of two, "
+                "the geometric sequence 2^(-8/H), 2^(-16/H), ..., 2^(-8)), so some heads look close by and others far."
             ),
             Lines([f"slopes: {slopes}"] + [f"bias for '{_label(t, q)}', head {h + 1}: {fmt_vector(t.alibi_bias[h, q].tolist(), p)}" for h in range(t.n_heads)]),
         )
