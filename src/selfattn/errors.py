@@ -32,3 +32,7 @@ class ShapeError(SelfAttnError):
 
 class ConfigError(SelfAttnError):
     """A model or attention configuration cannot be built (e.g. d_model not divisible by heads)."""
+
+
+class OutputError(SelfAttnError):
+    """An output file cannot be written: unsupported extension, missing folder, no permission."""

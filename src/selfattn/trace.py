@@ -70,6 +70,9 @@ class Trace:
     source: EmbeddingSource
     query: QueryTrace
     scores: torch.Tensor  # (n, n): Omega = X X^T
+    row_max: torch.Tensor  # (n,): m_i = max_j omega_ij, the stable softmax's shift per row
+    exp: torch.Tensor  # (n, n): exp(omega_ij - m_i)
+    exp_sum: torch.Tensor  # (n,): sum_j exp(omega_ij - m_i)
     weights: torch.Tensor  # (n, n): softmax of each row
     row_sums: torch.Tensor  # (n,): each row of weights summed (1 up to rounding)
     context: torch.Tensor  # (n, d): Z = weights X
@@ -120,7 +123,8 @@ def trace_self_attention(
         context=context_vectors(weights, x),
     )
 
-    all_weights = softmax_parts(all_scores).weights  # (n, n)
+    all_parts = softmax_parts(all_scores)
+    all_weights = all_parts.weights  # (n, n)
     if source is None:
         source = EmbeddingSource("given", False, "given by the caller")
     return Trace(
@@ -129,6 +133,9 @@ def trace_self_attention(
         source=source,
         query=query_trace,
         scores=all_scores,
+        row_max=all_parts.shift.squeeze(-1),
+        exp=all_parts.exp,
+        exp_sum=all_parts.total.squeeze(-1),
         weights=all_weights,
         row_sums=all_weights.sum(dim=-1),
         context=context_vectors(all_weights, x),  # (n, n) @ (n, d) -> (n, d)

@@ -1,0 +1,5 @@
+"""Pictures of attention: matplotlib plots and a self-contained HTML explorer.
+
+Renderers only: they read a Trace (or the explorer's data made from one) and never
+compute attention themselves.
+"""

@@ -1,0 +1,144 @@
+"""The explorer's data: a Trace or VariantTrace as plain lists, ready to embed in the page.
+
+The page never computes attention: every number it shows is here, rounded to the
+precision it displays (so it prints exactly what ``explain`` prints at that precision).
+The layout, one object per layer with one object per head, is documented in
+``EXPLORER_DATA_DOC`` and shared with the page's JavaScript.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from selfattn.trace import Trace
+from selfattn.variant_trace import MULTI_HEAD, VariantTrace
+
+EXPLORER_DATA_DOC = """
+{
+  "title": str, "variant": str, "description": str,
+  "tokens": [str],                  shown as text, never as HTML
+  "query": int,                     the token selected at first
+  "precision": int,                 decimals shown; every number is rounded to it
+  "input": [[num]],                 n x d: what attention reads (X, or X + P)
+  "output": [[num]],                n x d_out: the final vector of every token
+  "mask": [[bool]] | null,          n x n, true = may attend
+  "layers": [{"name": str, "heads": [{
+      "name": str,
+      "weights": [[num]],           n x n, row = query, column = key
+      "steps": null | {             the step panel's numbers (may be left out for big inputs)
+          "score_label": str, "scale": num | null,
+          "scores": [[num]],        raw dot products
+          "scaled": [[num]] | null, scores x scale
+          "softmax_input": [[num | "-inf"]],   after the mask / bias
+          "max": [num], "exp": [[num]], "exp_sum": [num],
+          "context": [[num]]        this head's output for every query
+      }}]}],
+  "selected": {"layer": int, "head": int}
+}
+"""
+
+STEP_NUMBER_BUDGET = 1_500_000  # step numbers embedded for all heads below this; else the selected head only
+
+
+def rounded(value: Any, precision: int) -> Any:
+    """Tensors to nested lists rounded to ``precision`` decimals; -inf / inf / nan as strings."""
+    if isinstance(value, torch.Tensor):
+        value = value.tolist()
+    if isinstance(value, (list, tuple)):
+        return [rounded(v, precision) for v in value]
+    if isinstance(value, dict):
+        return {key: rounded(v, precision) for key, v in value.items()}
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        result = round(value, precision)
+        return 0.0 if result == 0 else result  # no "-0.0"
+    return value
+
+
+def explorer_data(
+    trace: Trace | VariantTrace, precision: int = 4, *, title: str | None = None, head: int | None = None
+) -> dict[str, Any]:
+    """The page's data for one trace. ``head`` is the head selected at first (0-based)."""
+    if isinstance(trace, Trace):
+        data = _from_trace(trace)
+    else:
+        data = _from_variant(trace)
+    n_heads = len(data["layers"][0]["heads"])
+    selected = 0 if head is None else head
+    n = len(data["tokens"])
+    if n_heads * n * n * 5 > STEP_NUMBER_BUDGET:
+        for h, entry in enumerate(data["layers"][0]["heads"]):
+            if h != selected:
+                entry["steps"] = None
+    data["title"] = title or f"selfattn · {data['variant']} · {' '.join(data['tokens'][:12])}" + (" …" if n > 12 else "")
+    data["precision"] = precision
+    data["selected"] = {"layer": 0, "head": selected}
+    return rounded(data, precision)
+
+
+def _from_trace(t: Trace) -> dict[str, Any]:
+    steps = {
+        "score_label": "x_q · x_j",
+        "scale": None,
+        "scores": t.scores,
+        "scaled": None,
+        "softmax_input": t.scores,
+        "max": t.row_max,
+        "exp": t.exp,
+        "exp_sum": t.exp_sum,
+        "context": t.context,
+    }
+    return {
+        "variant": "simple",
+        "description": "The seed's self-attention: softmax(X Xᵀ) X, no projections and no scaling.",
+        "tokens": t.tokens,
+        "query": t.query.index,
+        "input": t.embeddings,
+        "output": t.context,
+        "mask": None,
+        "layers": [{"name": "layer 1", "heads": [{"name": "head 1", "weights": t.weights, "steps": steps}]}],
+    }
+
+
+def _from_variant(t: VariantTrace) -> dict[str, Any]:
+    heads = []
+    for h, g in enumerate(t.kv_head_of):
+        name = f"head {h + 1}" + (f" (kv {g + 1})" if t.n_kv_heads != t.n_heads else "")
+        scaled = t.variant != "simple"
+        steps = {
+            "score_label": "q · k" if t.projected else "x_q · x_j",
+            "scale": t.scale if scaled else None,
+            "scores": t.scores_unscaled[h],
+            "scaled": t.scores[h] if scaled else None,
+            "softmax_input": t.masked_scores[h],
+            "max": t.row_max[h],
+            "exp": t.exp[h],
+            "exp_sum": t.exp_sum[h],
+            "context": t.head_outputs[h],
+        }
+        heads.append({"name": name, "weights": t.weights[h], "steps": steps})
+    extras = []
+    if t.positional != "none":
+        extras.append(f"positional encoding: {t.positional}")
+    if t.projected:
+        extras.append(f"untrained projections, seed {t.seed}")
+    if t.variant in MULTI_HEAD:
+        extras.append(f"{t.n_heads} query heads, {t.n_kv_heads} key/value heads, d_k = {t.d_k}")
+    return {
+        "variant": t.variant,
+        "description": f"Variant '{t.variant}'" + (f" ({'; '.join(extras)})" if extras else "") + ".",
+        "tokens": t.tokens,
+        "query": t.query_index,
+        "input": t.inputs,
+        "output": t.output,
+        "mask": t.mask,
+        "layers": [{"name": "layer 1", "heads": heads}],
+    }
