@@ -5,13 +5,24 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test install clean
+.PHONY: run test install clean chromium
 
 run: $(STAMP)
 	$(VENV)/bin/selfattn explain
 
-test: $(STAMP)
+test: $(STAMP) chromium
 	$(PY) -m pytest -q
+
+# The browser tests drive Debian's Chromium through Playwright (never `playwright install`).
+# Installed with apt when missing and we may (root, or sudo without a password);
+# otherwise those tests skip and say why.
+chromium:
+	@command -v chromium > /dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; elif sudo -n true 2> /dev/null; then SUDO="sudo -n"; else \
+	    echo "note: chromium is not installed and apt needs root: the browser tests will skip"; exit 0; fi; \
+	  echo "installing Debian's chromium for the browser tests (about a minute)"; \
+	  $$SUDO apt-get install -y -qq chromium > /dev/null || \
+	  { $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium > /dev/null; }; }
 
 install: $(STAMP)
 

@@ -34,3 +34,20 @@ def test_explain_commands_in_the_readme_run(run_cli, command):
     assert len(COMMANDS) >= 10
     status, out, err = run_cli(*shlex.split(command)[1:])
     assert status == 0 and out and err == "", (command, err)
+
+
+PICTURES = sorted(
+    command
+    for command in set(re.findall(r"`(selfattn (?:plot|view) [^`]*)`", README))
+    if "FILE" not in command and "[" not in command  # usage lines, not examples
+)
+
+
+@pytest.mark.parametrize("command", PICTURES)
+def test_plot_and_view_commands_in_the_readme_run(run_cli, tmp_path, command):
+    assert len(PICTURES) >= 5
+    args = shlex.split(command)[1:]
+    output = tmp_path / Path(args[args.index("-o") + 1]).name
+    args[args.index("-o") + 1] = str(output)
+    status, out, err = run_cli(*args)
+    assert status == 0 and err == "" and output.stat().st_size > 1000, (command, err)

@@ -11,6 +11,7 @@ import sys
 from typing import Sequence
 
 from selfattn import __version__
+from selfattn.viz import PLOT_KINDS
 
 EXIT_USAGE = 2
 
@@ -31,6 +32,15 @@ EXPLAIN_EXAMPLES = """examples:
   selfattn explain --variant scaled             divide the scores by sqrt(d)
   selfattn explain --variant causal --d-k 2     Q/K/V projections and a causal mask
   selfattn explain --variant gqa --heads 4 --kv-heads 2 --positional rope
+"""
+
+
+PLOT_EXAMPLES = """examples:
+  selfattn plot --kind heatmap -o weights.png            the seed's weight matrix
+  selfattn plot --kind arrows --query cat -o cat.svg      the seed's picture of 'cat' attending
+  selfattn plot --variant multihead --heads 4 --kind heads -o heads.png
+  selfattn plot --kind mask --mask sliding-window:3 -o window.png
+  selfattn plot --kind positional --positional rope --dim 64 -o rope.png
 """
 
 
@@ -60,10 +70,53 @@ def build_parser() -> argparse.ArgumentParser:
     )
     explain.epilog = EXPLAIN_EXAMPLES
     explain.formatter_class = argparse.RawDescriptionHelpFormatter
-    explain.add_argument(
+    add_input_options(explain)
+    explain.add_argument("--precision", type=int, default=4, metavar="N", help="decimals shown, 0 to 10 (default 4)")
+    explain.add_argument("--format", choices=["text", "json", "markdown"], default="text", help="output format")
+    explain.set_defaults(run=run_explain)
+
+    plot = commands.add_parser(
+        "plot",
+        help="draw attention as a picture (PNG or SVG)",
+        description="Draw the attention of a sentence as a PNG or SVG picture. Same inputs as explain.",
+    )
+    plot.epilog = PLOT_EXAMPLES
+    plot.formatter_class = argparse.RawDescriptionHelpFormatter
+    add_input_options(plot)
+    plot.add_argument("--kind", required=True, choices=PLOT_KINDS, metavar="KIND", help=f"what to draw: {' | '.join(PLOT_KINDS)}")
+    plot.add_argument("-o", "--output", required=True, metavar="FILE", help="the picture: .png or .svg")
+    add_view_options(plot)
+    plot.add_argument(
+        "--mask",
+        metavar="SPEC",
+        help="for --kind mask: causal | causal-bottom-right[:P] (P cached keys before the sentence, default 3) | "
+        "sliding-window[:W] (window of W tokens, default 3) | padding[:L] (the first L tokens are real, "
+        "default all but 2) | none. Default: the variant's own mask",
+    )
+    plot.set_defaults(run=run_plot)
+
+    view = commands.add_parser(
+        "view",
+        help="write an interactive explorer as one self-contained HTML file",
+        description=(
+            "Write one self-contained HTML page (no network, no external scripts) to explore the attention "
+            "of a sentence: hover or click a token to see where it looks, with every number of the steps."
+        ),
+    )
+    add_input_options(view)
+    view.add_argument("-o", "--output", required=True, metavar="FILE", help="the page: .html")
+    add_view_options(view)
+    view.add_argument("--precision", type=int, default=4, metavar="N", help="decimals shown, 0 to 10 (default 4)")
+    view.set_defaults(run=run_view)
+    return parser
+
+
+def add_input_options(command: argparse.ArgumentParser) -> None:
+    """The sentence, its embeddings, the attention variant and the query: shared by every command."""
+    command.add_argument(
         "sentence", nargs="*", help="the sentence, quoted or as separate words (default: the seed's example)"
     )
-    source = explain.add_argument_group("embeddings (default: the seed's table if it knows every token, else random)")
+    source = command.add_argument_group("embeddings (default: the seed's table if it knows every token, else random)")
     source.add_argument(
         "--embeddings",
         metavar="FILE",
@@ -81,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--seed", type=int, default=0, metavar="S",
         help="seed for random embeddings and untrained projection weights (default 0)",
     )
-    variant = explain.add_argument_group("attention variant (default: the seed's simple attention)")
+    variant = command.add_argument_group("attention variant (default: the seed's simple attention)")
     variant.add_argument(
         "--variant",
         default="simple",
@@ -98,31 +151,38 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="none | sinusoidal | learned (untrained) | rope | alibi (default none)",
     )
-    explain.add_argument("--query", metavar="TOKEN", help=QUERY_HELP)
-    explain.add_argument("--precision", type=int, default=4, metavar="N", help="decimals shown, 0 to 10 (default 4)")
-    explain.add_argument("--format", choices=["text", "json", "markdown"], default="text", help="output format")
-    explain.set_defaults(run=run_explain)
-    return parser
+    command.add_argument("--query", metavar="TOKEN", help=QUERY_HELP)
 
 
-def run_explain(args: argparse.Namespace) -> int:
-    from selfattn.config import ExplainConfig, build_trace
+def add_view_options(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--layer", type=int, default=0, metavar="L", help="the layer to show, from 0 (default 0)")
+    command.add_argument("--head", type=int, default=0, metavar="H", help="the head to show, from 0 (default 0)")
 
-    config = ExplainConfig(
+
+def config_from_args(args: argparse.Namespace, output_format: str):
+    from selfattn.config import ExplainConfig
+
+    return ExplainConfig(
         sentence=" ".join(args.sentence) if args.sentence else None,
         embeddings=args.embeddings,
         embed=args.embed,
         dim=args.dim,
         seed=args.seed,
         query=args.query,
-        precision=args.precision,
-        format=args.format,
+        precision=getattr(args, "precision", 4),
+        format=output_format,
         variant=args.variant,
         heads=args.heads,
         kv_heads=args.kv_heads,
         d_k=args.d_k,
         positional=args.positional,
     )
+
+
+def run_explain(args: argparse.Namespace) -> int:
+    from selfattn.config import build_trace
+
+    config = config_from_args(args, args.format)
     trace = build_trace(config)
 
     if args.format == "json":
@@ -148,6 +208,22 @@ def run_explain(args: argparse.Namespace) -> int:
         from selfattn.explain.text import render_text
 
         render_text(doc, sys.stdout)
+    return 0
+
+
+def run_plot(args: argparse.Namespace) -> int:
+    from selfattn.viz.commands import plot
+
+    path = plot(config_from_args(args, "plot"), args.kind, args.output, layer=args.layer, head=args.head, mask=args.mask, dim=args.dim)
+    print(f"wrote {path}")
+    return 0
+
+
+def run_view(args: argparse.Namespace) -> int:
+    from selfattn.viz.commands import view
+
+    path = view(config_from_args(args, "html"), args.output, layer=args.layer, head=args.head)
+    print(f"wrote {path}")
     return 0
 
 

@@ -15,10 +15,11 @@ from selfattn.positional import POSITIONAL_NAMES
 from selfattn.trace import Trace, trace_self_attention
 from selfattn.variant_trace import MULTI_HEAD, PROJECTED, VARIANTS, VariantTrace, default_d_k, default_heads, trace_variant
 
-FORMATS = ("text", "json", "markdown")
+FORMATS = ("text", "json", "markdown", "html", "plot")  # html: the explorer; plot: a picture
 MIN_PRECISION, MAX_PRECISION = 0, 10
 MAX_TEXT_TOKENS = 24  # wider matrices stop being readable as text
 MAX_JSON_TOKENS = 512  # three 512 x 512 matrices are already ~15 MB of JSON
+MAX_TOKENS = {"text": MAX_TEXT_TOKENS, "markdown": MAX_TEXT_TOKENS, "json": MAX_JSON_TOKENS, "html": 512, "plot": 256}
 MAX_HEADS = 16  # one table per head; more stop being readable
 MAX_JSON_HEAD_CELLS = 1 << 18  # heads x n x n per matrix in JSON: 512 tokens x 1 head, 128 x 16
 MAX_D_K = 256
@@ -75,11 +76,11 @@ def build_trace(config: ExplainConfig) -> Trace | VariantTrace:
     if config.variant == "simple" and config.positional == "none":
         return trace_self_attention(tokens, x, config.query, source)
     n_heads = config.query_heads
-    if config.format == "json" and n_heads * len(tokens) ** 2 > MAX_JSON_HEAD_CELLS:
+    if config.format in ("json", "html") and n_heads * len(tokens) ** 2 > MAX_JSON_HEAD_CELLS:
         most = int((MAX_JSON_HEAD_CELLS / n_heads) ** 0.5)
         raise SentenceError(
-            f"the sentence has {len(tokens)} tokens; JSON output with {n_heads} heads shows at most {most} "
-            f"(each head's score and weight matrices are written out)"
+            f"the sentence has {len(tokens)} tokens; {config.format.upper()} output with {n_heads} heads shows "
+            f"at most {most} (each head's score and weight matrices are written out)"
         )
     d = int(x.shape[1])
     d_k = config.d_k or (default_d_k(d, config.query_heads, config.positional) if config.variant in PROJECTED else d)
@@ -136,9 +137,9 @@ def check_precision(precision: int) -> None:
 
 def check_length(n_tokens: int, output_format: str) -> None:
     """Refuse sentences too long to be worth printing in the chosen format."""
-    limit = MAX_JSON_TOKENS if output_format == "json" else MAX_TEXT_TOKENS
+    limit = MAX_TOKENS[output_format]
     if n_tokens > limit:
-        hint = f" (use --format json for up to {MAX_JSON_TOKENS})" if output_format != "json" else ""
+        hint = f" (use --format json for up to {MAX_JSON_TOKENS})" if limit == MAX_TEXT_TOKENS else ""
         raise SentenceError(
             f"the sentence has {n_tokens} tokens; {output_format} output shows at most {limit}{hint}"
         )

@@ -81,6 +81,12 @@ class Trace:
     def dim(self) -> int:
         return int(self.embeddings.shape[1])
 
+    def _repr_html_(self) -> str:
+        """Jupyter shows a trace as the interactive explorer; the one place core reaches up to viz."""
+        from selfattn.viz.explorer import notebook_explorer
+
+        return notebook_explorer(self)
+
 
 def trace_self_attention(
     tokens: list[str],

@@ -86,6 +86,12 @@ class VariantTrace:
     def projected(self) -> bool:
         return self.w_q is not None
 
+    def _repr_html_(self) -> str:
+        """Jupyter shows a trace as the interactive explorer; the one place core reaches up to viz."""
+        from selfattn.viz.explorer import notebook_explorer
+
+        return notebook_explorer(self)
+
     @property
     def kv_head_of(self) -> list[int]:
         """Which key/value head each query head reads."""

@@ -110,8 +110,8 @@ def _positional(doc: Document, t: VariantTrace, p: int, step: int) -> None:
             ),
             Table(["position"] + [f"pair {i + 1}" for i in range(t.rope_angles.shape[1])], [[str(i)] + [fmt(a, p) for a in t.rope_angles[i].tolist()] for i in range(len(t.tokens))], title="Angles in radians", highlight_row=q),
             Lines(
-                [f"q of '{_label(t, q)}', head {h + 1}: {fmt_vector(t.q_unrotated[h, q].tolist(), p)} → {fmt_vector(t.q[h, q].tolist(), p)}" for h in range(t.n_heads)]
-                + [f"k of '{_label(t, j)}' (position {j}), key head {g + 1}: {fmt_vector(t.k_unrotated[g, j].tolist(), p)} → {fmt_vector(t.k[g, j].tolist(), p)}" for g in range(t.n_kv_heads) for j in range(len(t.tokens))]
+                [f"q of '{_label(t, q)}', head {h}: {fmt_vector(t.q_unrotated[h, q].tolist(), p)} → {fmt_vector(t.q[h, q].tolist(), p)}" for h in range(t.n_heads)]
+                + [f"k of '{_label(t, j)}' (position {j}), key head {g}: {fmt_vector(t.k_unrotated[g, j].tolist(), p)} → {fmt_vector(t.k[g, j].tolist(), p)}" for g in range(t.n_kv_heads) for j in range(len(t.tokens))]
             ),
         )
     else:
@@ -123,7 +123,7 @@ def _positional(doc: Document, t: VariantTrace, p: int, step: int) -> None:
                 "clearly higher score to get the same weight. Each head has its own slope (for H a power of two, "
                 "the geometric sequence 2^(-8/H), 2^(-16/H), ..., 2^(-8)), so some heads look close by and others far."
             ),
-            Lines([f"slopes: {slopes}"] + [f"bias for '{_label(t, q)}', head {h + 1}: {fmt_vector(t.alibi_bias[h, q].tolist(), p)}" for h in range(t.n_heads)]),
+            Lines([f"slopes: {slopes}"] + [f"bias for '{_label(t, q)}', head {h}: {fmt_vector(t.alibi_bias[h, q].tolist(), p)}" for h in range(t.n_heads)]),
         )
 
 
@@ -137,6 +137,7 @@ def _projections(doc: Document, t: VariantTrace, p: int, step: int) -> None:
             "to be found by (key), and what it hands over (value). Three weight matrices give each part its own "
             f"view of the embedding. W_q is {d} × {t.n_heads * t.d_k} ({heads}); W_k and W_v are "
             f"{d} × {t.n_kv_heads * t.d_k}."
+            + (" Heads are numbered from 0, as in the code, the JSON and the --head option." if t.n_heads > 1 else "")
         ),
         Note(
             f"These weights are untrained: drawn from N(0, 1/{d}) with seed {t.seed}. A trained model learns them, so "
@@ -151,7 +152,7 @@ def _projections(doc: Document, t: VariantTrace, p: int, step: int) -> None:
     for name, w in weights:
         doc.add(Table([name] + component_headers(w.shape[1], "c"), [[f"row {i + 1}"] + vector_cells(w[i].tolist(), p) for i in range(d)], title=f"{name} ({d} × {w.shape[1]})", numeric_from=1))
     for h, g in enumerate(t.kv_head_of):
-        title = f"Head {h + 1}" + (f" (key/value head {g + 1})" if t.n_kv_heads != t.n_heads else "")
+        title = f"Head {h}" + (f" (key/value head {g})" if t.n_kv_heads != t.n_heads else "")
         # Before any rotation: RoPE is the next step.
         rows = [[_label(t, j), fmt_vector(t.q_unrotated[h, j].tolist(), p), fmt_vector(t.k_unrotated[g, j].tolist(), p), fmt_vector(t.v[g, j].tolist(), p)] for j in range(len(t.tokens))]
         doc.add(Table(["token", "q", "k", "v"], rows, title=title, highlight_row=t.query_index))
@@ -188,7 +189,7 @@ def _entropy(weights: torch.Tensor) -> float:
 def _head(doc: Document, t: VariantTrace, p: int, step: int, h: int) -> None:
     q, n = t.query_index, len(t.tokens)
     qlabel = _label(t, q)
-    head = f" · head {h + 1}" if t.variant in MULTI_HEAD else ""
+    head = f" · head {h}" if t.variant in MULTI_HEAD else ""
     doc.add(Heading(f"Step {step} · Scores and softmax for '{qlabel}'{head}", level=1 if h == 0 else 2))
     if h == 0:
         what = "q · k_j" if t.projected else "x_q · x_j"
@@ -256,7 +257,7 @@ def _output(doc: Document, t: VariantTrace, p: int, step: int) -> None:
     labels = [_label(t, j) for j in range(n)]
     doc.add(Heading(f"Step {step} · Every token as the query, all at once"))
     for h in range(t.n_heads):
-        name = "A" if t.n_heads == 1 else f"A head {h + 1}"
+        name = "A" if t.n_heads == 1 else f"A head {h}"
         doc.add(Table([name] + labels, [[labels[i]] + [fmt(w, p) for w in t.weights[h, i].tolist()] for i in range(n)], title=f"Weights ({n} × {n}); every row adds up to 1", highlight_row=q))
     if t.concat is not None:
         doc.add(

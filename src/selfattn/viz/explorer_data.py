@@ -104,14 +104,14 @@ def _from_trace(t: Trace) -> dict[str, Any]:
         "input": t.embeddings,
         "output": t.context,
         "mask": None,
-        "layers": [{"name": "layer 1", "heads": [{"name": "head 1", "weights": t.weights, "steps": steps}]}],
+        "layers": [{"name": "layer 0", "heads": [{"name": "head 0", "weights": t.weights, "steps": steps}]}],
     }
 
 
 def _from_variant(t: VariantTrace) -> dict[str, Any]:
     heads = []
     for h, g in enumerate(t.kv_head_of):
-        name = f"head {h + 1}" + (f" (kv {g + 1})" if t.n_kv_heads != t.n_heads else "")
+        name = f"head {h}" + (f" (kv {g})" if t.n_kv_heads != t.n_heads else "")
         scaled = t.variant != "simple"
         steps = {
             "score_label": "q · k" if t.projected else "x_q · x_j",
@@ -140,5 +140,5 @@ def _from_variant(t: VariantTrace) -> dict[str, Any]:
         "input": t.inputs,
         "output": t.output,
         "mask": t.mask,
-        "layers": [{"name": "layer 1", "heads": heads}],
+        "layers": [{"name": "layer 0", "heads": heads}],
     }

@@ -1,0 +1,53 @@
+"""Regenerate the pictures in docs/: one per plot kind, and screenshots of the explorer.
+
+    .venv/bin/python docs/make_pictures.py
+
+The plots come from `selfattn plot`; the explorer screenshots from `selfattn view`,
+opened in Debian's Chromium through Playwright (the same recipe as the browser tests).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+DOCS = Path(__file__).resolve().parent
+sys.path.insert(0, str(DOCS.parent / "tests"))
+
+from browser import chromium, recorded_page  # noqa: E402
+
+from selfattn.cli import main  # noqa: E402
+
+PLOTS = {
+    "plot-heatmap.png": ["--kind", "heatmap"],
+    "plot-arrows.png": ["--kind", "arrows", "--query", "cat"],
+    "plot-heads.png": ["--kind", "heads", "--variant", "multihead", "--heads", "4", "--embed", "random", "--dim", "8"],
+    "plot-mask.png": ["--kind", "mask", "--mask", "causal-bottom-right:3"],
+    "plot-positional.png": ["--kind", "positional", "--positional", "sinusoidal"],
+}
+EXPLORERS = {
+    "explorer.png": ([], 0),
+    "explorer-gqa.png": (["--variant", "gqa", "--heads", "4", "--kv-heads", "2", "--positional", "rope", "--query", "warm"], 2),
+}
+
+
+def main_pictures() -> None:
+    for name, args in PLOTS.items():
+        if main(["plot", *args, "-o", str(DOCS / name)]) != 0:
+            raise SystemExit(f"plot {name} failed")
+    with chromium() as browser:
+        for name, (args, head) in EXPLORERS.items():
+            page_path = DOCS / "explorer.html"
+            if main(["view", *args, "--head", str(head), "-o", str(page_path)]) != 0:
+                raise SystemExit(f"view {name} failed")
+            with recorded_page(browser, viewport={"width": 1100, "height": 760}) as page:
+                page.load(page_path.read_text(encoding="utf-8"))
+                page.locator("text.token.query").nth(1).hover()
+                page.screenshot(path=str(DOCS / name), full_page=True)
+                page.assert_quiet()
+            page_path.unlink()
+            print(f"wrote {DOCS / name}")
+
+
+if __name__ == "__main__":
+    main_pictures()

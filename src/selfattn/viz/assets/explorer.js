@@ -1,0 +1,385 @@
+// The attention explorer's page script. It draws numbers it is given and computes no
+// attention itself: every value comes from the JSON in #explorer-data (the layout is
+// EXPLORER_DATA_DOC in selfattn/viz/explorer_data.py), already rounded to
+// data.precision, and is printed with toFixed(data.precision), as `selfattn explain` prints.
+// Data reaches the page as text only (textContent, attributes), never as markup.
+"use strict";
+
+(function () {
+  // A line's stroke width is weight * MAX_WIDTH px, so a weight of 1 draws 12 px wide.
+  // The same number is on the svg as data-max-width.
+  const MAX_WIDTH = 12;
+  const ROW_HEIGHT = 20; // px per token: long inputs grow the view, which then scrolls
+  const TOP = 34; // px above the first token, for the column titles
+  const GAP = 220; // px between the query column and the key column
+  const PAD = 10;
+  // One colour per head, in order; more heads than colours reuse them.
+  const PALETTE = [
+    "#0969da", "#d1242f", "#1a7f37", "#8250df", "#bc4c00", "#0598bc", "#bf3989", "#6e7781",
+    "#9a6700", "#4d2d8c", "#116329", "#a40e26", "#0550ae", "#953800", "#57606a", "#ff8182",
+  ];
+
+  const data = JSON.parse(document.getElementById("explorer-data").textContent);
+  const tokens = data.tokens;
+  const n = tokens.length;
+  const view = document.getElementById("head-view");
+  // The namespace of the <svg> the HTML parser made, so this file names no URL.
+  const SVG_NS = view.namespaceURI;
+
+  const controls = {
+    layer: document.getElementById("layer"),
+    head: document.getElementById("head"),
+    allHeads: document.getElementById("all-heads"),
+    legend: document.getElementById("legend"),
+  };
+  const panel = document.getElementById("step-panel");
+
+  const selected = data.selected || {};
+  const state = {
+    layer: clamp(selected.layer || 0, data.layers.length),
+    head: 0,
+    query: clamp(data.query || 0, n),
+    overlay: false,
+  };
+  state.head = clamp(selected.head || 0, currentLayer().heads.length);
+
+  let queryTokens = [];
+  let linesGroup = null;
+  let lineStart = 0; // x where lines leave the query column
+  let lineEnd = 0; // x where they reach the key column
+
+  function clamp(value, count) {
+    return Math.min(Math.max(0, value | 0), Math.max(0, count - 1));
+  }
+
+  function currentLayer() {
+    return data.layers[state.layer];
+  }
+
+  function currentHead() {
+    return currentLayer().heads[state.head];
+  }
+
+  function colourOf(h) {
+    return PALETTE[h % PALETTE.length];
+  }
+
+  function format(value) {
+    // "-inf", "inf" and "nan" arrive as strings (JSON has no such numbers).
+    return typeof value === "number" ? value.toFixed(data.precision) : String(value);
+  }
+
+  function html(tag, attributes, text) {
+    const element = document.createElement(tag);
+    for (const [name, value] of Object.entries(attributes || {})) element.setAttribute(name, value);
+    if (text !== undefined) element.textContent = text;
+    return element;
+  }
+
+  function svg(tag, attributes, text) {
+    const element = document.createElementNS(SVG_NS, tag);
+    for (const [name, value] of Object.entries(attributes || {})) element.setAttribute(name, String(value));
+    if (text !== undefined) element.textContent = text;
+    return element;
+  }
+
+  function rowY(i) {
+    return TOP + i * ROW_HEIGHT + ROW_HEIGHT / 2;
+  }
+
+  // ---- header and controls -------------------------------------------------------
+
+  function buildHeader() {
+    document.getElementById("title").textContent = data.title || "selfattn explorer";
+    document.getElementById("description").textContent = data.description || "";
+  }
+
+  function fillOptions(select, names) {
+    select.replaceChildren(...names.map((name, index) => html("option", { value: String(index) }, name)));
+  }
+
+  function buildControls() {
+    fillOptions(controls.layer, data.layers.map((layer, index) => layer.name || "layer " + index));
+    controls.layer.value = String(state.layer);
+    const oneLayer = data.layers.length < 2;
+    controls.layer.disabled = oneLayer;
+    document.getElementById("layer-control").hidden = oneLayer;
+    fillHeadOptions();
+
+    controls.layer.addEventListener("change", () => {
+      state.layer = clamp(Number(controls.layer.value), data.layers.length);
+      state.head = clamp(state.head, currentLayer().heads.length);
+      fillHeadOptions();
+      render();
+    });
+    controls.head.addEventListener("change", () => {
+      state.head = clamp(Number(controls.head.value), currentLayer().heads.length);
+      render();
+    });
+    controls.allHeads.addEventListener("change", () => {
+      state.overlay = controls.allHeads.checked;
+      render();
+    });
+  }
+
+  function fillHeadOptions() {
+    const heads = currentLayer().heads;
+    fillOptions(controls.head, heads.map((head, index) => head.name || "head " + index));
+    controls.head.value = String(state.head);
+    controls.head.disabled = heads.length < 2;
+  }
+
+  function renderLegend() {
+    controls.legend.hidden = !state.overlay;
+    if (!state.overlay) {
+      controls.legend.replaceChildren();
+      return;
+    }
+    controls.legend.replaceChildren(
+      ...currentLayer().heads.map((head, h) => {
+        const item = html("li", { "data-head": String(h) });
+        const swatch = html("span", { class: "swatch", "aria-hidden": "true" });
+        swatch.style.background = colourOf(h);
+        item.append(swatch, document.createTextNode(head.name || "head " + h));
+        return item;
+      })
+    );
+  }
+
+  // ---- head view -----------------------------------------------------------------
+
+  function buildHeadView() {
+    view.setAttribute("data-max-width", String(MAX_WIDTH));
+    const columnTitles = svg("g");
+    linesGroup = svg("g", { class: "lines" });
+    const queryColumn = svg("g", { class: "queries" });
+    const keyColumn = svg("g", { class: "keys" });
+    view.replaceChildren(columnTitles, linesGroup, queryColumn, keyColumn);
+
+    queryTokens = tokens.map((token, i) => queryColumn.appendChild(tokenElement(token, i, "query")));
+    const keyTokens = tokens.map((token, i) => keyColumn.appendChild(tokenElement(token, i, "key")));
+
+    // Measure the drawn labels so that long tokens push the columns apart instead of
+    // running into the lines.
+    const widest = (elements) => elements.reduce((most, el) => Math.max(most, el.getComputedTextLength()), 0);
+    const leftX = PAD + Math.max(60, widest(queryTokens));
+    const rightX = leftX + GAP;
+    const width = rightX + Math.max(60, widest(keyTokens)) + PAD;
+    const height = TOP + n * ROW_HEIGHT + PAD;
+    queryTokens.forEach((el) => el.setAttribute("x", String(leftX)));
+    keyTokens.forEach((el) => el.setAttribute("x", String(rightX)));
+    columnTitles.append(
+      svg("text", { class: "column-title", x: leftX, y: 16, "text-anchor": "end" }, "queries"),
+      svg("text", { class: "column-title", x: rightX, y: 16 }, "keys")
+    );
+    view.setAttribute("width", String(width));
+    view.setAttribute("height", String(height));
+    view.setAttribute("viewBox", `0 0 ${width} ${height}`);
+    lineStart = leftX + 6;
+    lineEnd = rightX - 6;
+
+    view.addEventListener("click", (event) => {
+      const token = event.target.closest(".token");
+      if (token) selectQuery(Number(token.dataset.index), false);
+    });
+    view.addEventListener("mouseover", (event) => {
+      const token = event.target.closest(".token.query");
+      if (token && Number(token.dataset.index) !== state.query) selectQuery(Number(token.dataset.index), false);
+    });
+    view.addEventListener("keydown", onKey);
+  }
+
+  function tokenElement(token, i, kind) {
+    return svg(
+      "text",
+      {
+        class: "token " + kind,
+        "data-index": i,
+        x: 0,
+        y: rowY(i),
+        "dominant-baseline": "middle",
+        "text-anchor": kind === "query" ? "end" : "start",
+        tabindex: 0,
+        role: "button",
+        "aria-label": `token ${i}: ${token}`,
+        "aria-pressed": "false",
+      },
+      token
+    );
+  }
+
+  function onKey(event) {
+    const token = event.target.closest && event.target.closest(".token");
+    if (!token) return;
+    if (event.key === "Enter" || event.key === " ") {
+      event.preventDefault();
+      selectQuery(Number(token.dataset.index), true);
+    } else if (event.key === "ArrowDown" || event.key === "ArrowUp") {
+      event.preventDefault();
+      const step = event.key === "ArrowDown" ? 1 : -1;
+      selectQuery(clamp(state.query + step, n), true);
+    }
+  }
+
+  function selectQuery(i, focus) {
+    const previous = queryTokens[state.query];
+    previous.classList.remove("selected");
+    previous.setAttribute("aria-pressed", "false");
+    state.query = i;
+    const current = queryTokens[i];
+    current.classList.add("selected");
+    current.setAttribute("aria-pressed", "true");
+    if (focus) current.focus();
+    render();
+  }
+
+  function drawLines() {
+    const i = state.query;
+    const heads = currentLayer().heads;
+    const shown = state.overlay ? heads.map((_, h) => h) : [state.head];
+    // Overlaid heads are spread a little apart vertically so each stays visible.
+    const spread = shown.length > 1 ? Math.min(3, (ROW_HEIGHT * 0.6) / (shown.length - 1)) : 0;
+    const lines = [];
+    shown.forEach((h, order) => {
+      const offset = (order - (shown.length - 1) / 2) * spread;
+      const row = heads[h].weights[i];
+      for (let j = 0; j < n; j++) {
+        const weight = row[j];
+        if (!(weight > 0)) continue; // weight 0 (masked, or rounded to 0) draws nothing
+        lines.push(
+          svg("line", {
+            class: "attention-line",
+            "data-query": i,
+            "data-key": j,
+            "data-head": h,
+            "data-weight": weight,
+            x1: lineStart,
+            y1: rowY(i) + offset,
+            x2: lineEnd,
+            y2: rowY(j) + offset,
+            stroke: colourOf(h),
+            "stroke-width": weight * MAX_WIDTH,
+            "stroke-opacity": (state.overlay ? 0.35 : 0.3) + 0.65 * weight,
+          })
+        );
+      }
+    });
+    linesGroup.replaceChildren(...lines);
+    view.dataset.query = String(i);
+    view.dataset.layer = String(state.layer);
+    view.dataset.head = String(state.head);
+    view.dataset.overlay = String(state.overlay);
+  }
+
+  // ---- step panel ----------------------------------------------------------------
+
+  function vector(values, column) {
+    const box = html("span", { class: "vector", "data-col": column });
+    values.forEach((value, k) => box.appendChild(html("span", { "data-col": column, "data-dim": String(k) }, format(value))));
+    return box;
+  }
+
+  function summaryRow(list, label, content) {
+    list.append(html("dt", {}, label));
+    const dd = html("dd");
+    if (typeof content === "string") dd.textContent = content;
+    else dd.append(content);
+    list.append(dd);
+  }
+
+  function stepColumns(steps, i) {
+    const columns = [{ key: "score", label: steps.score_label, values: steps.scores[i] }];
+    const beforeMask = steps.scaled ? steps.scaled : steps.scores;
+    if (steps.scaled) {
+      columns.push({ key: "scaled", label: "× " + format(steps.scale), values: steps.scaled[i] });
+    }
+    // The softmax input gets a column of its own only where a mask or a bias changed it.
+    const changed = steps.softmax_input.some((row, q) => row.some((value, j) => value !== beforeMask[q][j]));
+    if (changed || data.mask) {
+      columns.push({ key: "softmax_input", label: "softmax input", values: steps.softmax_input[i] });
+    }
+    columns.push({ key: "exp", label: "exp(s − m)", values: steps.exp[i] });
+    return columns;
+  }
+
+  function renderSteps() {
+    const i = state.query;
+    const layer = currentLayer();
+    const head = currentHead();
+    const steps = head.steps;
+    const title = `Query ${i}: ${tokens[i]}`;
+    const where = [data.layers.length > 1 ? layer.name : null, layer.heads.length > 1 ? head.name : null]
+      .filter(Boolean)
+      .join(", ");
+    const parts = [html("h2", {}, where ? `${title} (${where})` : title)];
+
+    if (data.mask) {
+      const masked = [];
+      data.mask[i].forEach((allowed, j) => {
+        if (!allowed) masked.push(`${j}: ${tokens[j]}`);
+      });
+      parts.push(
+        html(
+          "p",
+          { class: "note", id: "mask-note" },
+          masked.length ? `Masked keys (the mask stops this query from attending to them): ${masked.join(", ")}.` : "No key is masked for this query."
+        )
+      );
+    }
+
+    const columns = steps ? stepColumns(steps, i) : [];
+    if (!steps) {
+      parts.push(
+        html(
+          "p",
+          { class: "note", id: "steps-left-out" },
+          "The detailed numbers of this head were left out to keep the page small; only its weights are shown."
+        )
+      );
+    }
+    columns.push({ key: "weight", label: "weight", values: head.weights[i] });
+
+    const table = html("table", { id: "step-table" });
+    const headRow = html("tr");
+    headRow.append(html("th", { scope: "col" }, "token"));
+    columns.forEach((column) => headRow.append(html("th", { scope: "col", "data-col": column.key }, column.label)));
+    table.append(html("thead"));
+    table.tHead.append(headRow);
+    const body = html("tbody");
+    for (let j = 0; j < n; j++) {
+      const row = html("tr", { "data-key": String(j) });
+      if (data.mask && !data.mask[i][j]) row.classList.add("masked");
+      if (j === i) row.classList.add("self");
+      row.append(html("th", { scope: "row", title: `token ${j}` }, tokens[j]));
+      columns.forEach((column) => row.append(html("td", { "data-col": column.key }, format(column.values[j]))));
+      body.append(row);
+    }
+    table.append(body);
+    const scroll = html("div", { id: "step-table-scroll", class: "scroll" });
+    scroll.append(table);
+    parts.push(scroll);
+
+    const summary = html("dl", { id: "step-summary" });
+    if (steps) {
+      const max = html("span", { "data-col": "max" }, format(steps.max[i]));
+      const sum = html("span", { "data-col": "exp_sum" }, format(steps.exp_sum[i]));
+      summaryRow(summary, "m (max)", max);
+      summaryRow(summary, "sum of exp", sum);
+      summaryRow(summary, `context (${head.name || "this head"})`, vector(steps.context[i], "context"));
+    }
+    summaryRow(summary, `output of ${tokens[i]}`, vector(data.output[i], "output"));
+    parts.push(summary);
+    panel.replaceChildren(...parts);
+  }
+
+  function render() {
+    renderLegend();
+    drawLines();
+    renderSteps();
+  }
+
+  buildHeader();
+  buildControls();
+  buildHeadView();
+  selectQuery(state.query, false);
+})();

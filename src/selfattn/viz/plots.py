@@ -1,0 +1,296 @@
+"""Pictures of attention weights with matplotlib, for files on disk (PNG or SVG).
+
+Every function takes plain data (torch tensors or nested lists, token strings) and
+returns a ``matplotlib.figure.Figure``; none computes attention. Figures are built on
+the Agg canvas directly: ``matplotlib.pyplot`` is never imported, because it may pick a
+GUI backend and keeps global state. Write a figure with ``save_figure``, which also keeps
+matplotlib's missing-glyph warnings (CJK tokens drawn as boxes) out of the user's output.
+
+Token labels are plain text: "$x$" or "a_b^c" show literally, never as mathtext.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import textwrap
+import warnings
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import ListedColormap
+from matplotlib.figure import Figure
+from matplotlib.patches import FancyArrowPatch, Patch
+
+from selfattn.errors import OptionError, ShapeError
+from selfattn.pipeline.tokenize import find_query
+from selfattn.viz import output
+
+SUPPORTED_EXTENSIONS = (".png", ".svg")
+PNG_DPI = 150
+CELL_VALUE_LIMIT = 20  # cell values print by default up to this many tokens per axis
+MAX_TICK_LABELS = 60  # beyond this, only every k-th token is labelled
+_WEIGHT_CMAP = "viridis"  # perceptually uniform, so equal weight steps look equal
+_MASK_COLOURS = ("#d9d9d9", "#3b75af")  # hidden, allowed
+
+
+def _quiet_glyphs(func):
+    """Silence 'Glyph ... missing from font' warnings: the box drawn instead is enough."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r"Glyph .* missing from", category=UserWarning)
+            return func(*args, **kwargs)
+
+    return wrapper
+
+
+def _as_array(data, name: str, shape_doc: str, ndims: tuple[int, ...], dtype=float) -> np.ndarray:
+    """Tensor or nested lists -> numpy array with one of ``ndims`` dimensions, none empty."""
+    if hasattr(data, "detach"):  # a torch tensor; numpy cannot read bfloat16, so widen floats
+        data = data.detach().cpu()
+        data = (data.double() if data.is_floating_point() else data).numpy()
+    try:
+        array = np.asarray(data, dtype=dtype)
+    except (TypeError, ValueError) as exc:
+        raise ShapeError(f"{name} must be a rectangular array {shape_doc}: {exc}") from None
+    if array.ndim not in ndims or 0 in array.shape:
+        raise ShapeError(f"{name} must have shape {shape_doc}; got {tuple(array.shape)}")
+    return array
+
+
+def _check_weights(weights: np.ndarray, name: str) -> None:
+    # NaN is allowed (torch gives NaN for a fully masked row); the slack admits rounding error.
+    finite = weights[np.isfinite(weights)]
+    if finite.size and (finite.min() < -1e-3 or finite.max() > 1 + 1e-3):
+        raise OptionError(f"{name} must lie in [0, 1]; got values from {finite.min():.4g} to {finite.max():.4g}")
+
+
+def _labels(labels, count: int, name: str, prefix: str = "", start: int = 0) -> list[str]:
+    """Labels as strings, one per row or column; None gives prefix + position, from ``start``."""
+    if labels is None:
+        return [f"{prefix}{i + start}" for i in range(count)]
+    if isinstance(labels, str) or len(labels) != count:
+        got = "one string" if isinstance(labels, str) else f"{len(labels)} labels"
+        raise ShapeError(f"{name} must hold {count} labels, one per position; got {got}")
+    return [str(label) for label in labels]
+
+
+def _new_figure(width: float, height: float) -> Figure:
+    fig = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _clamp(value: float, low: float, high: float) -> float:
+    return max(low, min(high, value))
+
+
+def _tick_font_size(count: int) -> float:
+    return 9 if count <= CELL_VALUE_LIMIT else 7 if count <= MAX_TICK_LABELS else 5
+
+
+def _set_ticks(axis, labels: list[str] | None, *, rotate: bool = False) -> None:
+    """Label every position, or every k-th beyond MAX_TICK_LABELS; None hides the ticks."""
+    if labels is None:
+        axis.set_ticks([])
+        return
+    step = math.ceil(len(labels) / MAX_TICK_LABELS)
+    positions = list(range(0, len(labels), step))
+    axis.set_ticks(positions, labels=[labels[i] for i in positions], fontsize=_tick_font_size(len(labels)),
+                   rotation=90 if rotate else 0, parse_math=False)
+
+
+def _draw_matrix(ax, data, row_labels, col_labels, *, cmap, vmin, vmax, aspect="equal", title=None, xlabel=None,
+                 ylabel=None):
+    """Draw a (rows, cols) matrix as an image, row 0 at the top, with its labels as plain text."""
+    image = ax.imshow(data, cmap=cmap, vmin=vmin, vmax=vmax, aspect=aspect, interpolation="nearest")
+    _set_ticks(ax.xaxis, col_labels, rotate=True)
+    _set_ticks(ax.yaxis, row_labels)
+    if title:
+        # About 9 characters of title per inch of figure; longer titles wrap instead of being cut.
+        title = textwrap.fill(title, width=max(20, int(ax.figure.get_figwidth() * 9)))
+    for setter, text in ((ax.set_title, title), (ax.set_xlabel, xlabel), (ax.set_ylabel, ylabel)):
+        if text:
+            setter(text, parse_math=False)
+    return image
+
+
+@_quiet_glyphs
+def heatmap_figure(
+    weights, row_labels, col_labels=None, *, title=None, values=None, xlabel="key", ylabel="query"
+) -> Figure:
+    """(q_len, kv_len) weights in [0, 1] -> a labelled heatmap with a colorbar.
+
+    ``col_labels`` defaults to ``row_labels`` (self-attention). Each cell shows its
+    value when ``values`` is True, or by default when both axes have at most
+    CELL_VALUE_LIMIT tokens.
+    """
+    matrix = _as_array(weights, "weights", "(q_len, kv_len)", (2,))
+    _check_weights(matrix, "weights")
+    q_len, kv_len = matrix.shape
+    rows = _labels(row_labels, q_len, "row_labels")
+    if col_labels is None:  # self-attention: the keys are the queries
+        cols = _labels(row_labels, kv_len, "col_labels (row_labels when not given)")
+    else:
+        cols = _labels(col_labels, kv_len, "col_labels")
+    if values is None:
+        values = max(q_len, kv_len) <= CELL_VALUE_LIMIT
+    elif values and max(q_len, kv_len) > MAX_TICK_LABELS:
+        raise OptionError(f"cell values need at most {MAX_TICK_LABELS} tokens per axis; got {q_len} x {kv_len}")
+    fig = _new_figure(_clamp(2.4 + 0.42 * kv_len, 4, 16), _clamp(1.6 + 0.42 * q_len, 3, 16))
+    ax = fig.add_subplot()
+    image = _draw_matrix(ax, matrix, rows, cols, cmap=_WEIGHT_CMAP, vmin=0.0, vmax=1.0, title=title, xlabel=xlabel,
+                         ylabel=ylabel)
+    fig.colorbar(image, ax=ax, shrink=0.8, label="attention weight")
+    if values:
+        for (i, j), weight in np.ndenumerate(matrix):
+            ax.text(j, i, f"{weight:.2f}", ha="center", va="center", fontsize=7, color=_contrast(image, weight))
+    return fig
+
+
+def _contrast(image, value: float) -> str:
+    """Black or white, whichever reads better on the colour the image gives ``value``."""
+    red, green, blue, _ = image.cmap(image.norm(value))
+    luminance = 0.2126 * red + 0.7152 * green + 0.0722 * blue  # Rec. 709 weights
+    return "black" if luminance > 0.5 else "white"
+
+
+@_quiet_glyphs
+def arrows_figure(tokens, weights_row, query, *, title=None) -> Figure:
+    """One query's (n,) weights -> the seed's picture: arrows from the query to every token.
+
+    ``query`` is a token or a 0-based position, resolved as the CLI does (``find_query``).
+    An arrow's width (0.5 + 8 w/max w) and opacity (0.15 + 0.85 w/max w) grow with its
+    weight, written after its head to three decimals; the query's own row is bold and boxed.
+    """
+    weights = _as_array(weights_row, "weights_row", "(n,)", (1,))
+    labels = _labels(tokens, weights.shape[0], "tokens")
+    _check_weights(weights, "weights_row")
+    index = find_query(labels, query)
+    n = len(labels)
+    top = np.nanmax(weights) if np.nanmax(weights, initial=0.0) > 0 else 1.0  # all zero: thin arrows
+    fig = _new_figure(6.5, _clamp(0.42 * n + 1.2, 3, 40))
+    ax = fig.add_subplot()
+    ax.set_axis_off()
+    ax.set_xlim(0, 1)
+    ax.set_ylim(n - 0.5, -0.5)  # first token at the top, as in the sentence
+    middle = (n - 1) / 2
+    boxed = {"boxstyle": "round,pad=0.3", "facecolor": "#fff2b3", "edgecolor": "#c9a400"}
+    ax.text(0.02, middle, labels[index], ha="left", va="center", fontsize=12, fontweight="bold", bbox=boxed,
+            parse_math=False)
+    for j, (token, weight) in enumerate(zip(labels, weights)):
+        strength = float(np.nan_to_num(weight)) / top
+        width = 0.5 + 8 * strength
+        ax.add_patch(FancyArrowPatch((0.22, middle), (0.64, j), arrowstyle="-|>", mutation_scale=8 + 1.5 * width,
+                                     color="#3b75af", linewidth=width, alpha=0.15 + 0.85 * strength))
+        ax.text(0.66, j, f"{weight:.3f}", ha="left", va="center", fontsize=9, color="#444444")
+        ax.text(0.79, j, token, ha="left", va="center", fontsize=11, fontweight="bold" if j == index else "normal",
+                bbox=boxed if j == index else None, parse_math=False)
+    if title:
+        ax.set_title(title, parse_math=False)
+    return fig
+
+
+@_quiet_glyphs
+def heads_figure(weights, tokens, *, layer_names=None, head_names=None, title=None) -> Figure:
+    """(layers, heads, n, n) or (heads, n, n) weights -> a grid of small heatmaps.
+
+    One row per layer, one column per head ("head 1", ...; "layer 1", ... as in the
+    explorer). Token labels sit on the outer axes only; cells carry no values.
+    """
+    grid = _as_array(weights, "weights", "(layers, heads, n, n) or (heads, n, n)", (3, 4))
+    one_layer = grid.ndim == 3
+    if one_layer:
+        grid = grid[None]
+    n_layers, n_heads, q_len, kv_len = grid.shape
+    if q_len != kv_len:
+        raise ShapeError(f"heads_figure shows self-attention: weights must be (..., n, n); got {grid.shape}")
+    _check_weights(grid, "weights")
+    labels = _labels(tokens, q_len, "tokens")
+    heads = _labels(head_names, n_heads, "head_names", "head ", start=0)  # from 0, as --head, the JSON and the explorer
+    layers = _labels(layer_names, n_layers, "layer_names", "layer ", start=0)
+    show_layers = layer_names is not None or not one_layer
+    panel = _clamp(0.8 + 0.2 * q_len, 1.6, 3.0)
+    fig = _new_figure(min(1.8 + n_heads * panel, 32), min(1.2 + n_layers * panel, 32))
+    axes = fig.subplots(n_layers, n_heads, squeeze=False)
+    for (layer, head), ax in np.ndenumerate(axes):
+        outer_x, outer_y = layer == n_layers - 1, head == 0
+        image = _draw_matrix(ax, grid[layer, head], labels if outer_y else None, labels if outer_x else None,
+                             cmap=_WEIGHT_CMAP, vmin=0.0, vmax=1.0, title=heads[head] if layer == 0 else None,
+                             ylabel=layers[layer] if outer_y and show_layers else None)
+    fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight")
+    if title:
+        fig.suptitle(title, parse_math=False)
+    return fig
+
+
+@_quiet_glyphs
+def mask_figure(mask, row_labels=None, col_labels=None, *, title=None, allowed_label="may attend",
+                hidden_label="masked") -> Figure:
+    """(q_len, kv_len) bool mask, True = may attend -> a two-colour image with a legend.
+
+    Labels default to positions 0, 1, ... The image holds 1 where the query may attend.
+    """
+    array = _as_array(mask, "mask", "(q_len, kv_len)", (2,), dtype=None)
+    if array.dtype != np.bool_:
+        raise OptionError(f"mask must be boolean (True = may attend); got dtype {array.dtype}")
+    q_len, kv_len = array.shape
+    rows = _labels(row_labels, q_len, "row_labels")
+    cols = _labels(col_labels, kv_len, "col_labels")
+    fig = _new_figure(_clamp(2.8 + 0.32 * kv_len, 4, 16), _clamp(1.6 + 0.32 * q_len, 3, 16))
+    ax = fig.add_subplot()
+    _draw_matrix(ax, array.astype(np.int8), rows, cols, cmap=ListedColormap(_MASK_COLOURS), vmin=0, vmax=1,
+                 title=title, xlabel="key", ylabel="query")
+    handles = [Patch(facecolor=_MASK_COLOURS[1], label=allowed_label),
+               Patch(facecolor=_MASK_COLOURS[0], label=hidden_label)]
+    legend = fig.legend(handles=handles, loc="outside lower center", ncols=2)
+    for text in legend.get_texts():
+        text.set_parse_math(False)
+    return fig
+
+
+@_quiet_glyphs
+def positional_figure(matrix, *, title=None, xlabel="dimension", ylabel="position") -> Figure:
+    """(positions, dims) encoding -> an image on a diverging scale centred on 0.
+
+    The scale spans [-1, 1] (sinusoidal and RoPE cos/sin values), widened symmetrically
+    when the matrix holds larger magnitudes (e.g. learned embeddings).
+    """
+    array = _as_array(matrix, "matrix", "(positions, dims)", (2,))
+    positions, dims = array.shape
+    finite = np.abs(array[np.isfinite(array)])
+    limit = max(1.0, float(finite.max()) if finite.size else 1.0)
+    fig = _new_figure(_clamp(2.5 + 0.12 * dims, 5, 14), _clamp(1.5 + 0.3 * positions, 3, 12))
+    ax = fig.add_subplot()
+    image = _draw_matrix(ax, array, _labels(None, positions, ""), _labels(None, dims, ""),
+                         cmap="RdBu_r", vmin=-limit, vmax=limit, aspect="auto", title=title, xlabel=xlabel,
+                         ylabel=ylabel)
+    fig.colorbar(image, ax=ax, label="value")
+    return fig
+
+
+def check_output_path(path) -> Path:
+    """Validate a picture path before any work: .png or .svg, in a folder we may write."""
+    return output.check_output_path(path, SUPPORTED_EXTENSIONS)
+
+
+@_quiet_glyphs
+def save_figure(fig: Figure, path) -> Path:
+    """Write ``fig`` as PNG (at PNG_DPI) or SVG, chosen by the extension; returns the path.
+
+    Written atomically (``output.write_atomically``): a failure leaves no partial file
+    and an existing target unchanged. SVG keeps text as <text> elements, so labels stay
+    searchable and selectable.
+    """
+    target = check_output_path(path)
+    svg = target.suffix.lower() == ".svg"
+
+    def render(temporary: Path) -> None:
+        with matplotlib.rc_context({"svg.fonttype": "none"} if svg else {}):
+            fig.savefig(temporary, format="svg" if svg else "png", dpi=PNG_DPI)
+
+    return output.write_atomically(target, render)

@@ -1,0 +1,451 @@
+"""The HTML explorer in a real browser (Debian's Chromium through Playwright).
+
+The page must show exactly the numbers `selfattn explain --format json` gives, formatted
+at the page's precision, fetch nothing, and show any token as text.
+"""
+
+from __future__ import annotations
+
+import html as html_lib
+import json
+import re
+import time
+
+import pytest
+import torch
+
+from browser import chromium, recorded_page
+from selfattn.config import ExplainConfig, build_trace
+from selfattn.explain.json_out import render_json
+from selfattn.viz.explorer import (
+    CONTENT_SECURITY_POLICY,
+    data_json,
+    explorer_html,
+    notebook_explorer,
+    notebook_html,
+    render_explorer,
+)
+from selfattn.viz.explorer_data import explorer_data, rounded
+
+MAX_WIDTH = 12  # px per unit of weight, as documented in explorer.js
+VIEWPORT = {"width": 1200, "height": 900}
+
+LINES_JS = """els => els.map(e => ({
+    query: Number(e.dataset.query), key: Number(e.dataset.key), head: Number(e.dataset.head),
+    weight: Number(e.dataset.weight), width: Number(e.getAttribute("stroke-width")),
+    stroke: e.getAttribute("stroke")}))"""
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with chromium() as launched:
+        yield launched
+
+
+@pytest.fixture
+def page(browser):
+    with recorded_page(browser, viewport=VIEWPORT) as recorded:
+        yield recorded
+
+
+# ---- helpers ------------------------------------------------------------------------
+
+
+def config(variant: str = "simple", **options) -> ExplainConfig:
+    return ExplainConfig(variant=variant, format="json", **options)
+
+
+def explain_json(cfg: ExplainConfig) -> dict:
+    return json.loads(render_json(build_trace(cfg)))
+
+
+def fmt(value, precision: int) -> str:
+    """A JSON number as explain prints it at ``precision`` ("-inf" stays a word)."""
+    if isinstance(value, str):
+        return value
+    text = f"{value:.{precision}f}"
+    return text[1:] if text.startswith("-") and float(text) == 0 else text  # no "-0.0000"
+
+
+def fmt_all(values, precision: int) -> list[str]:
+    return [fmt(v, precision) for v in values]
+
+
+def lines(page) -> list[dict]:
+    return page.eval_on_selector_all("line.attention-line", LINES_JS)
+
+
+def cells(page, column: str) -> list[str]:
+    return page.eval_on_selector_all(f'#step-panel [data-col="{column}"]:not(.vector):not(th)', "els => els.map(e => e.textContent)")
+
+
+def header_columns(page) -> list[str]:
+    return page.eval_on_selector_all("#step-table thead th[data-col]", "els => els.map(e => e.dataset.col)")
+
+
+def click_query(page, i: int) -> None:
+    page.click(f'text.token.query[data-index="{i}"]')
+    page.wait_for_selector(f'#head-view[data-query="{i}"]', state="attached")
+
+
+def assert_lines_match(page, weights_row: list[float], precision: int, head: int = 0, query: int | None = None) -> None:
+    drawn = [line for line in lines(page) if line["head"] == head]
+    expected = {j: round(w, precision) for j, w in enumerate(weights_row) if round(w, precision) != 0}
+    assert sorted(line["key"] for line in drawn) == sorted(expected), "one line per key with nonzero weight"
+    for line in drawn:
+        if query is not None:
+            assert line["query"] == query
+        assert line["weight"] == pytest.approx(expected[line["key"]], abs=1e-12)
+        assert line["width"] == pytest.approx(line["weight"] * MAX_WIDTH, abs=1e-6)
+
+
+def weights_at(data: dict, layer: int, head: int, query: int) -> list[float]:
+    return data["layers"][layer]["heads"][head]["weights"][query]
+
+
+# ---- numbers: the page shows what explain computes ---------------------------------------
+
+VARIANTS = [
+    pytest.param("simple", {}, 0, 4, id="simple"),
+    pytest.param("causal", {}, 0, 4, id="causal"),
+    pytest.param("gqa", {"heads": 4, "kv_heads": 2}, 2, 3, id="gqa-head3"),
+]
+
+
+@pytest.mark.parametrize("variant, options, head, precision", VARIANTS)
+def test_page_shows_explain_numbers(page, variant, options, head, precision):
+    trace = build_trace(config(variant, **options))
+    page.load(explorer_html(trace, precision))
+    default_query = explain_json(config(variant, **options))["query"]["index"]
+    page.wait_for_selector(f'#head-view[data-query="{default_query}"]', state="attached")
+    if head:
+        page.select_option("#head", str(head))
+    query = 3  # not the default, selected by a click
+    click_query(page, query)
+    assert page.get_attribute(f'text.token.query[data-index="{query}"]', "aria-pressed") == "true"
+    assert page.get_attribute(f'text.token.query[data-index="{default_query}"]', "aria-pressed") == "false"
+
+    ref = explain_json(config(variant, query=query, **options))
+    q = ref["query"]
+    multi = variant == "gqa"
+
+    def of_head(value):
+        return value[head] if multi else value
+
+    assert_lines_match(page, of_head(q["weights"]), precision, head=head, query=query)
+
+    if variant == "simple":
+        expected = {"score": q["scores"], "exp": q["stable"]["exp"], "weight": q["weights"]}
+        scalars = {"max": q["stable"]["max"], "exp_sum": q["stable"]["exp_sum"]}
+        vectors = {"context": q["context"], "output": q["context"]}
+    else:
+        expected = {
+            "score": of_head(q["scores_unscaled"]),
+            "scaled": of_head(ref["scaling"]["scores_scaled"])[query],
+            "exp": of_head(q["exp"]),
+            "weight": of_head(q["weights"]),
+        }
+        if variant == "causal":  # the mask changes the softmax input: its own column
+            expected["softmax_input"] = q["scores"]
+        scalars = {"max": of_head(q["max"]), "exp_sum": of_head(q["exp_sum"])}
+        vectors = {"context": of_head(q["head_context"]), "output": q["context"]}
+        scale_header = page.text_content('#step-table thead th[data-col="scaled"]')
+        assert scale_header == "× " + fmt(ref["scaling"]["scale"], precision)
+
+    assert sorted(header_columns(page)) == sorted(expected)
+    for column, values in expected.items():
+        assert cells(page, column) == fmt_all(values, precision), column
+    for column, value in scalars.items():
+        assert cells(page, column) == [fmt(value, precision)], column
+    for column, values in vectors.items():
+        assert cells(page, column) == fmt_all(values, precision), column
+
+    if variant == "causal":
+        assert "-inf" in cells(page, "softmax_input")
+        note = page.text_content("#mask-note")
+        for j in range(query + 1, len(ref["tokens"])):
+            assert f"{j}: {ref['tokens'][j]}" in note
+    else:
+        assert page.query_selector("#mask-note") is None
+    page.assert_quiet()
+
+
+def test_initial_state_and_keyboard(page):
+    data = explorer_data(build_trace(config("multihead", heads=2)), head=1)
+    page.load(render_explorer(data))
+    view = page.locator("#head-view")
+    assert view.get_attribute("data-query") == str(data["query"]) == "1"
+    assert view.get_attribute("data-head") == "1"
+    assert page.input_value("#head") == "1"
+    assert view.get_attribute("data-max-width") == str(MAX_WIDTH)
+    assert page.is_hidden("#layer-control"), "a single layer needs no layer menu"
+    assert_lines_match(page, weights_at(data, 0, 1, 1), 4, head=1, query=1)
+
+    page.focus('text.token.query[data-index="1"]')
+    page.keyboard.press("ArrowDown")
+    assert view.get_attribute("data-query") == "2"
+    assert page.evaluate("document.activeElement.dataset.index") == "2"
+    assert page.get_attribute('text.token.query[data-index="2"]', "aria-pressed") == "true"
+    assert page.get_attribute('text.token.query[data-index="1"]', "aria-pressed") == "false"
+    assert_lines_match(page, weights_at(data, 0, 1, 2), 4, head=1, query=2)
+    page.keyboard.press("ArrowUp")
+    page.keyboard.press("ArrowUp")
+    page.keyboard.press("ArrowUp")  # stops at the first token
+    assert view.get_attribute("data-query") == "0"
+
+    page.keyboard.press("Tab")  # the next token in the tab order: query 1
+    assert page.evaluate("document.activeElement.getAttribute('aria-label')") == f"token 1: {data['tokens'][1]}"
+    page.keyboard.press("Tab")
+    page.keyboard.press("Enter")
+    assert view.get_attribute("data-query") == "2"
+    page.focus('text.token.query[data-index="5"]')
+    page.keyboard.press(" ")
+    assert view.get_attribute("data-query") == "5"
+    assert cells(page, "weight") == fmt_all(weights_at(data, 0, 1, 5), 4)
+
+    page.hover('text.token.query[data-index="4"]')
+    assert view.get_attribute("data-query") == "4", "hovering a query selects it"
+    page.assert_quiet()
+
+
+def test_switching_heads_and_layers(page):
+    data = explorer_data(build_trace(config("multihead", heads=2)))
+    n = len(data["tokens"])
+    generator = torch.Generator().manual_seed(7)
+    second = [torch.softmax(torch.randn(n, n, generator=generator) * 2, dim=-1) for _ in range(3)]
+    data["layers"].append(
+        {
+            "name": "second layer",
+            "heads": [{"name": f"L2 head {h}", "weights": rounded(w, 4), "steps": None} for h, w in enumerate(second)],
+        }
+    )
+    page.load(render_explorer(data))
+    query = data["query"]
+    assert page.is_visible("#layer")
+    layer_names = page.eval_on_selector_all("#layer option", "els => els.map(e => e.textContent)")
+    assert layer_names == [data["layers"][0]["name"], "second layer"]
+
+    head_0 = [line["weight"] for line in lines(page)]
+    page.select_option("#head", "1")
+    head_1 = [line["weight"] for line in lines(page)]
+    assert head_0 != head_1
+    assert_lines_match(page, weights_at(data, 0, 1, query), 4, head=1, query=query)
+    assert cells(page, "weight") == fmt_all(weights_at(data, 0, 1, query), 4)
+
+    page.select_option("#layer", "1")
+    names = page.eval_on_selector_all("#head option", "els => els.map(e => e.textContent)")
+    assert names == ["L2 head 0", "L2 head 1", "L2 head 2"]
+    assert page.input_value("#head") == "1", "the head number is kept where the layer has it"
+    assert_lines_match(page, weights_at(data, 1, 1, query), 4, head=1, query=query)
+    assert page.is_visible("#steps-left-out")
+    assert header_columns(page) == ["weight"]
+    assert cells(page, "weight") == fmt_all(weights_at(data, 1, 1, query), 4)
+    assert cells(page, "output") == fmt_all(data["output"][query], 4)
+
+    page.select_option("#head", "2")
+    click_query(page, 4)
+    assert_lines_match(page, weights_at(data, 1, 2, 4), 4, head=2, query=4)
+    page.select_option("#layer", "0")
+    assert page.eval_on_selector_all("#head option", "els => els.length") == 2
+    assert page.input_value("#head") == "1", "head 2 does not exist in the first layer"
+    assert_lines_match(page, weights_at(data, 0, 1, 4), 4, head=1, query=4)
+    page.assert_quiet()
+
+
+def test_all_heads_overlaid(page):
+    data = explorer_data(build_trace(config("gqa", heads=4, kv_heads=2)))
+    page.load(render_explorer(data))
+    query, n = data["query"], len(data["tokens"])
+    assert len(lines(page)) == n
+    page.check("#all-heads")
+    drawn = lines(page)
+    assert len(drawn) == 4 * n
+    for h in range(4):
+        assert_lines_match(page, weights_at(data, 0, h, query), 4, head=h, query=query)
+    colours = {h: {line["stroke"] for line in drawn if line["head"] == h} for h in range(4)}
+    assert all(len(c) == 1 for c in colours.values()), "one colour per head"
+    assert len(set.union(*colours.values())) == 4, "distinct colours"
+    legend = page.eval_on_selector_all("#legend li", "els => els.map(e => e.textContent)")
+    assert legend == [head["name"] for head in data["layers"][0]["heads"]]
+    click_query(page, 6)
+    assert len(lines(page)) == 4 * n
+    page.uncheck("#all-heads")
+    assert len(lines(page)) == n
+    assert page.is_hidden("#legend")
+    page.assert_quiet()
+
+
+# ---- safety: tokens are text, nothing is fetched -------------------------------------------
+
+# Tokens split on whitespace, so the markup that would run needs no spaces.
+XSS_SENTENCE = (
+    '<img/src/onerror=alert(1)> <svg/onload=alert(2)> </script><script>alert(3)</script> "q\'s" &amp; cat '
+    "<img src=x onerror=alert(4)>"
+)
+
+
+def test_tokens_are_text_not_markup(page):
+    cfg = ExplainConfig(sentence=XSS_SENTENCE, embed="random", dim=4)
+    tokens = cfg.tokens
+    assert {"<img/src/onerror=alert(1)>", "<svg/onload=alert(2)>", "</script><script>alert(3)</script>"} <= set(tokens)
+    data = explorer_data(build_trace(cfg))
+    page_html = render_explorer(data)
+    assert "<img" not in page_html
+    assert page_html.count("<script") == 2 and page_html.count("</script>") == 2
+    page.load(page_html)
+    assert page.title() == data["title"]
+    assert page.text_content("#title") == data["title"]
+    for kind in ("query", "key"):
+        shown = page.eval_on_selector_all(f"text.token.{kind}", "els => els.map(e => e.textContent)")
+        assert shown == tokens
+    for i in range(len(tokens)):
+        click_query(page, i)
+        assert page.eval_on_selector_all("#step-table tbody th", "els => els.map(e => e.textContent)") == tokens
+    assert page.evaluate("document.querySelectorAll('img').length") == 0
+    assert page.evaluate("document.querySelectorAll('svg').length") == 1, "only the head view"
+    assert page.evaluate("document.scripts.length") == 2
+    assert page.dialogs == []
+    page.assert_quiet()
+
+
+def test_page_fetches_nothing_and_names_no_url():
+    page_html = explorer_html(build_trace(ExplainConfig()))
+    assert "http://" not in page_html and "https://" not in page_html
+    assert "<link" not in page_html.lower()
+    assert re.search(r"<script[^>]*\ssrc\s*=", page_html, re.IGNORECASE) is None
+    assert "url(" not in page_html and "@import" not in page_html
+    assert f'<meta http-equiv="Content-Security-Policy" content="{html_lib.escape(CONTENT_SECURITY_POLICY)}">' in page_html
+    script = page_html.split("<script>", 1)[1]
+    for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function"):
+        assert sink not in script, sink
+
+
+def test_data_json_cannot_close_its_script():
+    data = {"tokens": ["</script>", "<!--", "a&b", "\u2028\u2029", "ü"], "n": [0.5, -1.0]}
+    text = data_json(data)
+    assert not set("<>&\u2028\u2029") & set(text)
+    assert "ü" in text and ", " not in text
+    assert json.loads(text) == data
+
+
+def test_notebook_iframe_holds_the_page(page):
+    page_html = explorer_html(build_trace(ExplainConfig()))
+    frame_html = notebook_html(page_html)
+    found = re.fullmatch(r'<iframe srcdoc="([^"]*)" (.*)></iframe>', frame_html, re.DOTALL)
+    assert found, frame_html[:200]
+    assert html_lib.unescape(found.group(1)) == page_html
+    attributes = found.group(2)
+    assert 'sandbox="allow-scripts"' in attributes and 'width="100%"' in attributes and "border: none" in attributes
+    height = int(re.search(r'height="(\d+)"', attributes).group(1))
+    assert 400 <= height <= 900
+    assert 'height="321"' in notebook_html(page_html, height=321)
+    assert notebook_explorer(build_trace(ExplainConfig())) == frame_html
+    with pytest.raises(ValueError):
+        notebook_html(page_html, height=0)
+
+    page.load(frame_html)
+    frame = page.frame_locator("iframe")
+    assert frame.locator("line.attention-line").count() == 7
+    assert frame.locator("text.token.query").nth(1).text_content() == "cat"
+    page.assert_quiet()
+
+
+# ---- size and speed ------------------------------------------------------------------------
+
+
+def test_256_tokens_stay_responsive(page):
+    cfg = ExplainConfig(sentence=" ".join(f"w{i}" for i in range(256)), embed="random", dim=8, format="json")
+    data = explorer_data(build_trace(cfg))
+    page_html = render_explorer(data)
+    size = len(page_html.encode())
+    page.load(page_html)
+    assert float(page.get_attribute("#head-view", "height")) >= 256 * 20
+    for query in (0, 100, 200, 255, 37):
+        start = time.perf_counter()
+        click_query(page, query)
+        elapsed = time.perf_counter() - start
+        assert elapsed < 2.0, f"selecting query {query} took {elapsed:.2f} s (page {size / 1e6:.2f} MB)"
+        assert_lines_match(page, weights_at(data, 0, 0, query), 4, query=query)
+        assert page.eval_on_selector_all("#step-table tbody tr", "els => els.length") == 256
+    page.assert_quiet()
+
+
+def synthetic_data(layers: int = 6, heads: int = 12, n: int = 64, dim: int = 16) -> dict:
+    """explorer_data's layout for a model too big for the CLI, with steps for one head only."""
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(n, dim, generator=generator)
+    layer_list = []
+    for layer in range(layers):
+        head_list = []
+        for head in range(heads):
+            scores = torch.randn(n, n, generator=generator) * 2
+            weights = torch.softmax(scores, dim=-1)
+            steps = None
+            if layer == 0 and head == 0:
+                row_max = scores.max(dim=-1).values
+                exp = torch.exp(scores - row_max[:, None])
+                steps = rounded(
+                    {
+                        "score_label": "q · k",
+                        "scale": None,
+                        "scores": scores,
+                        "scaled": None,
+                        "softmax_input": scores,
+                        "max": row_max,
+                        "exp": exp,
+                        "exp_sum": exp.sum(dim=-1),
+                        "context": weights @ x,
+                    },
+                    4,
+                )
+            head_list.append({"name": f"head {head}", "weights": rounded(weights, 4), "steps": steps})
+        layer_list.append({"name": f"layer {layer}", "heads": head_list})
+    return {
+        "title": "synthetic 6 x 12 x 64",
+        "variant": "multihead",
+        "description": "Random weights in the explorer's layout.",
+        "tokens": [f"t{i}" for i in range(n)],
+        "query": 0,
+        "precision": 4,
+        "input": rounded(x, 4),
+        "output": rounded(torch.randn(n, dim, generator=generator), 4),
+        "mask": None,
+        "layers": layer_list,
+        "selected": {"layer": 0, "head": 0},
+    }
+
+
+def test_six_layers_of_twelve_heads_fit_in_three_megabytes(page):
+    data = synthetic_data()
+    page_html = render_explorer(data)
+    size = len(page_html.encode())
+    assert size < 3_000_000, f"page is {size / 1e6:.2f} MB"
+    page.load(page_html)
+    assert page.eval_on_selector_all("#layer option", "els => els.length") == 6
+    assert page.eval_on_selector_all("#head option", "els => els.length") == 12
+    assert header_columns(page) == ["score", "exp", "weight"]
+    page.select_option("#layer", "5")
+    page.select_option("#head", "11")
+    assert_lines_match(page, weights_at(data, 5, 11, 0), 4, head=11, query=0)
+    assert page.is_visible("#steps-left-out")
+    page.check("#all-heads")
+    assert len(lines(page)) == sum(
+        1 for h in range(12) for w in weights_at(data, 5, h, 0) if w != 0
+    ), f"page is {size / 1e6:.2f} MB"
+    page.assert_quiet()
+
+
+def test_recorder_sees_requests_errors_and_dialogs(page):
+    """The recording that every test above relies on does catch what it should."""
+    page.route("**/*", lambda route: route.abort())  # nothing leaves the browser
+    page.load(
+        '<img src="http://127.0.0.1:9/x.png">'
+        "<script>console.error('logged'); alert('hi'); throw new Error('boom');</script>"
+    )
+    page.wait_for_timeout(50)
+    assert [r.split(" ", 1)[1] for r in page.requests] == ["http://127.0.0.1:9/x.png"]
+    assert page.dialogs == ["alert: hi"]
+    assert any("boom" in e for e in page.page_errors)
+    assert "logged" in page.console_errors
+    with pytest.raises(AssertionError):
+        page.assert_quiet()

@@ -1,0 +1,357 @@
+"""The matplotlib pictures: what each figure shows, and how save_figure writes files.
+
+Each figure is checked against the data it was given (image arrays, tick texts, cell
+texts, arrow widths), and each file against its format's own definition: the PNG
+signature and IHDR chunk, and the SVG's XML parsed with ElementTree. The figures are
+built without pyplot, so no global figure list holds them: nothing needs closing.
+"""
+
+import math
+import os
+from pathlib import Path
+import struct
+import time
+import warnings
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pytest
+import torch
+from matplotlib.figure import Figure
+from matplotlib.patches import FancyArrowPatch
+
+from selfattn.errors import OptionError, OutputError, QueryError, ShapeError
+from selfattn.viz import plots
+
+TOKENS = ["The", "cat", "sat"]
+# rows sum to 1, as attention weights do; written out so the expected cell texts are known
+WEIGHTS = [[0.5, 0.3, 0.2], [0.192, 0.708, 0.1], [0.0, 0.25, 0.75]]
+CELL_TEXTS = ["0.50", "0.30", "0.20", "0.19", "0.71", "0.10", "0.00", "0.25", "0.75"]
+TRICKY = ["猫", "قطة", "😀", "Ωmega", "$x$", "a_b^c", "<b>", "&amp;"]
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def tick_texts(axis) -> list[str]:
+    return [label.get_text() for label in axis.get_ticklabels()]
+
+
+def cell_texts(ax) -> list[str]:
+    return [text.get_text() for text in ax.texts]
+
+
+def svg_texts(path) -> list[str]:
+    root = ET.parse(path).getroot()
+    assert root.tag == "{http://www.w3.org/2000/svg}svg"
+    return ["".join(element.itertext()) for element in root.iter("{http://www.w3.org/2000/svg}text")]
+
+
+def assert_image_equals(ax, expected, tolerance=1e-12):
+    np.testing.assert_allclose(np.asarray(ax.images[0].get_array()), np.asarray(expected, dtype=float),
+                               rtol=0, atol=tolerance)
+
+
+def assert_no_leftovers(folder, expected_names):
+    assert sorted(os.listdir(folder)) == sorted(expected_names)
+
+
+def png_size(path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == PNG_SIGNATURE
+    assert data[12:16] == b"IHDR"  # the first chunk, as the PNG specification requires
+    return struct.unpack(">II", data[16:24])
+
+
+def test_heatmap_shows_weights_labels_and_cell_values():
+    fig = plots.heatmap_figure(torch.tensor(WEIGHTS), TOKENS, title="weights")
+    assert isinstance(fig, Figure)
+    assert len(fig.axes) == 2  # the heatmap and its colorbar
+    ax = fig.axes[0]
+    assert tick_texts(ax.xaxis) == TOKENS
+    assert tick_texts(ax.yaxis) == TOKENS
+    assert ax.get_xlabel() == "key" and ax.get_ylabel() == "query" and ax.get_title() == "weights"
+    assert_image_equals(ax, WEIGHTS, tolerance=1e-7)  # float32 tensor in
+    assert cell_texts(ax) == CELL_TEXTS  # row by row
+    assert all(label.get_rotation() == 90 for label in ax.get_xticklabels())
+
+
+def test_heatmap_cell_text_contrasts_with_its_colour():
+    fig = plots.heatmap_figure([[0.0, 1.0]], ["q"], ["dark", "light"])
+    colours = [text.get_color() for text in fig.axes[0].texts]
+    assert colours == ["white", "black"]  # viridis runs from dark purple to light yellow
+
+
+def test_heatmap_separate_key_labels_and_forced_values():
+    weights = [[0.25, 0.75, 0.0, 0.0], [0.1, 0.2, 0.3, 0.4]]
+    fig = plots.heatmap_figure(weights, ["a", "b"], ["w", "x", "y", "z"], values=False, xlabel="k", ylabel="q")
+    ax = fig.axes[0]
+    assert tick_texts(ax.xaxis) == ["w", "x", "y", "z"] and tick_texts(ax.yaxis) == ["a", "b"]
+    assert_image_equals(ax, weights)
+    assert cell_texts(ax) == []
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("k", "q")
+
+
+def test_heatmap_of_25_tokens_has_no_cell_values():
+    tokens = [f"t{i}" for i in range(25)]
+    weights = torch.softmax(torch.randn(25, 25, generator=torch.Generator().manual_seed(0)), dim=-1)
+    ax = plots.heatmap_figure(weights, tokens).axes[0]
+    assert cell_texts(ax) == []
+    assert tick_texts(ax.xaxis) == tokens
+    assert_image_equals(ax, weights.double(), tolerance=1e-7)
+
+
+def test_heatmap_of_256_tokens_thins_labels_and_renders(tmp_path):
+    tokens = [f"t{i}" for i in range(256)]
+    weights = torch.softmax(torch.randn(256, 256, generator=torch.Generator().manual_seed(1)), dim=-1)
+    start = time.perf_counter()
+    fig = plots.heatmap_figure(weights, tokens)
+    path = plots.save_figure(fig, tmp_path / "big.png")
+    elapsed = time.perf_counter() - start
+    shown = tick_texts(fig.axes[0].xaxis)
+    assert 0 < len(shown) <= plots.MAX_TICK_LABELS
+    assert shown == tokens[:: math.ceil(256 / plots.MAX_TICK_LABELS)]  # every k-th, from the first
+    assert cell_texts(fig.axes[0]) == []
+    width, height = fig.get_size_inches()
+    assert width <= 16 and height <= 16
+    assert png_size(path) == (round(width * plots.PNG_DPI), round(height * plots.PNG_DPI))
+    assert elapsed < 10, f"256-token heatmap took {elapsed:.1f} s"
+
+
+@pytest.mark.parametrize(
+    "call, error",
+    [
+        (lambda: plots.heatmap_figure(WEIGHTS, ["a", "b"]), ShapeError),
+        (lambda: plots.heatmap_figure([0.5, 0.5], ["a", "b"]), ShapeError),
+        (lambda: plots.heatmap_figure([[0.5, 0.5], [1.0]], ["a", "b"]), ShapeError),
+        (lambda: plots.heatmap_figure(WEIGHTS, "cat"), ShapeError),
+        (lambda: plots.heatmap_figure([[1.5, -0.5], [0.5, 0.5]], ["a", "b"]), OptionError),
+        (lambda: plots.heatmap_figure(np.full((61, 61), 1 / 61), [str(i) for i in range(61)], values=True),
+         OptionError),
+        (lambda: plots.arrows_figure(TOKENS, [0.5, 0.5], 0), ShapeError),
+        (lambda: plots.arrows_figure(TOKENS, WEIGHTS[0], "dog"), QueryError),
+        (lambda: plots.arrows_figure(TOKENS, WEIGHTS[0], 3), QueryError),
+        (lambda: plots.heads_figure(torch.ones(2, 3, 4) / 4, TOKENS), ShapeError),
+        (lambda: plots.heads_figure(torch.ones(2, 3, 3) / 3, TOKENS, head_names=["only one"]), ShapeError),
+        (lambda: plots.mask_figure([[1, 0], [1, 1]]), OptionError),
+        (lambda: plots.positional_figure(torch.zeros(4)), ShapeError),
+    ],
+)
+def test_bad_inputs_raise_typed_errors(call, error):
+    with pytest.raises(error) as raised:
+        call()
+    assert isinstance(raised.value, ValueError)
+    assert "\n" not in str(raised.value)
+
+
+def arrows_of(fig) -> list[FancyArrowPatch]:
+    return [patch for patch in fig.axes[0].patches if isinstance(patch, FancyArrowPatch)]
+
+
+def test_arrows_width_and_opacity_follow_the_weights():
+    tokens = ["The", "cat", "sat", "on", "the", "warm", "mat"]
+    weights = [0.05, 0.192, 0.3, 0.02, 0.04, 0.25, 0.148]
+    fig = plots.arrows_figure(tokens, torch.tensor(weights, dtype=torch.float64), 1, title="cat")
+    arrows = arrows_of(fig)
+    assert len(arrows) == len(tokens)
+    widths = [arrow.get_linewidth() for arrow in arrows]
+    alphas = [arrow.get_alpha() for arrow in arrows]
+    top = max(weights)
+    np.testing.assert_allclose(widths, [0.5 + 8 * w / top for w in weights], rtol=1e-12)
+    np.testing.assert_allclose(alphas, [0.15 + 0.85 * w / top for w in weights], rtol=1e-12)
+    order = np.argsort(weights)
+    assert list(np.argsort(widths)) == list(order)  # a heavier weight never gets a thinner arrow
+    assert int(np.argmax(widths)) == weights.index(top)
+    texts = cell_texts(fig.axes[0])
+    assert [f"{w:.3f}" for w in weights] == [t for t in texts if t[:2] == "0."]
+    assert fig.axes[0].get_title() == "cat"
+
+
+def test_arrows_list_every_token_in_order_and_mark_the_query():
+    tokens = ["the", "cat", "saw", "the", "dog"]
+    fig = plots.arrows_figure(tokens, [0.1, 0.2, 0.3, 0.25, 0.15], 3)
+    ax = fig.axes[0]
+    query_text, *rest = ax.texts  # the query on the left comes first
+    assert query_text.get_text() == "the" and query_text.get_fontweight() == "bold"
+    listed = [text for text in rest if text.get_text() in tokens]
+    listed.sort(key=lambda text: text.get_position()[1])  # y grows downwards: top row first
+    assert [text.get_text() for text in listed] == tokens
+    assert [text.get_fontweight() for text in listed] == ["normal", "normal", "normal", "bold", "normal"]
+    assert len(arrows_of(fig)) == 5
+
+
+def test_arrows_accept_a_query_token_and_all_zero_weights():
+    fig = plots.arrows_figure(["a", "b"], [0.0, 0.0], "b")
+    arrows = arrows_of(fig)
+    assert [arrow.get_linewidth() for arrow in arrows] == [0.5, 0.5]
+    assert fig.axes[0].texts[0].get_text() == "b"
+
+
+def test_heads_grid_labels_only_outer_axes():
+    tokens = ["a", "b", "c"]
+    weights = torch.softmax(torch.randn(2, 3, 3, 3, generator=torch.Generator().manual_seed(2)), dim=-1)
+    fig = plots.heads_figure(weights, tokens, title="all heads")
+    panels = [ax for ax in fig.axes if ax.images]
+    assert len(panels) == 6 and len(fig.axes) == 7  # 2 layers x 3 heads, and one colorbar
+    grid = np.array(panels, dtype=object).reshape(2, 3)
+    for (layer, head), ax in np.ndenumerate(grid):
+        assert_image_equals(ax, weights[layer, head].double(), tolerance=1e-7)
+        assert ax.get_title() == (f"head {head}" if layer == 0 else "")
+        assert tick_texts(ax.xaxis) == (tokens if layer == 1 else [])
+        assert tick_texts(ax.yaxis) == (tokens if head == 0 else [])
+        assert ax.get_ylabel() == (f"layer {layer}" if head == 0 else "")
+        assert cell_texts(ax) == []
+    assert fig.get_suptitle() == "all heads"
+
+
+def test_heads_accept_one_layer_and_custom_names():
+    weights = [[[0.5, 0.5], [0.25, 0.75]], [[1.0, 0.0], [0.0, 1.0]]]
+    fig = plots.heads_figure(weights, ["x", "y"], head_names=["h0", "h1"])
+    panels = [ax for ax in fig.axes if ax.images]
+    assert [ax.get_title() for ax in panels] == ["h0", "h1"]
+    assert [ax.get_ylabel() for ax in panels] == ["", ""]  # a single layer needs no row label
+    for ax, expected in zip(panels, weights):
+        assert_image_equals(ax, expected)
+    named = plots.heads_figure(weights, ["x", "y"], layer_names=["final"])
+    assert named.axes[0].get_ylabel() == "final"
+
+
+def test_mask_figure_shows_allowed_as_one_and_a_legend():
+    mask = torch.ones(3, 4, dtype=torch.bool).tril(diagonal=1)
+    fig = plots.mask_figure(mask, TOKENS, ["k0", "k1", "k2", "k3"], title="causal")
+    ax = fig.axes[0]
+    assert len(fig.axes) == 1
+    assert_image_equals(ax, mask.int())
+    assert tick_texts(ax.xaxis) == ["k0", "k1", "k2", "k3"] and tick_texts(ax.yaxis) == TOKENS
+    assert [text.get_text() for text in fig.legends[0].get_texts()] == ["may attend", "masked"]
+    assert ax.get_title() == "causal"
+
+
+def test_mask_figure_defaults_to_positions():
+    fig = plots.mask_figure([[True, False], [True, True]], allowed_label="$seen$", hidden_label="hidden")
+    ax = fig.axes[0]
+    assert tick_texts(ax.xaxis) == ["0", "1"] and tick_texts(ax.yaxis) == ["0", "1"]
+    assert [text.get_text() for text in fig.legends[0].get_texts()] == ["$seen$", "hidden"]
+    assert_image_equals(ax, [[1, 0], [1, 1]])
+
+
+def test_positional_figure_uses_a_diverging_scale_centred_on_zero():
+    positions = torch.arange(6, dtype=torch.float64)[:, None]
+    matrix = torch.cat([torch.sin(positions / 3), torch.cos(positions / 3)], dim=1)  # (6, 2)
+    fig = plots.positional_figure(matrix, title="sinusoidal")
+    ax = fig.axes[0]
+    assert len(fig.axes) == 2
+    assert_image_equals(ax, matrix)
+    assert ax.images[0].get_clim() == (-1.0, 1.0)
+    assert ax.images[0].get_cmap().name == "RdBu_r"
+    assert tick_texts(ax.yaxis) == [str(i) for i in range(6)] and tick_texts(ax.xaxis) == ["0", "1"]
+    assert (ax.get_xlabel(), ax.get_ylabel(), ax.get_title()) == ("dimension", "position", "sinusoidal")
+    wide = plots.positional_figure([[3.0, -1.0]]).axes[0].images[0].get_clim()
+    assert wide == (-3.0, 3.0)
+
+
+def test_png_size_matches_figure_size(tmp_path):
+    fig = plots.heatmap_figure(WEIGHTS, TOKENS)
+    path = plots.save_figure(fig, tmp_path / "weights.PNG")
+    assert path == tmp_path / "weights.PNG"
+    width, height = fig.get_size_inches()
+    assert png_size(path) == (round(width * plots.PNG_DPI), round(height * plots.PNG_DPI))
+    assert_no_leftovers(tmp_path, ["weights.PNG"])
+
+
+def test_svg_keeps_labels_and_title_as_text(tmp_path):
+    fig = plots.heatmap_figure(WEIGHTS, TOKENS, title="Attention of the seed")
+    texts = svg_texts(plots.save_figure(fig, tmp_path / "weights.svg"))
+    assert set(TOKENS + ["Attention of the seed", "key", "query"] + CELL_TEXTS) <= set(texts)
+
+
+BUILDERS = {
+    "heatmap": lambda tokens: plots.heatmap_figure(np.eye(len(tokens)), tokens, title=tokens[4]),
+    "arrows": lambda tokens: plots.arrows_figure(tokens, np.full(len(tokens), 1 / len(tokens)), 0),
+    "heads": lambda tokens: plots.heads_figure(np.eye(len(tokens))[None], tokens),
+    "mask": lambda tokens: plots.mask_figure(np.eye(len(tokens), dtype=bool), tokens, tokens),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BUILDERS))
+def test_non_latin_and_markup_labels_render_literally(kind, tmp_path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a glyph warning or a mathtext error fails the test
+        fig = BUILDERS[kind](TRICKY)
+        png = plots.save_figure(fig, tmp_path / "tricky.png")
+        svg = plots.save_figure(fig, tmp_path / "tricky.svg")
+    assert png.read_bytes()[:8] == PNG_SIGNATURE
+    texts = svg_texts(svg)
+    missing = [token for token in TRICKY if token not in texts]
+    assert missing == []
+
+
+@pytest.mark.parametrize("name", ["out.jpg", "out", "out.png.txt"])
+def test_unsupported_extension_is_refused(tmp_path, name):
+    fig = plots.heatmap_figure(WEIGHTS, TOKENS)
+    with pytest.raises(OutputError, match="unsupported output extension") as raised:
+        plots.save_figure(fig, tmp_path / name)
+    assert ".png or .svg" in str(raised.value)
+    assert_no_leftovers(tmp_path, [])
+    assert plots.SUPPORTED_EXTENSIONS == (".png", ".svg")
+
+
+def test_missing_folder_and_folder_as_target_are_refused(tmp_path):
+    fig = plots.heatmap_figure(WEIGHTS, TOKENS)
+    missing = tmp_path / "nowhere" / "out.png"
+    with pytest.raises(OutputError, match="does not exist") as raised:
+        plots.save_figure(fig, missing)
+    assert str(missing) in str(raised.value)
+    folder = tmp_path / "pictures.svg"
+    folder.mkdir()
+    with pytest.raises(OutputError, match="folder") as raised:
+        plots.check_output_path(folder)
+    assert str(folder) in str(raised.value)
+    assert_no_leftovers(tmp_path, ["pictures.svg"])
+    assert_no_leftovers(folder, [])
+
+
+def test_read_only_folder_is_refused(tmp_path, monkeypatch):
+    folder = tmp_path / "locked"
+    folder.mkdir()
+    folder.chmod(0o500)
+    # Root may write anyway, so the permission check also sees the folder as read-only.
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode: Path(path) != folder and real_access(path, mode))
+    try:
+        with pytest.raises(OutputError, match="permission") as raised:
+            plots.save_figure(plots.heatmap_figure(WEIGHTS, TOKENS), folder / "out.png")
+        assert str(folder / "out.png") in str(raised.value)
+        assert_no_leftovers(folder, [])
+    finally:
+        folder.chmod(0o700)
+
+
+def fail_halfway(self, target, **kwargs):
+    with open(target, "wb") as handle:
+        handle.write(PNG_SIGNATURE + b"half a picture")
+    raise RuntimeError("renderer crashed")
+
+
+def test_failed_render_leaves_no_file(tmp_path, monkeypatch):
+    fig = plots.heatmap_figure(WEIGHTS, TOKENS)
+    monkeypatch.setattr(Figure, "savefig", fail_halfway)
+    with pytest.raises(RuntimeError, match="renderer crashed"):
+        plots.save_figure(fig, tmp_path / "out.png")
+    assert not (tmp_path / "out.png").exists()
+    assert_no_leftovers(tmp_path, [])
+
+
+def test_failed_render_keeps_the_old_file(tmp_path, monkeypatch):
+    fig = plots.heatmap_figure(WEIGHTS, TOKENS)
+    target = plots.save_figure(fig, tmp_path / "out.svg")
+    before = target.read_bytes()
+    monkeypatch.setattr(Figure, "savefig", fail_halfway)
+    with pytest.raises(RuntimeError, match="renderer crashed"):
+        plots.save_figure(fig, target)
+    assert target.read_bytes() == before
+    assert_no_leftovers(tmp_path, ["out.svg"])
+
+
+def test_check_output_path_returns_the_path_before_any_work(tmp_path):
+    assert plots.check_output_path(tmp_path / "a.SVG") == tmp_path / "a.SVG"
+    assert plots.check_output_path(str(tmp_path / "b.png")) == tmp_path / "b.png"
+    assert_no_leftovers(tmp_path, [])  # checking writes nothing

@@ -1,0 +1,206 @@
+"""`selfattn plot` and `selfattn view` end to end: the files they write, and every refusal."""
+
+import html
+import json
+import os
+import re
+import struct
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+import torch
+
+from seed_reference import CAT_WEIGHTS, TOKENS
+from selfattn import ExplainConfig, build_trace
+from selfattn.explain.json_out import render_json
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def assert_png(path):
+    data = path.read_bytes()
+    assert data.startswith(PNG_SIGNATURE)
+    width, height = struct.unpack(">II", data[16:24])
+    assert width > 200 and height > 200
+    return width, height
+
+
+def svg_texts(path) -> list[str]:
+    root = ET.parse(path).getroot()
+    assert root.tag.endswith("svg")
+    return ["".join(node.itertext()) for node in root.iter() if node.tag.endswith("text")]
+
+
+def assert_only(folder, names):
+    """The folder holds exactly these files: no partial or temporary file was left behind."""
+    assert sorted(os.listdir(folder)) == sorted(names)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--kind", "heatmap"],
+        ["--kind", "arrows", "--query", "cat"],
+        ["--kind", "heads", "--variant", "multihead", "--heads", "3"],
+        ["--kind", "mask", "--variant", "causal"],
+        ["--kind", "mask", "--mask", "causal-bottom-right:2"],
+        ["--kind", "mask", "--mask", "sliding-window:2"],
+        ["--kind", "mask", "--mask", "padding:5"],
+        ["--kind", "positional"],
+        ["--kind", "positional", "--positional", "rope", "--dim", "16"],
+    ],
+)
+def test_every_kind_writes_png_and_svg(run_cli, tmp_path, args):
+    for suffix in (".png", ".svg"):
+        path = tmp_path / f"picture{suffix}"
+        status, out, err = run_cli("plot", *args, "-o", str(path))
+        assert status == 0 and err == "" and str(path) in out
+        if suffix == ".png":
+            assert_png(path)
+        else:
+            texts = svg_texts(path)
+            if "positional" not in args:
+                assert set(TOKENS) <= {t.strip() for t in texts}, texts
+
+
+def test_heatmap_svg_prints_the_seeds_weights(run_cli, tmp_path):
+    path = tmp_path / "w.svg"
+    assert run_cli("plot", "--kind", "heatmap", "-o", str(path))[0] == 0
+    texts = svg_texts(path)
+    for weight in CAT_WEIGHTS:
+        assert any(t.strip() in (f"{weight:.2f}", f"{weight:.3f}", f"{weight:.4f}") for t in texts), weight
+
+
+def test_arrows_write_the_querys_weights(run_cli, tmp_path):
+    path = tmp_path / "a.svg"
+    assert run_cli("plot", "--kind", "arrows", "-o", str(path))[0] == 0
+    numbers = [float(t) for t in svg_texts(path) if re.fullmatch(r"\s*\d\.\d+\s*", t)]
+    assert sorted(round(n, 2) for n in numbers) == sorted(round(w, 2) for w in CAT_WEIGHTS)
+
+
+def test_non_latin_and_markup_tokens_do_not_crash(run_cli, tmp_path):
+    sentence = "猫 قطة 😀 $x$ a_b^c <b>bold</b> &amp;"
+    for kind in ("heatmap", "arrows", "heads"):
+        path = tmp_path / f"{kind}.svg"
+        status, _, err = run_cli("plot", sentence, "--kind", kind, "-o", str(path))
+        assert status == 0 and err == "", err
+        assert {"猫", "$x$", "<b>bold</b>", "&amp;"} <= {t.strip() for t in svg_texts(path)}
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--kind", "pie"], "invalid choice"),
+        (["--kind", "heatmap", "-o", "{dir}/w.jpg"], "unsupported output extension '.jpg'"),
+        (["--kind", "heatmap", "-o", "{dir}/w"], "unsupported output extension no extension"),
+        (["--kind", "heatmap", "-o", "{dir}/missing/w.png"], "does not exist"),
+        (["--kind", "heatmap", "-o", "{dir}"], "unsupported output extension"),
+        (["--kind", "heatmap", "--head", "1"], "--head 1 is out of range: this input has 1 head"),
+        (["--kind", "heatmap", "--variant", "multihead", "--head", "2"], "--head 2 is out of range: this input has 2 heads (0 to 1)"),
+        (["--kind", "heatmap", "--head", "-1"], "--head -1 is out of range"),
+        (["--kind", "heatmap", "--layer", "1"], "--layer 1 is out of range"),
+        (["--kind", "heatmap", "--mask", "causal"], "--mask applies to --kind mask"),
+        (["--kind", "mask", "--mask", "diagonal"], "unknown mask 'diagonal'"),
+        (["--kind", "mask", "--mask", "padding:99"], "padding:99"),
+        (["--kind", "mask", "--mask", "sliding-window:x"], "whole number"),
+        (["--kind", "mask", "--mask", "sliding-window:0"], "at least 1 token"),
+        (["--kind", "positional", "--positional", "alibi"], "sinusoidal or rope"),
+        (["--kind", "positional", "--positional", "rope", "--dim", "7"], "even"),
+        (["--kind", "heatmap", "--variant", "nope"], "unknown variant"),
+        (["--kind", "heatmap", "--query", "dog"], "dog"),
+    ],
+)
+def test_bad_plot_input_is_one_line_exit_2_and_leaves_no_file(run_cli, tmp_path, args, message):
+    args = [a.replace("{dir}", str(tmp_path)) for a in args]
+    if "-o" not in args:
+        args += ["-o", str(tmp_path / "out.png")]
+    status, out, err = run_cli("plot", *args)
+    assert status == 2 and out == "" and err.count("\n") == 1
+    assert message in err, err
+    assert_only(tmp_path, [])
+
+
+def test_unwritable_folder_is_refused_before_any_work(run_cli, tmp_path, monkeypatch):
+    folder = tmp_path / "locked"
+    folder.mkdir()
+    folder.chmod(0o500)
+    # Root may write anyway, so the permission check also sees the folder as read-only.
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode: Path(path) != folder and real_access(path, mode))
+    try:
+        for command in (["plot", "--kind", "heatmap"], ["view"]):
+            status, _, err = run_cli(*command, "-o", str(folder / "w.png" if command[0] == "plot" else folder / "w.html"))
+            assert status == 2 and "no permission" in err, err
+        assert_only(folder, [])
+    finally:
+        folder.chmod(0o700)
+
+
+def test_a_failed_write_keeps_the_old_file(run_cli, tmp_path, monkeypatch):
+    target = tmp_path / "page.html"
+    target.write_text("old")
+
+    def broken(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("pathlib.Path.write_text", broken)
+    status, _, err = run_cli("view", "-o", str(target))
+    assert status == 2 and "No space left on device" in err
+    monkeypatch.undo()
+    assert target.read_text() == "old"
+    assert_only(tmp_path, ["page.html"])
+
+
+def embedded_data(page: str) -> dict:
+    match = re.search(r'<script type="application/json" id="explorer-data">(.*?)</script>', page, re.S)
+    assert match, "the page embeds its data"
+    return json.loads(match.group(1))
+
+
+@pytest.mark.parametrize("args", [[], ["--variant", "causal"], ["--variant", "gqa", "--positional", "rope"]])
+def test_view_writes_one_self_contained_page_with_explains_numbers(run_cli, tmp_path, args):
+    path = tmp_path / "explorer.html"
+    status, out, err = run_cli("view", *args, "-o", str(path))
+    assert status == 0 and err == ""
+    page = path.read_text(encoding="utf-8")
+    assert "http://" not in page and "https://" not in page and "<link" not in page
+    assert not re.search(r"<script[^>]*\ssrc=", page)
+    data = embedded_data(page)
+    status, explained, _ = run_cli("explain", *args, "--format", "json")
+    reference = json.loads(explained)
+    assert data["tokens"] == reference["tokens"]
+    weights = torch.tensor(reference["weights"], dtype=torch.float64)
+    if weights.dim() == 2:
+        weights = weights[None]
+    for h, entry in enumerate(data["layers"][0]["heads"]):
+        torch.testing.assert_close(torch.tensor(entry["weights"], dtype=torch.float64), weights[h], atol=5e-5, rtol=0)
+
+
+def test_view_refusals(run_cli, tmp_path):
+    for args, message in (
+        (["-o", str(tmp_path / "e.txt")], "unsupported output extension '.txt'"),
+        (["-o", str(tmp_path / "e.html"), "--head", "4", "--variant", "gqa"], "--head 4 is out of range"),
+        (["-o", str(tmp_path / "e.html"), "--precision", "12"], "--precision"),
+        (["-o", str(tmp_path / "e.html"), " ".join(["w"] * 513)], "at most 512"),
+    ):
+        status, out, err = run_cli("view", *args)
+        assert status == 2 and out == "" and message in err, err
+    assert_only(tmp_path, [])
+
+
+def test_traces_render_in_jupyter_as_the_explorer():
+    for trace in (build_trace(ExplainConfig()), build_trace(ExplainConfig(variant="multihead"))):
+        frame = trace._repr_html_()
+        assert frame.startswith("<iframe") and 'sandbox="allow-scripts"' in frame
+        srcdoc = html.unescape(re.search(r'srcdoc="(.*?)"', frame, re.S).group(1))
+        assert embedded_data(srcdoc)["tokens"] == trace.tokens
+
+
+def test_view_numbers_match_json_at_the_shown_precision(run_cli, tmp_path):
+    path = tmp_path / "e.html"
+    assert run_cli("view", "--precision", "3", "-o", str(path))[0] == 0
+    steps = embedded_data(path.read_text(encoding="utf-8"))["layers"][0]["heads"][0]["steps"]
+    reference = json.loads(render_json(build_trace(ExplainConfig(format="json"))))
+    assert steps["exp_sum"][1] == round(reference["query"]["stable"]["exp_sum"], 3)
+    assert steps["scores"][1] == [round(s, 3) for s in reference["query"]["scores"]]
