@@ -390,7 +390,7 @@ def synthetic_data(layers: int = 6, heads: int = 12, n: int = 64, dim: int = 16)
                         "scale": None,
                         "scores": scores,
                         "scaled": None,
-                        "softmax_input": scores,
+                        "softmax_input": None,  # no mask: explorer_data leaves it out too
                         "max": row_max,
                         "exp": exp,
                         "exp_sum": exp.sum(dim=-1),

@@ -32,7 +32,8 @@ EXPLORER_DATA_DOC = """
           "score_label": str, "scale": num | null,
           "scores": [[num]],        raw dot products
           "scaled": [[num]] | null, scores x scale
-          "softmax_input": [[num | "-inf"]],   after the mask / bias
+          "softmax_input": [[num | "-inf"]] | null,   after the mask / bias; null when
+                                    nothing changed the scaled (or raw) scores
           "max": [num], "exp": [[num]], "exp_sum": [num],
           "context": [[num]]        this head's output for every query
       }}]}],
@@ -40,7 +41,7 @@ EXPLORER_DATA_DOC = """
 }
 """
 
-STEP_NUMBER_BUDGET = 1_500_000  # step numbers embedded for all heads below this; else the selected head only
+STEP_NUMBER_BUDGET = 400_000  # step numbers embedded for every head below this; else for the selected head only
 
 
 def rounded(value: Any, precision: int) -> Any:
@@ -78,6 +79,12 @@ def explorer_data(
         for h, entry in enumerate(data["layers"][0]["heads"]):
             if h != selected:
                 entry["steps"] = None
+    for entry in data["layers"][0]["heads"]:
+        steps = entry["steps"]
+        if steps is not None:
+            before = steps["scaled"] if steps["scaled"] is not None else steps["scores"]
+            if torch.equal(steps["softmax_input"], before):
+                steps["softmax_input"] = None  # no mask and no bias: the same numbers again
     data["title"] = title or f"selfattn · {data['variant']} · {' '.join(data['tokens'][:12])}" + (" …" if n > 12 else "")
     data["precision"] = precision
     data["selected"] = {"layer": 0, "head": selected}

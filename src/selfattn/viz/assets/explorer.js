@@ -289,13 +289,12 @@
 
   function stepColumns(steps, i) {
     const columns = [{ key: "score", label: steps.score_label, values: steps.scores[i] }];
-    const beforeMask = steps.scaled ? steps.scaled : steps.scores;
     if (steps.scaled) {
       columns.push({ key: "scaled", label: "× " + format(steps.scale), values: steps.scaled[i] });
     }
-    // The softmax input gets a column of its own only where a mask or a bias changed it.
-    const changed = steps.softmax_input.some((row, q) => row.some((value, j) => value !== beforeMask[q][j]));
-    if (changed || data.mask) {
+    // The softmax input gets a column of its own only where a mask or a bias changed it;
+    // otherwise the data leaves it out (null) to keep the page small.
+    if (steps.softmax_input) {
       columns.push({ key: "softmax_input", label: "softmax input", values: steps.softmax_input[i] });
     }
     columns.push({ key: "exp", label: "exp(s − m)", values: steps.exp[i] });
