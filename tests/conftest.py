@@ -1,3 +1,4 @@
+import os
 import sys
 from pathlib import Path
 
@@ -32,3 +33,15 @@ def run_cli(capsys):
         return status, out, err
 
     return run
+
+
+@pytest.fixture
+def read_only_folder(tmp_path, monkeypatch):
+    """A folder nobody may write in. Root may write anyway, so the permission check sees it too."""
+    folder = tmp_path / "locked"
+    folder.mkdir()
+    folder.chmod(0o500)
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode: Path(path) != folder and real_access(path, mode))
+    yield folder
+    folder.chmod(0o700)
