@@ -9,6 +9,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from seed_reference import CAT_WEIGHTS, TOKENS
 from selfattn import ExplainConfig, build_trace
@@ -194,3 +196,25 @@ def test_view_numbers_match_json_at_the_shown_precision(run_cli, tmp_path):
     reference = json.loads(render_json(build_trace(ExplainConfig(format="json"))))
     assert steps["exp_sum"][1] == round(reference["query"]["stable"]["exp_sum"], 3)
     assert steps["scores"][1] == [round(s, 3) for s in reference["query"]["scores"]]
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    kind=st.sampled_from(["heatmap", "arrows", "heads", "mask", "positional", "pie"]),
+    variant=st.sampled_from(["simple", "causal", "gqa"]),
+    head=st.integers(-1, 4),
+    mask=st.one_of(st.none(), st.sampled_from(["causal", "padding:3", "sliding-window:2", "causal-bottom-right"]), st.text(max_size=6)),
+    suffix=st.sampled_from([".png", ".svg", ".jpg", ""]),
+)
+def test_any_plot_request_ends_in_a_picture_or_one_error_line(run_cli, tmp_path_factory, kind, variant, head, mask, suffix):
+    folder = tmp_path_factory.mktemp("fuzz")
+    args = ["plot", "the cat saw the dog", "--embed", "random", "--dim", "4", "--variant", variant]
+    args += ["--kind", kind, "--head", str(head), "-o", str(folder / f"out{suffix}")]
+    if mask is not None:
+        args.append("--mask=" + mask)
+    status, out, err = run_cli(*args)
+    if status == 0:
+        assert err == "" and os.listdir(folder) == [f"out{suffix}"]
+    else:
+        assert status == 2 and out == "" and err.count("\n") == 1, err
+        assert_only(folder, [])
