@@ -99,16 +99,10 @@ def attention_steps(
     if is_causal:
         attn_mask = causal_mask(query.shape[-2], key.shape[-2], align="top_left", device=query.device)
     masked = apply_mask(scores, attn_mask)  # (..., Hq, q_len, kv_len)
-    parts = softmax_parts(masked) if masked.shape[-1] else _empty_softmax(masked)
+    parts = softmax_parts(masked)
     weights = dropout_weights(parts.weights, dropout_p) if dropout_p > 0 else parts.weights
     output = context_vectors(weights, value)  # (..., Hq, q_len, kv_len) @ (..., kv_len, d_v)
     return AttentionSteps(float(scale), scores, masked, parts, weights, output)
-
-
-def _empty_softmax(masked: torch.Tensor) -> SoftmaxParts:
-    """kv_len = 0: no key to attend to, so empty weights and (via A V) a zero output, as torch gives."""
-    row = (*masked.shape[:-1], 1)  # (..., q_len, 1)
-    return SoftmaxParts(masked.new_zeros(row), masked, masked.exp(), masked.new_ones(row), masked.exp())
 
 
 def from_causal_bias(attn_mask, query: torch.Tensor):

@@ -63,16 +63,18 @@ def softmax_parts(scores: torch.Tensor, dim: int = -1, stable: bool = True) -> S
 
     Stable form: m = max omega. Equal to the naive form (m = 0) in exact arithmetic,
     since the factor exp(-m) cancels, but the largest exponent is exp(0) = 1, so nothing
-    overflows. A row whose scores are all -inf (every key masked) gives zeros, not NaN.
+    overflows. A row whose scores are all -inf (every key masked) gives zeros, not NaN,
+    and an empty row (no keys) gives an empty one.
     Naive form: exp overflows once a score exceeds about 88.7 in float32 and inf / inf
     is NaN; it is kept to show why the stable form exists.
     """
-    if stable:
+    if stable and scores.shape[dim]:
         # The shift cancels out of the result, so it needs no gradient of its own.
         shift = scores.amax(dim=dim, keepdim=True).detach()
         shift = torch.where(torch.isfinite(shift), shift, torch.zeros_like(shift))
     else:
-        shift = torch.zeros_like(scores.narrow(dim, 0, 1))
+        # No shift; also for an empty row (no keys at all), which has no max.
+        shift = torch.zeros_like(scores.sum(dim=dim, keepdim=True))
     shifted = scores - shift
     exp = torch.exp(shifted)
     total = exp.sum(dim=dim, keepdim=True)
