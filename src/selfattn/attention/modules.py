@@ -46,7 +46,7 @@ class SelfAttention(nn.Module):
         return (steps.output, steps.weights) if need_weights else steps.output
 
     def steps(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, is_causal: bool = False) -> AttentionSteps:
-        _check_width(x, self.w_q.in_features, "x")
+        check_width(x, self.w_q.in_features, "x")
         q, k, v = self.w_q(x), self.w_k(x), self.w_v(x)  # (..., seq, d_k), (..., seq, d_k), (..., seq, d_v)
         return attention_steps(q, k, v, attn_mask=attn_mask, is_causal=is_causal)
 
@@ -148,9 +148,9 @@ class MultiHeadAttention(nn.Module):
         c = self.config
         key = query if key is None else key
         value = key if value is None else value
-        _check_width(query, c.d_model, "query")
-        _check_width(key, self.w_k.in_features, "key")
-        _check_width(value, self.w_v.in_features, "value")
+        check_width(query, c.d_model, "query")
+        check_width(key, self.w_k.in_features, "key")
+        check_width(value, self.w_v.in_features, "value")
         shapes = f"query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
         if not query.dim() == key.dim() == value.dim():
             raise ShapeError(f"query, key and value must all be batched (batch, seq, d) or all unbatched (seq, d): {shapes}")
@@ -205,7 +205,8 @@ def _split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
     return x.view(batch, seq, n_heads, width // n_heads).transpose(1, 2)  # (batch, heads, seq, head_dim)
 
 
-def _check_width(x: torch.Tensor, width: int, name: str) -> None:
+def check_width(x: torch.Tensor, width: int, name: str) -> None:
+    """x must be a tensor (batch, seq, width) or (seq, width); the message names its shape."""
     if not isinstance(x, torch.Tensor):
         raise ShapeError(f"{name} must be a tensor, got {type(x).__name__}")
     if x.dim() not in (2, 3) or x.shape[-1] != width:

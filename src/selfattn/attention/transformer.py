@@ -28,7 +28,7 @@ from torch import nn
 
 from selfattn.attention.config import TransformerConfig
 from selfattn.attention.kv_cache import KVCache
-from selfattn.attention.modules import MultiHeadAttention
+from selfattn.attention.modules import MultiHeadAttention, check_width
 from selfattn.errors import ShapeError
 from selfattn.positional import LearnedPositionalEmbedding, sinusoidal_encoding
 
@@ -94,7 +94,7 @@ class TransformerBlock(nn.Module):
         with a cache the new tokens see every cached one. Unbatched input gives weights
         (H, q_len, kv_len).
         """
-        _check_input(x, self.config.d_model)
+        check_width(x, self.config.d_model, "x")
         causal = self.config.causal if is_causal is None else is_causal
 
         def attend(h: torch.Tensor):
@@ -161,7 +161,7 @@ class Transformer(nn.Module):
         output_attentions: bool = False,
         output_hidden_states: bool = False,
     ) -> TransformerOutput:
-        _check_input(x, self.config.d_model)
+        check_width(x, self.config.d_model, "x")
         past = self._past_length(caches)
         unbatched = x.dim() == 2
         if unbatched:
@@ -209,9 +209,3 @@ class Transformer(nn.Module):
             raise ShapeError(f"the caches hold different lengths {lengths}; every layer must have seen the same tokens")
         return lengths[0]
 
-
-def _check_input(x: torch.Tensor, d_model: int) -> None:
-    if not isinstance(x, torch.Tensor):
-        raise ShapeError(f"x must be a tensor, got {type(x).__name__}")
-    if x.dim() not in (2, 3) or x.shape[-1] != d_model:
-        raise ShapeError(f"x must be (batch, seq, {d_model}) or (seq, {d_model}), got {tuple(x.shape)}")
