@@ -88,6 +88,16 @@ class Trace:
         return notebook_explorer(self)
 
 
+def check_dot_products(scores: torch.Tensor, x: torch.Tensor) -> None:
+    """Refuse embeddings whose dot products (the scores X X^T) overflow their dtype."""
+    if not torch.isfinite(scores).all():
+        # Finite vectors can still have dot products beyond float32's range (|x| ~ 1e20).
+        raise EmbeddingError(
+            f"the dot products of these embeddings overflow {str(x.dtype).removeprefix('torch.')} "
+            f"(largest |x| is {float(x.abs().max()):.3g}): scale the vectors down"
+        )
+
+
 def trace_self_attention(
     tokens: list[str],
     embeddings: torch.Tensor,
@@ -98,12 +108,7 @@ def trace_self_attention(
     x = embeddings.detach()
     q = find_query(tokens, query)
     all_scores = attention_scores(x, x)  # (n, n)
-    if not torch.isfinite(all_scores).all():
-        # Finite vectors can still have dot products beyond float32's range (|x| ~ 1e20).
-        raise EmbeddingError(
-            f"the dot products of these embeddings overflow {str(x.dtype).removeprefix('torch.')} "
-            f"(largest |x| is {float(x.abs().max()):.3g}): scale the vectors down"
-        )
+    check_dot_products(all_scores, x)
     x_q = x[q]  # (d,)
 
     scores = attention_scores(x_q, x)  # (n,)

@@ -23,12 +23,13 @@ import torch
 
 from selfattn.attention.functional import attention_steps
 from selfattn.attention.modules import MultiHeadAttention
-from selfattn.errors import EmbeddingError
 from selfattn.masks import causal_mask, combine_masks
 from selfattn.pipeline.embeddings import EmbeddingSource
+from selfattn.pipeline.steps import attention_scores
 from selfattn.pipeline.tokenize import find_query
 from selfattn.positional import LearnedPositionalEmbedding, alibi_bias, alibi_slopes, apply_rope, rope_angles
 from selfattn.positional import sinusoidal_encoding
+from selfattn.trace import check_dot_products
 
 VARIANTS = ("simple", "scaled", "qkv", "causal", "multihead", "gqa")
 PROJECTED = ("qkv", "causal", "multihead", "gqa")  # variants with learned Q/K/V projections
@@ -139,12 +140,8 @@ def trace_variant(
     elif positional == "learned":
         encoding = LearnedPositionalEmbedding(n, d, generator=generator)(n).detach().to(x.dtype)
     inputs = x if encoding is None else x + encoding  # (n, d)
-    if not torch.isfinite(inputs @ inputs.T).all():
-        raise EmbeddingError(
-            f"the dot products of these embeddings overflow {str(x.dtype).removeprefix('torch.')} "
-            f"(largest |x| is {float(x.abs().max()):.3g}): scale the vectors down"
-        )
-    causal = causal_mask(n, n) if variant in ("causal",) else None
+    check_dot_products(attention_scores(inputs, inputs), x)  # (n, n)
+    causal = causal_mask(n, n) if variant == "causal" else None
 
     if variant in PROJECTED:
         d_k = d_k or default_d_k(d, heads, positional)
