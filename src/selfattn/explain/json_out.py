@@ -18,8 +18,11 @@ from selfattn.trace import Trace
 from selfattn.variant_trace import VariantTrace
 
 
-def plain(value: Any) -> Any:
-    """Tensors to nested lists of floats, non-finite floats to strings."""
+def plain(value: Any, precision: int | None = None) -> Any:
+    """Tensors to nested lists of floats, non-finite floats to strings.
+
+    With ``precision``, finite floats are rounded to that many decimals (and -0.0 becomes 0.0).
+    """
     if isinstance(value, torch.Tensor):
         value = value.tolist()
     if isinstance(value, float):
@@ -27,11 +30,14 @@ def plain(value: Any) -> Any:
             return "nan"
         if math.isinf(value):
             return "inf" if value > 0 else "-inf"
-        return value
+        if precision is None:
+            return value
+        value = round(value, precision)
+        return 0.0 if value == 0 else value  # no "-0.0"
     if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
+        return [plain(v, precision) for v in value]
     if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
+        return {k: plain(v, precision) for k, v in value.items()}
     return value
 
 

@@ -8,11 +8,11 @@ The layout, one object per layer with one object per head, is documented in
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 
+from selfattn.explain.json_out import plain
 from selfattn.trace import Trace
 from selfattn.variant_trace import MULTI_HEAD, VariantTrace
 
@@ -46,22 +46,7 @@ STEP_NUMBER_BUDGET = 400_000  # step numbers embedded for every head below this;
 
 def rounded(value: Any, precision: int) -> Any:
     """Tensors to nested lists rounded to ``precision`` decimals; -inf / inf / nan as strings."""
-    if isinstance(value, torch.Tensor):
-        value = value.tolist()
-    if isinstance(value, (list, tuple)):
-        return [rounded(v, precision) for v in value]
-    if isinstance(value, dict):
-        return {key: rounded(v, precision) for key, v in value.items()}
-    if isinstance(value, bool) or value is None:
-        return value
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "nan"
-        if math.isinf(value):
-            return "inf" if value > 0 else "-inf"
-        result = round(value, precision)
-        return 0.0 if result == 0 else result  # no "-0.0"
-    return value
+    return plain(value, precision)
 
 
 def explorer_data(
