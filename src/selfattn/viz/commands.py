@@ -19,7 +19,6 @@ from selfattn.variant_trace import VariantTrace
 from selfattn.viz import PLOT_KINDS
 from selfattn.viz.output import check_output_path, write_text
 
-PICTURE_EXTENSIONS = (".png", ".svg")
 PAGE_EXTENSIONS = (".html", ".htm")
 POSITIONAL_PICTURE = {"positions": 64, "width": 64}  # an encoding is drawn for 64 positions x 64 features
 
@@ -59,7 +58,7 @@ def plot(
     """Draw ``kind`` for the configured input and save it as PNG or SVG."""
     from selfattn.viz import plots
 
-    target = check_output_path(output, PICTURE_EXTENSIONS)
+    target = plots.check_output_path(output)
     if kind not in PLOT_KINDS:
         raise OptionError(f"unknown plot kind {kind!r}: choose one of {', '.join(PLOT_KINDS)}")
     if mask is not None and kind != "mask":
@@ -107,8 +106,12 @@ def mask_picture(spec: str | None, trace: Trace | VariantTrace) -> tuple[torch.T
         if own is not None:
             return own, tokens, tokens, "Causal mask (top-left): no token sees a later one"
         return torch.ones(n, n, dtype=torch.bool), tokens, tokens, "No mask: every token may attend to every token"
-    name, _, argument = spec.partition(":")
-    value = _spec_number(spec, argument)
+    name, colon, argument = spec.partition(":")
+    value = None
+    if colon:
+        if not argument.isdigit():
+            raise OptionError(f"the number after ':' in --mask {spec!r} must be a whole number >= 0")
+        value = int(argument)
     if name == "none" and value is None:
         return torch.ones(n, n, dtype=torch.bool), tokens, tokens, "No mask"
     if name == "causal" and value is None:
@@ -133,18 +136,6 @@ def mask_picture(spec: str | None, trace: Trace | VariantTrace) -> tuple[torch.T
     raise OptionError(
         f"unknown mask {spec!r}: use causal, causal-bottom-right[:P], sliding-window[:W], padding[:L] or none"
     )
-
-
-def _spec_number(spec: str, argument: str) -> int | None:
-    if argument == "":
-        return None if ":" not in spec else _bad_number(spec)
-    if not argument.isdigit():
-        return _bad_number(spec)
-    return int(argument)
-
-
-def _bad_number(spec: str):
-    raise OptionError(f"the number after ':' in --mask {spec!r} must be a whole number >= 0")
 
 
 def _positional_figure(config: ExplainConfig, dim: int | None):
