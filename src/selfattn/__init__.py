@@ -66,6 +66,9 @@ _EXPORTS = {
     "VariantTrace": "selfattn.variant_trace",
     "trace_variant": "selfattn.variant_trace",
     "VARIANTS": "selfattn.variant_trace",
+    "load_pretrained": "selfattn.models",
+    "BertModel": "selfattn.models",
+    "ModelOutput": "selfattn.models",
     "SelfAttnError": "selfattn.errors",
     "ConfigError": "selfattn.errors",
     "SentenceError": "selfattn.errors",
@@ -73,6 +76,7 @@ _EXPORTS = {
     "EmbeddingError": "selfattn.errors",
     "OptionError": "selfattn.errors",
     "ShapeError": "selfattn.errors",
+    "ModelError": "selfattn.errors",
 }
 
 __all__ = sorted(_EXPORTS)

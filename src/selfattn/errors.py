@@ -36,3 +36,7 @@ class ConfigError(SelfAttnError):
 
 class OutputError(SelfAttnError):
     """An output file cannot be written: unsupported extension, missing folder, no permission."""
+
+
+class ModelError(SelfAttnError):
+    """A pretrained model is unknown, not installed, or its files do not fit what we expect."""

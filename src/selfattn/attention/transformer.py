@@ -98,6 +98,8 @@ class TransformerBlock(nn.Module):
         causal = self.config.causal if is_causal is None else is_causal
 
         def attend(h: torch.Tensor):
+            if not need_weights:
+                return self.dropout1(self.attention(h, attn_mask=attn_mask, is_causal=causal, cache=cache)), None
             out, weights = self.attention(h, attn_mask=attn_mask, is_causal=causal, cache=cache, need_weights=True)
             return self.dropout1(out), weights  # (..., seq, d_model), (batch, H, q_len, kv_len)
 
@@ -171,9 +173,12 @@ class Transformer(nn.Module):
         hidden_states, attentions = [x], []
         for i, layer in enumerate(self.layers):
             cache = None if caches is None else caches[i]
-            x, weights = layer(x, attn_mask=attn_mask, is_causal=is_causal, cache=cache, need_weights=True)
+            if output_attentions:
+                x, weights = layer(x, attn_mask=attn_mask, is_causal=is_causal, cache=cache, need_weights=True)
+                attentions.append(weights)  # (batch, H, q_len, kv_len)
+            else:
+                x = layer(x, attn_mask=attn_mask, is_causal=is_causal, cache=cache)
             hidden_states.append(x)  # (batch, seq, d_model)
-            attentions.append(weights)  # (batch, H, q_len, kv_len)
         last = x if self.norm is None else self.norm(x)  # (batch, seq, d_model)
 
         if unbatched:

@@ -84,6 +84,55 @@ def softmax_parts(scores: torch.Tensor, dim: int = -1, stable: bool = True) -> S
     return SoftmaxParts(shift, shifted, exp, total, exp / total)
 
 
+def softmax_numerators(scores: torch.Tensor, dim: int = -1) -> tuple[torch.Tensor, torch.Tensor]:
+    """(e, l) with e = exp(omega - m) and l = max(sum e, 1), overwriting ``scores`` with e.   (..., n) -> (..., n), (..., 1)
+
+    alpha = e / l. The stable softmax split in two, so that a caller can divide later
+    (after multiplying by V). m = max omega, so the largest e is exp(0) = 1 and l >= 1
+    for any row with a finite score; a row of all -inf has m clamped to the lowest
+    finite number, e = 0 and l = 1, so alpha = 0 there instead of 0 / 0.
+    In place: only for tensors that no gradient flows through.
+    """
+    shift = scores.amax(dim=dim, keepdim=True).clamp_(min=torch.finfo(scores.dtype).min)  # (..., 1)
+    exp = scores.sub_(shift).exp_()
+    return exp, exp.sum(dim=dim, keepdim=True).clamp_(min=1.0)
+
+
+def softmax_numerators_unshifted(scores: torch.Tensor, dim: int = -1) -> tuple[torch.Tensor, torch.Tensor]:
+    """(e, l) with e = exp(omega) and l = sum e, overwriting ``scores`` with e.   (..., n) -> (..., n), (..., 1)
+
+    alpha = e / l, as in ``softmax_numerators`` but with no shift: the caller must know
+    that every finite score is small enough in size that exp neither overflows nor
+    underflows to zero (see ``attention.functional.exp_is_safe``). It saves two passes
+    over the scores. A row of all -inf gives l = 0, kept at the smallest positive
+    number so that alpha = 0 there.
+    """
+    exp = scores.exp_()
+    return exp, exp.sum(dim=dim, keepdim=True).clamp_(min=torch.finfo(scores.dtype).tiny)
+
+
+def softmax_rows(scores: torch.Tensor, dim: int = -1, in_place: bool = False) -> torch.Tensor:
+    """alpha = exp(omega - m) / sum exp(omega - m), without keeping the intermediates.   (..., n) -> (..., n)
+
+    The same stable softmax as ``softmax_parts``, for the fast path. in_place=True
+    overwrites ``scores`` with the weights: on CPU most of an elementwise pass over a
+    large score matrix is spent allocating and first touching fresh memory, so three
+    passes in place cost about what one fused softmax does. Only for tensors that no
+    gradient flows through (``exp_`` would overwrite what backward needs).
+    A row of all -inf gives zeros; an empty row stays empty.
+    """
+    if not scores.shape[dim]:
+        return scores if in_place else scores.clone()
+    if in_place:
+        exp, total = softmax_numerators(scores, dim)
+        return exp.div_(total)
+    shift = scores.amax(dim=dim, keepdim=True).detach()  # (..., 1)
+    shift = torch.where(torch.isfinite(shift), shift, torch.zeros_like(shift))
+    exp = torch.exp(scores - shift)
+    total = exp.sum(dim=dim, keepdim=True)  # (..., 1)
+    return exp / torch.where(total == 0, torch.ones_like(total), total)
+
+
 def softmax_naive(scores: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """alpha = exp(omega) / sum exp(omega), literally.   (..., n) -> (..., n)"""
     return softmax_parts(scores, dim, stable=False).weights

@@ -1,0 +1,216 @@
+"""A BERT encoder (all-MiniLM-L6-v2) built from our own modules and loaded from safetensors.
+
+    X0 = LN(E_word[ids] + E_pos[0 .. n-1] + E_type[0])        embeddings   (batch, seq, d)
+    X_l = PostLN-Block_l(X_{l-1}),  l = 1 .. L                 our TransformerBlock (post-LN, GELU)
+    sentence = normalise(mean of X_L over the real tokens)     sentence-transformers' pooling
+
+Attention inside each block is our ``MultiHeadAttention`` (through ``attention_steps``);
+padding keys are masked with ``masks.padding_mask``, so they get exactly zero weight.
+Every tensor name in the checkpoint is mapped explicitly (``weight_mapping``), and the
+load checks that every checkpoint key is used or knowingly ignored, and every shape fits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from selfattn.attention.config import TransformerConfig
+from selfattn.attention.transformer import Transformer
+from selfattn.errors import ModelError
+from selfattn.masks import padding_mask
+from selfattn.models.files import model_folder, model_spec, read_json
+from selfattn.models.output import ModelOutput
+from selfattn.models.tokenizer import Encoded, WordPieceTokenizer
+
+# Checkpoint tensors we do not use: the pooler (a tanh layer for the [CLS] vector, unused
+# by mean pooling) and position_ids (a saved arange, not a weight).
+IGNORED_KEYS = ("embeddings.position_ids", "pooler.dense.weight", "pooler.dense.bias")
+
+_LAYER_MAP = {  # BERT's name in layer i -> ours in encoder.layers.i
+    "attention.self.query": "attention.w_q",
+    "attention.self.key": "attention.w_k",
+    "attention.self.value": "attention.w_v",
+    "attention.output.dense": "attention.w_o",
+    "attention.output.LayerNorm": "norm1",  # post-LN: LN(x + Attn(x))
+    "intermediate.dense": "feed_forward.linear1",
+    "output.dense": "feed_forward.linear2",
+    "output.LayerNorm": "norm2",  # post-LN: LN(x + FFN(x))
+}
+_EMBEDDING_MAP = {
+    "embeddings.word_embeddings": "embeddings.word",
+    "embeddings.position_embeddings": "embeddings.position",
+    "embeddings.token_type_embeddings": "embeddings.token_type",
+    "embeddings.LayerNorm": "embeddings.norm",
+}
+
+
+@dataclass(frozen=True)
+class BertConfig:
+    """The fields of a BERT config.json that shape the network."""
+
+    vocab_size: int
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    intermediate_size: int
+    max_position_embeddings: int
+    type_vocab_size: int
+    layer_norm_eps: float
+    hidden_act: str = "gelu"
+    pad_token_id: int = 0
+
+    @classmethod
+    def from_json(cls, data: dict) -> BertConfig:
+        if data.get("model_type") != "bert" or data.get("position_embedding_type", "absolute") != "absolute":
+            raise ModelError("config.json does not describe a BERT encoder with absolute positions")
+        if data.get("hidden_act", "gelu") != "gelu":
+            raise ModelError(f"unsupported activation {data.get('hidden_act')!r}: this loader knows BERT's exact GELU")
+        try:
+            return cls(**{name: data[name] for name in cls.__dataclass_fields__ if name in data})
+        except TypeError as error:
+            raise ModelError(f"config.json lacks a field: {error}") from None
+
+    @property
+    def transformer(self) -> TransformerConfig:
+        return TransformerConfig(
+            d_model=self.hidden_size,
+            n_heads=self.num_attention_heads,
+            n_layers=self.num_hidden_layers,
+            d_ff=self.intermediate_size,
+            norm_first=False,  # BERT is post-LN
+            activation="gelu",  # exact (erf) GELU, as BERT's "gelu"
+            layer_norm_eps=self.layer_norm_eps,
+        )
+
+
+def weight_mapping(config: BertConfig) -> dict[str, str]:
+    """Checkpoint tensor name -> our parameter name, for every tensor we load."""
+    mapping = {}
+    for theirs, ours in _EMBEDDING_MAP.items():
+        for kind in ("weight",) if ours != "embeddings.norm" else ("weight", "bias"):
+            mapping[f"{theirs}.{kind}"] = f"{ours}.{kind}"
+    for layer in range(config.num_hidden_layers):
+        for theirs, ours in _LAYER_MAP.items():
+            for kind in ("weight", "bias"):
+                mapping[f"encoder.layer.{layer}.{theirs}.{kind}"] = f"encoder.layers.{layer}.{ours}.{kind}"
+    return mapping
+
+
+class BertEmbeddings(nn.Module):
+    """X0 = LN(E_word[ids] + E_pos[0 .. seq-1] + E_type[0]).   (batch, seq) int -> (batch, seq, d)"""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        d = config.hidden_size
+        self.word = nn.Embedding(config.vocab_size, d)
+        self.position = nn.Embedding(config.max_position_embeddings, d)  # learned, one row per position
+        self.token_type = nn.Embedding(config.type_vocab_size, d)  # sentence A / B; one text is all A
+        self.norm = nn.LayerNorm(d, eps=config.layer_norm_eps)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)  # (seq,)
+        # Summed in the reference's order (word + type, then position), so rounding matches it.
+        summed = self.word(input_ids) + self.token_type.weight[0] + self.position(positions)  # (batch, seq, d)
+        return self.norm(summed)
+
+
+class BertModel(nn.Module):
+    """A pretrained BERT encoder: texts in, hidden states and every head's attention out.
+
+    ``model(texts, output_attentions=True, output_hidden_states=True)`` -> ModelOutput;
+    ``model.encode(texts)`` -> (batch, d) sentence embeddings. Parameters are frozen
+    (requires_grad False) after loading; call ``requires_grad_(True)`` to train.
+    """
+
+    def __init__(self, config: BertConfig, tokenizer: WordPieceTokenizer | None = None, name: str = "bert") -> None:
+        super().__init__()
+        self.config = config
+        self.name = name
+        self.tokenizer = tokenizer
+        self.embeddings = BertEmbeddings(config)
+        self.encoder = Transformer(config.transformer)
+
+    def forward(self, texts, output_attentions: bool = False, output_hidden_states: bool = False) -> ModelOutput:
+        """texts: a string or a list of strings (a padded batch)."""
+        encoded = self.tokenize(texts)
+        return self.run(encoded, output_attentions, output_hidden_states)
+
+    def tokenize(self, texts) -> Encoded:
+        if self.tokenizer is None:
+            raise ModelError("this model was built without a tokenizer: give input ids to run()")
+        return self.tokenizer.encode(texts)
+
+    def run(self, encoded: Encoded, output_attentions: bool = False, output_hidden_states: bool = False) -> ModelOutput:
+        """The encoder on already tokenised input.   input_ids, attention_mask: (batch, seq)"""
+        ids, real = encoded.input_ids, encoded.attention_mask
+        x = self.embeddings(ids)  # (batch, seq, d)
+        keys = None  # without padding there is nothing to mask
+        if not bool(real.all()):
+            keys = padding_mask(real.sum(dim=1), ids.shape[1], device=ids.device)  # (batch, 1, 1, seq): True = real
+        out = self.encoder(
+            x, attn_mask=keys, output_attentions=output_attentions, output_hidden_states=output_hidden_states
+        )
+        return ModelOutput(
+            tokens=encoded.tokens,
+            input_ids=ids,
+            attention_mask=real,
+            last_hidden_state=out.last_hidden_state,
+            hidden_states=out.hidden_states,
+            attentions=out.attentions,
+            model_name=self.name,
+        )
+
+    def encode(self, texts, normalize: bool = True, batch_size: int = 32) -> torch.Tensor:
+        """Sentence embeddings: mean of the last hidden states over real tokens, then L2-normalised.   -> (batch, d)"""
+        from selfattn.models.tokenizer import as_text_list
+
+        texts = as_text_list(texts)
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ModelError(f"batch_size must be a positive integer, got {batch_size!r}")
+        chunks = [self.run(self.tokenize(texts[i : i + batch_size])) for i in range(0, len(texts), batch_size)]
+        return torch.cat([mean_pool(c.last_hidden_state, c.attention_mask, normalize) for c in chunks])
+
+
+def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor, normalize: bool = True) -> torch.Tensor:
+    """s = sum_i m_i h_i / sum_i m_i, then s / |s| if normalize.   (batch, seq, d), (batch, seq) -> (batch, d)"""
+    weights = attention_mask.to(hidden.dtype)[..., None]  # (batch, seq, 1): 1 for real tokens
+    pooled = (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)  # (batch, d)
+    if not normalize:
+        return pooled
+    return pooled / pooled.norm(dim=-1, keepdim=True).clamp(min=1e-12)  # as torch's F.normalize
+
+
+def load_weights(model: BertModel, state: dict[str, torch.Tensor]) -> None:
+    """Copy checkpoint tensors into the model by the explicit mapping; refuse any mismatch."""
+    mapping = weight_mapping(model.config)
+    ours = dict(model.named_parameters())
+    unexpected = sorted(set(state) - set(mapping) - set(IGNORED_KEYS))
+    missing = sorted(set(mapping) - set(state))
+    if unexpected or missing:
+        raise ModelError(f"checkpoint does not fit BERT: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    assert len(mapping) == len(ours), f"mapping covers {len(mapping)} tensors, the model has {len(ours)} parameters"
+    assert set(mapping.values()) == set(ours), "the mapping must name every parameter exactly once"
+    with torch.no_grad():
+        for theirs, name in mapping.items():
+            tensor = state[theirs]
+            if tensor.shape != ours[name].shape:
+                raise ModelError(f"{theirs} has shape {tuple(tensor.shape)}, {name} needs {tuple(ours[name].shape)}")
+            ours[name].copy_(tensor)
+
+
+def load_pretrained(name: str = "all-MiniLM-L6-v2") -> BertModel:
+    """A pretrained model from its installed package, frozen and in eval mode. No network."""
+    from safetensors.torch import load_file
+
+    spec = model_spec(name)
+    folder = model_folder(spec.name)
+    config = BertConfig.from_json(read_json(folder / "config.json"))
+    tokenizer = WordPieceTokenizer(
+        folder / "tokenizer.json", config.max_position_embeddings, config.pad_token_id, spec.install
+    )
+    model = BertModel(config, tokenizer, spec.name)
+    load_weights(model, load_file(str(folder / "model.safetensors")))
+    return model.eval().requires_grad_(False)

