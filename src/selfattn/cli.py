@@ -32,6 +32,21 @@ EXPLAIN_EXAMPLES = """examples:
   selfattn explain --variant scaled             divide the scores by sqrt(d)
   selfattn explain --variant causal --d-k 2     Q/K/V projections and a causal mask
   selfattn explain --variant gqa --heads 4 --kv-heads 2 --positional rope
+  selfattn explain --model all-MiniLM-L6-v2 --layer 2 --head 5 --query cat
+                                                a real pretrained model's head
+"""
+
+MODEL_NAME = "all-MiniLM-L6-v2"
+
+HEADS_EXAMPLES = """examples:
+  selfattn heads                                         the seed's sentence
+  selfattn heads "The cat sat on the warm mat because it was tired"
+  selfattn heads "my sentence" --format json > heads.json
+"""
+
+SIMILARITY_EXAMPLES = """examples:
+  selfattn similarity "The cat sat on the mat" "A kitten rested on the rug" "Stocks fell sharply"
+  selfattn similarity "first" "second" --format json
 """
 
 
@@ -71,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     explain.epilog = EXPLAIN_EXAMPLES
     explain.formatter_class = argparse.RawDescriptionHelpFormatter
     add_input_options(explain)
+    add_view_options(explain, default=None, note=" of --model")
     explain.add_argument("--precision", type=int, default=4, metavar="N", help="decimals shown, 0 to 10 (default 4)")
     explain.add_argument("--format", choices=["text", "json", "markdown"], default="text", help="output format")
     explain.set_defaults(run=run_explain)
@@ -108,7 +124,48 @@ def build_parser() -> argparse.ArgumentParser:
     add_view_options(view)
     view.add_argument("--precision", type=int, default=4, metavar="N", help="decimals shown, 0 to 10 (default 4)")
     view.set_defaults(run=run_view)
+
+    heads = commands.add_parser(
+        "heads",
+        help="what every head of a pretrained model does on a sentence",
+        description=(
+            "For every layer and head of a pretrained model, what the head mostly does on this input "
+            "(looks at the previous token, the next token, itself, [CLS]/[SEP], or spreads its attention) "
+            "and how spread out its weights are (entropy), so you can find the heads worth a closer look."
+        ),
+    )
+    heads.epilog = HEADS_EXAMPLES
+    heads.formatter_class = argparse.RawDescriptionHelpFormatter
+    heads.add_argument("sentence", nargs="*", help="the sentence (default: the seed's example)")
+    add_model_option(heads)
+    heads.add_argument("--precision", type=int, default=2, metavar="N", help="decimals shown, 0 to 10 (default 2)")
+    heads.add_argument("--format", choices=["text", "json", "markdown"], default="text", help="output format")
+    heads.set_defaults(run=run_heads)
+
+    similarity = commands.add_parser(
+        "similarity",
+        help="cosine similarity of sentence embeddings",
+        description=(
+            "Embed each sentence with a pretrained model (mean of its token vectors, normalised) and print "
+            "the cosine similarity of every pair: 1 = same direction, 0 = unrelated."
+        ),
+    )
+    similarity.epilog = SIMILARITY_EXAMPLES
+    similarity.formatter_class = argparse.RawDescriptionHelpFormatter
+    similarity.add_argument("sentences", nargs="+", metavar="SENTENCE", help="two or more sentences, each quoted")
+    add_model_option(similarity)
+    similarity.add_argument("--precision", type=int, default=3, metavar="N", help="decimals shown, 0 to 10 (default 3)")
+    similarity.add_argument("--format", choices=["text", "json", "markdown"], default="text", help="output format")
+    similarity.set_defaults(run=run_similarity)
     return parser
+
+
+def add_model_option(command: argparse.ArgumentParser, default: str | None = MODEL_NAME) -> None:
+    note = f" (default {default})" if default else " instead of the toy embeddings and variants"
+    command.add_argument(
+        "--model", default=default, metavar="NAME",
+        help=f"a pretrained model, installed as a Python package: {MODEL_NAME}{note}",
+    )
 
 
 def add_input_options(command: argparse.ArgumentParser) -> None:
@@ -151,12 +208,15 @@ def add_input_options(command: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="none | sinusoidal | learned (untrained) | rope | alibi (default none)",
     )
+    pretrained = command.add_argument_group("pretrained model (instead of the embeddings and variant above)")
+    add_model_option(pretrained, default=None)
     command.add_argument("--query", metavar="TOKEN", help=QUERY_HELP)
 
 
-def add_view_options(command: argparse.ArgumentParser) -> None:
-    command.add_argument("--layer", type=int, default=0, metavar="L", help="the layer to show, from 0 (default 0)")
-    command.add_argument("--head", type=int, default=0, metavar="H", help="the head to show, from 0 (default 0)")
+def add_view_options(command: argparse.ArgumentParser, default: int | None = 0, note: str = "") -> None:
+    shown = f" (default {default if default is not None else 0})"
+    command.add_argument("--layer", type=int, default=default, metavar="L", help=f"the layer{note} to show, from 0{shown}")
+    command.add_argument("--head", type=int, default=default, metavar="H", help=f"the head{note} to show, from 0{shown}")
 
 
 def config_from_args(args: argparse.Namespace, output_format: str):
@@ -176,6 +236,11 @@ def config_from_args(args: argparse.Namespace, output_format: str):
         kv_heads=args.kv_heads,
         d_k=args.d_k,
         positional=args.positional,
+        model=args.model,
+        # With a model the layer and head pick what to trace. plot and view also use them for
+        # the variants (passed on their own); explain refuses them without a model.
+        layer=args.layer if args.model or output_format not in ("plot", "html") else None,
+        head=args.head if args.model or output_format not in ("plot", "html") else None,
     )
 
 
@@ -191,11 +256,16 @@ def run_explain(args: argparse.Namespace) -> int:
         sys.stdout.write(render_json(trace))
         return 0
     from selfattn.trace import Trace
+    from selfattn.variant_trace import VariantTrace
 
     if isinstance(trace, Trace):
         from selfattn.explain.walkthrough import walkthrough
 
         doc = walkthrough(trace, config.precision)
+    elif not isinstance(trace, VariantTrace):
+        from selfattn.explain.model_walkthrough import model_walkthrough
+
+        doc = model_walkthrough(trace, config.precision)
     else:
         from selfattn.explain.variant_walkthrough import variant_walkthrough
 
@@ -224,6 +294,21 @@ def run_view(args: argparse.Namespace) -> int:
 
     path = view(config_from_args(args, "html"), args.output, layer=args.layer, head=args.head)
     print(f"wrote {path}")
+    return 0
+
+
+def run_heads(args: argparse.Namespace) -> int:
+    from selfattn.models.commands import heads_command
+
+    sentence = " ".join(args.sentence) if args.sentence else None
+    heads_command(sentence, args.model, args.format, args.precision, sys.stdout)
+    return 0
+
+
+def run_similarity(args: argparse.Namespace) -> int:
+    from selfattn.models.commands import similarity_command
+
+    similarity_command(args.sentences, args.model, args.format, args.precision, sys.stdout)
     return 0
 
 

@@ -7,6 +7,7 @@ combination fails when the config is built, before any work is done.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from selfattn.errors import OptionError, SentenceError
 from selfattn.pipeline.embeddings import SEED_SENTENCE, check_embedding_options, resolve_embeddings
@@ -14,6 +15,9 @@ from selfattn.pipeline.tokenize import tokenize
 from selfattn.positional import POSITIONAL_NAMES
 from selfattn.trace import Trace, trace_self_attention
 from selfattn.variant_trace import MULTI_HEAD, PROJECTED, VARIANTS, VariantTrace, default_d_k, default_heads, trace_variant
+
+if TYPE_CHECKING:
+    from selfattn.models.model_trace import ModelTrace
 
 FORMATS = ("text", "json", "markdown", "html", "plot")  # html: the explorer; plot: a picture
 MIN_PRECISION, MAX_PRECISION = 0, 10
@@ -40,11 +44,19 @@ class ExplainConfig:
     kv_heads: int | None = None  # key/value heads (gqa)
     d_k: int | None = None  # width of each head's queries and keys (variants with projections)
     positional: str = "none"
+    model: str | None = None  # a pretrained model (all-MiniLM-L6-v2) instead of the variants
+    layer: int | None = None  # with model: the layer to explain, from 0 (default 0)
+    head: int | None = None  # with model: the head to explain, from 0 (default 0)
 
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
             raise OptionError(f"unknown format {self.format!r}: choose one of {', '.join(FORMATS)}")
         check_precision(self.precision)
+        if self.model is not None:
+            check_model_options(self)
+            return
+        if self.layer is not None or self.head is not None:
+            raise OptionError("--layer and --head choose a layer and head of a pretrained model: add --model all-MiniLM-L6-v2")
         check_embedding_options(self.embed, self.embeddings, self.dim, self.seed)
         check_variant_options(self.variant, self.heads, self.kv_heads, self.d_k, self.positional)
 
@@ -62,12 +74,23 @@ class ExplainConfig:
         return default_heads(self.variant, self.heads, self.kv_heads)[1]
 
 
-def build_trace(config: ExplainConfig) -> Trace | VariantTrace:
+def build_trace(config: ExplainConfig) -> Trace | VariantTrace | ModelTrace:
     """Tokens -> embeddings -> attention, with every intermediate recorded.
 
     The seed's variant without positional encoding gives the seed's own Trace; every
-    other combination gives a VariantTrace.
+    other combination gives a VariantTrace; a pretrained model gives a ModelTrace.
     """
+    if config.model is not None:
+        from selfattn.models.model_trace import trace_model
+
+        return trace_model(
+            SEED_SENTENCE if config.sentence is None else config.sentence,
+            config.model,
+            layer=0 if config.layer is None else config.layer,
+            head=0 if config.head is None else config.head,
+            query=config.query,
+            output_format=config.format,
+        )
     tokens = config.tokens
     check_length(len(tokens), config.format)
     x, source = resolve_embeddings(
@@ -99,6 +122,24 @@ def build_trace(config: ExplainConfig) -> Trace | VariantTrace:
         seed=config.seed,
         source=source,
     )
+
+
+def check_model_options(config: ExplainConfig) -> None:
+    """With --model the tokens, embeddings and attention are the model's: refuse the options that would change them."""
+    from selfattn.models.files import model_spec
+
+    model_spec(config.model)  # an unknown name fails here, before anything loads
+    defaults = {"embeddings": None, "embed": "auto", "dim": None, "seed": 0, "variant": "simple", "heads": None,
+                "kv_heads": None, "d_k": None, "positional": "none"}
+    for field, default in defaults.items():
+        if getattr(config, field) != default:
+            flag = "--" + field.replace("_", "-")
+            raise OptionError(
+                f"{flag} does not apply with --model: the model brings its own tokens, embeddings and attention"
+            )
+    for flag, value in (("--layer", config.layer), ("--head", config.head)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise OptionError(f"{flag} must be an integer from 0, got {value!r}")
 
 
 def check_variant_options(variant: str, heads, kv_heads, d_k, positional: str) -> None:

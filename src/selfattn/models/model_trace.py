@@ -1,0 +1,167 @@
+"""One head of a pretrained model on one sentence, with every intermediate recorded.
+
+The same walk as the seed's, on real learned numbers: WordPiece tokens, the embedding
+layer's vectors, the chosen layer's input, that head's Q, K and V, the scores, the
+scaling, the softmax and the context vectors. Everything comes from running the model
+(``BertModel.run``) and the layer's own ``MultiHeadAttention.steps``; nothing here
+computes attention a second way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from selfattn.errors import OptionError, QueryError, SentenceError
+from selfattn.models.loading import shared_model
+from selfattn.pipeline.steps import attention_scores
+from selfattn.pipeline.tokenize import find_query
+
+SPECIAL_TOKENS = ("[CLS]", "[SEP]", "[PAD]")
+# Longest input each output shows (tokens, [CLS] and [SEP] included). Text shows one
+# query row and short vectors, so it goes further than the toy walkthrough's 24.
+MAX_MODEL_TOKENS = {"text": 48, "markdown": 48, "json": 512, "html": 512, "plot": 256}
+
+
+@dataclass
+class ModelTrace:
+    """A pretrained model's layer ``layer``, head ``head`` on one sentence.   n tokens, d wide, d_h per head."""
+
+    model_name: str
+    sentence: str
+    tokens: list[str]  # WordPiece tokens, [CLS] first and [SEP] last
+    input_ids: list[int]
+    n_layers: int
+    n_heads: int
+    d_model: int
+    head_dim: int
+    layer: int  # 0-based
+    head: int  # 0-based
+    query_index: int
+    word_embeddings: torch.Tensor  # (n, d): E_word[id] of each token
+    position_embeddings: torch.Tensor  # (n, d): E_pos[i]
+    type_embedding: torch.Tensor  # (d,): E_type[0], the same for every token of one text
+    embeddings: torch.Tensor  # (n, d): LN(word + type + position), the encoder's input
+    layer_input: torch.Tensor  # (n, d): hidden state entering layer ``layer``
+    q: torch.Tensor  # (n, d_h): this head's queries
+    k: torch.Tensor  # (n, d_h)
+    v: torch.Tensor  # (n, d_h)
+    scale: float  # 1 / sqrt(d_h)
+    scores_unscaled: torch.Tensor  # (n, n): q_i . k_j
+    scores: torch.Tensor  # (n, n): scale * q_i . k_j, the softmax input (no mask for one text)
+    row_max: torch.Tensor  # (n,): m, the stable softmax's shift
+    exp: torch.Tensor  # (n, n): exp(scores - m)
+    exp_sum: torch.Tensor  # (n,)
+    weights: torch.Tensor  # (n, n): this head's attention weights
+    context: torch.Tensor  # (n, d_h): weights @ V, this head's output
+    layer_output: torch.Tensor  # (n, d): hidden state leaving layer ``layer``
+    hidden_states: tuple[torch.Tensor, ...]  # n_layers + 1 of (n, d)
+    all_weights: torch.Tensor  # (n_layers, n_heads, n, n): every head of every layer
+
+    @property
+    def query_token(self) -> str:
+        return self.tokens[self.query_index]
+
+    def _repr_html_(self) -> str:
+        """Jupyter shows a model trace as the interactive explorer."""
+        from selfattn.viz.explorer import notebook_explorer
+
+        return notebook_explorer(self)
+
+
+def default_model_query(tokens: list[str]) -> int:
+    """The seed's choice, past [CLS]: the second word piece ('cat'), or the first for a one-token text."""
+    return 2 if len(tokens) > 3 else 1
+
+
+def find_model_query(tokens: list[str], query: str | int | None) -> int:
+    """A query given as a WordPiece token (any case: the model lower-cases) or a 0-based position."""
+    if query is None:
+        return default_model_query(tokens)
+    if isinstance(query, str) and query not in tokens:
+        lowered = [t if t in SPECIAL_TOKENS else t.lower() for t in tokens]
+        if query.lower() in lowered:
+            return lowered.index(query.lower())
+    try:
+        return find_query(tokens, query)
+    except QueryError as error:
+        raise QueryError(f"{error} (WordPiece tokens, [CLS] at 0)") from None
+
+
+def check_layer_head(layer: int, head: int, n_layers: int, n_heads: int) -> None:
+    for flag, value, count in (("--layer", layer, n_layers), ("--head", head, n_heads)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < count:
+            raise OptionError(f"{flag} must be from 0 to {count - 1} for this model, got {value!r}")
+
+
+def trace_model(
+    sentence: str,
+    model_name: str = "all-MiniLM-L6-v2",
+    *,
+    layer: int = 0,
+    head: int = 0,
+    query: str | int | None = None,
+    output_format: str = "text",
+) -> ModelTrace:
+    """Run the model on ``sentence`` and record layer ``layer``, head ``head`` for the query."""
+    if not isinstance(sentence, str) or not sentence.strip():
+        raise SentenceError("the sentence is empty: give at least one word")
+    model = shared_model(model_name)
+    config = model.config
+    check_layer_head(layer, head, config.num_hidden_layers, config.num_attention_heads)
+    encoded = model.tokenize(sentence)
+    tokens = encoded.tokens[0]
+    limit = MAX_MODEL_TOKENS.get(output_format, 512)
+    if len(tokens) > limit:
+        raise SentenceError(
+            f"the sentence has {len(tokens)} WordPiece tokens ([CLS] and [SEP] included); "
+            f"{output_format} output shows at most {limit}"
+        )
+    query_index = find_model_query(tokens, query)
+
+    with torch.no_grad():
+        out = model.run(encoded, output_attentions=True, output_hidden_states=True)
+        ids = encoded.input_ids  # (1, n)
+        emb = model.embeddings
+        positions = torch.arange(ids.shape[1])
+        block = model.encoder.layers[layer]
+        layer_input = out.hidden_states[layer]  # (1, n, d)
+        steps = block.attention.steps(layer_input)  # one text: no padding, no mask
+        a = steps.attention
+        weights = a.weights[0, head]  # (n, n)
+        # The model's own forward pass must have used exactly these weights.
+        torch.testing.assert_close(weights, out.attentions[layer][0, head], rtol=0, atol=1e-6)
+        q, k, v = steps.q[0, head], steps.k[0, head], steps.v[0, head]  # (n, d_h) each
+        return ModelTrace(
+            model_name=model.name,
+            sentence=sentence,
+            tokens=tokens,
+            input_ids=ids[0].tolist(),
+            n_layers=config.num_hidden_layers,
+            n_heads=config.num_attention_heads,
+            d_model=config.hidden_size,
+            head_dim=q.shape[-1],
+            layer=layer,
+            head=head,
+            query_index=query_index,
+            word_embeddings=emb.word(ids)[0],
+            position_embeddings=emb.position(positions),
+            type_embedding=emb.token_type.weight[0].clone(),
+            embeddings=out.hidden_states[0][0],
+            layer_input=layer_input[0],
+            q=q,
+            k=k,
+            v=v,
+            scale=a.scale,
+            scores_unscaled=attention_scores(q, k),  # (n, n): q_i . k_j before the scaling
+            scores=a.masked_scores[0, head],
+            row_max=a.softmax.shift[0, head, :, 0],
+            exp=a.softmax.exp[0, head],
+            exp_sum=a.softmax.total[0, head, :, 0],
+            weights=weights,
+            context=a.output[0, head],
+            layer_output=out.hidden_states[layer + 1][0],
+            hidden_states=tuple(h[0] for h in out.hidden_states),
+            all_weights=torch.stack([w[0] for w in out.attentions]),  # (layers, heads, n, n)
+        )
