@@ -2,7 +2,8 @@
 
 Loading all-MiniLM-L6-v2 reads 90 MB and builds the network: about a second. When
 stdout is a terminal, a one-line spinner on stderr says it is happening (and vanishes);
-piped or captured output gets nothing, so files stay clean.
+piped or captured output gets nothing, and neither does a stderr redirected to a file,
+so files stay clean.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ def shared_model(name: str) -> BertModel:
 
 @lru_cache(maxsize=2)
 def _load(name: str) -> BertModel:
-    if not sys.stdout.isatty():
+    if not (sys.stdout.isatty() and sys.stderr.isatty()):
         return load_pretrained(name)
     from rich.console import Console
 
