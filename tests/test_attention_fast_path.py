@@ -58,9 +58,16 @@ def test_no_grad_path_matches_torch_and_the_traced_steps(batch, heads, q_len, kv
     else:
         assert fast.weights is None
     # torch gives NaN for rows with no visible key in some versions; compare the others.
+    # torch rounds the scores differently (it splits the scale between q and k): an
+    # error of eps * |score| in a score moves the output by up to that times |v|.
     expected = F.scaled_dot_product_attention(q, k, v, **kwargs)
     visible = traced.weights.sum(dim=-1, keepdim=True) > 0
-    torch.testing.assert_close(fast.output * visible, torch.nan_to_num(expected) * visible, **TOL[dtype])
+    eps = torch.finfo(dtype).eps
+    largest_score = float(q.abs().amax() * k.abs().amax()) * d / math.sqrt(d)
+    atol = TOL[dtype]["atol"] + 8 * eps * largest_score * float(v.abs().amax())
+    torch.testing.assert_close(
+        fast.output * visible, torch.nan_to_num(expected) * visible, rtol=TOL[dtype]["rtol"], atol=atol
+    )
     assert torch.isfinite(fast.output).all()
     assert bool((fast.output[~visible.expand_as(fast.output)] == 0).all())
     for original, now in zip(before, [q, k, v] + ([kwargs["attn_mask"]] if "attn_mask" in kwargs else [])):

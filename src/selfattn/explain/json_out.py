@@ -10,12 +10,15 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from selfattn.trace import Trace
 from selfattn.variant_trace import VariantTrace
+
+if TYPE_CHECKING:
+    from selfattn.models.model_trace import ModelTrace
 
 
 def plain(value: Any, precision: int | None = None) -> Any:
@@ -91,9 +94,14 @@ def _compact(value: Any, indent: int) -> str:
     return json.dumps(value, ensure_ascii=False, allow_nan=False)
 
 
-def render_json(trace: Trace | VariantTrace) -> str:
+def render_json(trace: Trace | VariantTrace | ModelTrace) -> str:
     if isinstance(trace, VariantTrace):
         from selfattn.explain.variant_json import variant_to_dict
 
         return _compact(variant_to_dict(trace), 0) + "\n"
-    return _compact(trace_to_dict(trace), 0) + "\n"
+    if isinstance(trace, Trace):
+        return _compact(trace_to_dict(trace), 0) + "\n"
+    # A pretrained model's ModelTrace: its module is imported only when a model runs.
+    from selfattn.explain.model_json import model_to_dict
+
+    return _compact(model_to_dict(trace), 0) + "\n"

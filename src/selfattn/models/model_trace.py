@@ -16,7 +16,7 @@ import torch
 from selfattn.errors import OptionError, QueryError, SentenceError
 from selfattn.models.loading import shared_model
 from selfattn.pipeline.steps import attention_scores
-from selfattn.pipeline.tokenize import find_query
+from selfattn.pipeline.tokenize import find_query, quote_tokens
 
 SPECIAL_TOKENS = ("[CLS]", "[SEP]", "[PAD]")
 # Longest input each output shows (tokens, [CLS] and [SEP] included). Text shows one
@@ -86,7 +86,12 @@ def find_model_query(tokens: list[str], query: str | int | None) -> int:
     try:
         return find_query(tokens, query)
     except QueryError as error:
-        raise QueryError(f"{error} (WordPiece tokens, [CLS] at 0)") from None
+        if isinstance(query, str) and "not in the sentence" in str(error):
+            raise QueryError(
+                f"query token {query!r} is not among the model's WordPiece tokens: choose one of "
+                f"{quote_tokens(tokens, 12, count=True)} (any case) or a 0-based position ([CLS] is 0)"
+            ) from None
+        raise
 
 
 def check_layer_head(layer: int, head: int, n_layers: int, n_heads: int) -> None:
@@ -114,9 +119,10 @@ def trace_model(
     tokens = encoded.tokens[0]
     limit = MAX_MODEL_TOKENS.get(output_format, 512)
     if len(tokens) > limit:
+        hint = f" (use --format json for up to {MAX_MODEL_TOKENS['json']})" if limit < MAX_MODEL_TOKENS["json"] else ""
         raise SentenceError(
             f"the sentence has {len(tokens)} WordPiece tokens ([CLS] and [SEP] included); "
-            f"{output_format} output shows at most {limit}"
+            f"{output_format} output shows at most {limit}{hint}"
         )
     query_index = find_model_query(tokens, query)
 
