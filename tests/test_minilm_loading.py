@@ -78,6 +78,8 @@ def test_long_inputs_are_not_truncated_up_to_512_and_refused_beyond():
         model(" ".join(["the"] * 511))
     with pytest.raises(SentenceError, match="text 1 has"):
         model.encode(["short", " ".join(["the"] * 600)])
+    with pytest.raises(SentenceError, match="text 40 has"):
+        model.encode(["short"] * 40 + [" ".join(["the"] * 600)], batch_size=8)
 
 
 @needs_model

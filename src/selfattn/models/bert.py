@@ -170,8 +170,19 @@ class BertModel(nn.Module):
         texts = as_text_list(texts)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ModelError(f"batch_size must be a positive integer, got {batch_size!r}")
-        chunks = [self.run(self.tokenize(texts[i : i + batch_size])) for i in range(0, len(texts), batch_size)]
-        return torch.cat([mean_pool(c.last_hidden_state, c.attention_mask, normalize) for c in chunks])
+        encoded = self.tokenize(texts)  # all at once, so a length error names the right text
+        pooled = []
+        for start in range(0, len(texts), batch_size):
+            tokens = encoded.tokens[start : start + batch_size]
+            longest = max(len(t) for t in tokens)  # each chunk padded only to its own longest text
+            chunk = Encoded(
+                tokens,
+                encoded.input_ids[start : start + batch_size, :longest],
+                encoded.attention_mask[start : start + batch_size, :longest],
+            )
+            out = self.run(chunk)
+            pooled.append(mean_pool(out.last_hidden_state, out.attention_mask, normalize))
+        return torch.cat(pooled)  # (batch, d)
 
 
 def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor, normalize: bool = True) -> torch.Tensor:
