@@ -345,3 +345,13 @@ def test_check_output_path_returns_the_path_before_any_work(tmp_path):
     assert plots.check_output_path(tmp_path / "a.SVG") == tmp_path / "a.SVG"
     assert plots.check_output_path(str(tmp_path / "b.png")) == tmp_path / "b.png"
     assert_no_leftovers(tmp_path, [])  # checking writes nothing
+
+
+def test_positional_figure_limit_sets_the_scale_for_small_learned_values():
+    table = torch.tensor([[0.05, -0.02], [0.1, 0.0]])  # learned embeddings are small
+    ax = plots.positional_figure(table, limit=0.1).axes[0]
+    assert ax.images[0].get_clim() == pytest.approx((-0.1, 0.1))
+    assert_image_equals(ax, table.double(), tolerance=1e-7)
+    for bad in (0, -1.0, float("nan"), "1", True):
+        with pytest.raises(OptionError, match="limit"):
+            plots.positional_figure(table, limit=bad)

@@ -2,11 +2,17 @@
 
 Every check that can fail (the output path, the kind, the layer and head, the mask
 spec) runs before any file is touched; files are written atomically.
+
+With a pretrained model (--model) the pictures show the chosen layer and head; ``heads``
+draws every layer (rows) and head (columns); ``mask`` draws the model's own mask for
+one text, none (or a --mask spec over its tokens); ``positional`` draws the model's
+learned position embeddings. The page holds every layer and head that fits its budget.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -19,19 +25,35 @@ from selfattn.variant_trace import VariantTrace
 from selfattn.viz import PLOT_KINDS
 from selfattn.viz.output import check_output_path, write_text
 
+if TYPE_CHECKING:
+    from selfattn.models.model_trace import ModelTrace
+
 PAGE_EXTENSIONS = (".html", ".htm")
 POSITIONAL_PICTURE = {"positions": 64, "width": 64}  # an encoding is drawn for 64 positions x 64 features
 
 
-def attention_weights(trace: Trace | VariantTrace) -> torch.Tensor:
+def attention_weights(trace: Trace | VariantTrace | ModelTrace) -> torch.Tensor:
     """Every layer's and head's weights.   -> (layers, heads, n, n)"""
     if isinstance(trace, Trace):
         return trace.weights[None, None]  # (1, 1, n, n)
-    return trace.weights[None]  # (1, H, n, n)
+    if isinstance(trace, VariantTrace):
+        return trace.weights[None]  # (1, H, n, n)
+    return trace.all_weights  # a pretrained model: (layers, heads, n, n) from its forward pass
 
 
-def query_index(trace: Trace | VariantTrace) -> int:
+def query_index(trace: Trace | VariantTrace | ModelTrace) -> int:
     return trace.query.index if isinstance(trace, Trace) else trace.query_index
+
+
+def source_name(trace: Trace | VariantTrace | ModelTrace) -> str:
+    """What made the weights: the attention variant, or the pretrained model."""
+    if isinstance(trace, Trace):
+        return "simple"
+    return trace.variant if isinstance(trace, VariantTrace) else trace.model_name
+
+
+def is_model(trace: Trace | VariantTrace | ModelTrace) -> bool:
+    return not isinstance(trace, (Trace, VariantTrace))
 
 
 def check_layer_head(weights: torch.Tensor, layer: int, head: int) -> None:
@@ -64,15 +86,21 @@ def plot(
     if mask is not None and kind != "mask":
         raise OptionError("--mask applies to --kind mask")
     if kind == "positional":
-        figure = _positional_figure(config, dim)
+        if config.model is not None:
+            figure = _model_positional_figure(config.model, layer, head)
+        else:
+            figure = _positional_figure(config, dim)
         return plots.save_figure(figure, target)
 
     trace = build_trace(config)
     weights = attention_weights(trace)  # (layers, heads, n, n)
     check_layer_head(weights, layer, head)
     tokens = trace.tokens
-    variant = "simple" if isinstance(trace, Trace) else trace.variant
-    where = f"layer {layer}, head {head}" if weights.shape[1] > 1 else variant
+    name = source_name(trace)
+    if is_model(trace):
+        where = f"{name}, layer {layer}, head {head}"
+    else:
+        where = f"layer {layer}, head {head}" if weights.shape[1] > 1 else name
     if kind == "heatmap":
         figure = plots.heatmap_figure(weights[layer, head], tokens, tokens, title=f"Attention weights ({where})")
     elif kind == "arrows":
@@ -80,7 +108,12 @@ def plot(
         figure = plots.arrows_figure(tokens, weights[layer, head, q], q, title=f"Where '{tokens[q]}' looks ({where})")
     elif kind == "heads":
         names = [f"head {h}" for h in range(weights.shape[1])]
-        figure = plots.heads_figure(weights, tokens, head_names=names, title=f"Attention weights of every head ({variant})")
+        if is_model(trace):
+            n_layers, n_heads = weights.shape[:2]
+            title = f"Attention weights of every head ({name}: {n_layers} layers × {n_heads} heads, one row per layer)"
+        else:
+            title = f"Attention weights of every head ({name})"
+        figure = plots.heads_figure(weights, tokens, head_names=names, title=title)
     else:
         allowed, rows, columns, title = mask_picture(mask, trace)
         figure = plots.mask_figure(allowed, rows, columns, title=title)
@@ -94,18 +127,25 @@ def view(config: ExplainConfig, output: str, *, layer: int = 0, head: int = 0) -
     target = check_output_path(output, PAGE_EXTENSIONS)
     trace = build_trace(config)
     check_layer_head(attention_weights(trace), layer, head)
-    return write_text(target, explorer_html(trace, config.precision, head=head))
+    return write_text(target, explorer_html(trace, config.precision, head=head, layer=layer))
 
 
-def mask_picture(spec: str | None, trace: Trace | VariantTrace) -> tuple[torch.Tensor, list[str], list[str], str]:
+def mask_picture(
+    spec: str | None, trace: Trace | VariantTrace | ModelTrace
+) -> tuple[torch.Tensor, list[str], list[str], str]:
     """(mask (q_len, kv_len), query labels, key labels, title) for a --mask spec, or the variant's own mask."""
     tokens = list(trace.tokens)
     n = len(tokens)
     if spec is None:
-        own = None if isinstance(trace, Trace) else trace.mask
+        own = trace.mask if isinstance(trace, VariantTrace) else None
         if own is not None:
             return own, tokens, tokens, "Causal mask (top-left): no token sees a later one"
-        return torch.ones(n, n, dtype=torch.bool), tokens, tokens, "No mask: every token may attend to every token"
+        everyone = torch.ones(n, n, dtype=torch.bool)
+        if is_model(trace):
+            # The model masks only padding keys, and one text has none.
+            title = f"No mask: on one text {source_name(trace)} lets every token attend to every token"
+            return everyone, tokens, tokens, title
+        return everyone, tokens, tokens, "No mask: every token may attend to every token"
     name, colon, argument = spec.partition(":")
     value = None
     if colon:
@@ -158,3 +198,23 @@ def _positional_figure(config: ExplainConfig, dim: int | None):
     else:
         raise OptionError(f"--kind positional draws sinusoidal or rope encodings, not {name}")
     return plots.positional_figure(table, title=title)
+
+
+def _model_positional_figure(name: str, layer: int, head: int):
+    """A pretrained model's learned position embeddings: the table's first 64 positions x 64 features."""
+    from selfattn.models.loading import shared_model
+    from selfattn.models.model_trace import check_layer_head as check_model_layer_head
+    from selfattn.viz import plots
+
+    model = shared_model(name)
+    c = model.config
+    check_model_layer_head(layer, head, c.num_hidden_layers, c.num_attention_heads)
+    positions, width = POSITIONAL_PICTURE["positions"], POSITIONAL_PICTURE["width"]
+    table = model.embeddings.position.weight[:positions, :width]  # (64, 64) of (max positions, d)
+    title = (
+        f"{model.name}: learned position embeddings, positions 0-{positions - 1} of {c.max_position_embeddings}, "
+        f"features 0-{width - 1} of {c.hidden_size}"
+    )
+    # Learned values are small (about 0.1 here): the scale spans what the picture holds.
+    limit = float(table.abs().max()) or 1.0
+    return plots.positional_figure(table, title=title, limit=limit)

@@ -13,11 +13,15 @@ import json
 import re
 from functools import lru_cache
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from selfattn.trace import Trace
 from selfattn.variant_trace import VariantTrace
 from selfattn.viz.explorer_data import explorer_data
+
+if TYPE_CHECKING:
+    from selfattn.models.model_trace import ModelTrace
+    from selfattn.models.output import ModelOutput
 
 # Inline style and script only; no connect, font, frame or remote image sources.
 CONTENT_SECURITY_POLICY = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:"
@@ -64,10 +68,15 @@ def render_explorer(data: dict[str, Any]) -> str:
 
 
 def explorer_html(
-    trace: Trace | VariantTrace, precision: int = 4, *, title: str | None = None, head: int | None = None
+    trace: Trace | VariantTrace | ModelTrace,
+    precision: int = 4,
+    *,
+    title: str | None = None,
+    head: int | None = None,
+    layer: int | None = None,
 ) -> str:
-    """The explorer page for one trace; ``head`` is the head selected at first (0-based)."""
-    return render_explorer(explorer_data(trace, precision, title=title, head=head))
+    """The explorer page for one trace; ``layer`` and ``head`` are selected at first (0-based)."""
+    return render_explorer(explorer_data(trace, precision, title=title, head=head, layer=layer))
 
 
 def page_data(page: str) -> dict[str, Any] | None:
@@ -106,12 +115,36 @@ def notebook_html(page: str, height: int | None = None) -> str:
 
 
 def notebook_explorer(
-    trace: Trace | VariantTrace,
+    trace: Trace | VariantTrace | ModelTrace,
     precision: int = 4,
     *,
     title: str | None = None,
     head: int | None = None,
+    layer: int | None = None,
     height: int | None = None,
 ) -> str:
     """The explorer for one trace inside an <iframe>: what a trace's ``_repr_html_`` returns."""
-    return notebook_html(explorer_html(trace, precision, title=title, head=head), height)
+    return notebook_html(explorer_html(trace, precision, title=title, head=head, layer=layer), height)
+
+
+def notebook_model_explorer(
+    output: ModelOutput, precision: int = 4, *, title: str | None = None, height: int | None = None
+) -> str:
+    """The explorer for the first text of a model's output, every layer and head: ``ModelOutput._repr_html_``.
+
+    The output holds each head's weights but not the steps that made them, so the page
+    shows weights (and hidden states, when the output has them) only.
+    """
+    from selfattn.config import check_precision
+    from selfattn.viz.model_data import model_page_data, output_page
+
+    check_precision(precision)
+    if output.attentions is None:
+        return (
+            "<p>This model output holds no attention weights, so there is nothing to explore. "
+            "Call the model with <code>output_attentions=True</code> (and "
+            "<code>output_hidden_states=True</code> for the hidden states), e.g. "
+            "<code>model(text, output_attentions=True)</code>.</p>"
+        )
+    data = model_page_data(output_page(output), precision, layer=0, head=0, title=title)
+    return notebook_html(render_explorer(data), height)

@@ -1,4 +1,4 @@
-"""The explorer's data: a Trace or VariantTrace as plain lists, ready to embed in the page.
+"""The explorer's data: a Trace, VariantTrace or ModelTrace as plain lists, ready to embed in the page.
 
 The page never computes attention: every number it shows is here, rounded to the
 precision it displays (so it prints exactly what ``explain`` prints at that precision).
@@ -8,7 +8,7 @@ The layout, one object per layer with one object per head, is documented in
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -16,16 +16,25 @@ from selfattn.explain.json_out import plain
 from selfattn.trace import Trace
 from selfattn.variant_trace import MULTI_HEAD, VariantTrace
 
+if TYPE_CHECKING:
+    from selfattn.models.model_trace import ModelTrace
+
 EXPLORER_DATA_DOC = """
 {
   "title": str, "variant": str, "description": str,
   "tokens": [str],                  shown as text, never as HTML
   "query": int,                     the token selected at first
   "precision": int,                 decimals shown; every number is rounded to it
-  "input": [[num]],                 n x d: what attention reads (X, or X + P)
-  "output": [[num]],                n x d_out: the final vector of every token
+  "input": [[num]] | null,          n x d: what attention reads (X, or X + P; a model: the
+                                    selected layer's input)
+  "output": [[num]] | null,         n x d_out: the final vector of every token
+  "vector_width": int,              optional: the full width d when input / output (and the
+                                    layers' output) hold only the first numbers of each vector
   "mask": [[bool]] | null,          n x n, true = may attend
-  "layers": [{"name": str, "heads": [{
+  "layers": [{"name": str,
+    "output": [[num]],              optional: this layer's output (a model's hidden state);
+                                    the page shows it instead of the top-level output
+    "heads": [{
       "name": str,
       "weights": [[num]],           n x n, row = query, column = key
       "steps": null | {             the step panel's numbers (may be left out for big inputs)
@@ -37,8 +46,11 @@ EXPLORER_DATA_DOC = """
           "max": [num], "exp": [[num]], "exp_sum": [num],
           "context": [[num]]        this head's output for every query
       }}]}],
-  "selected": {"layer": int, "head": int}
+  "selected": {"layer": int, "head": int},   indexes into layers and that layer's heads
+  "steps_note": str                 optional: what the page says where a head has no steps
 }
+A pretrained model's page (``model_data``) holds every layer's heads when they fit the
+size budget, else only the selected layer or head; the names say which ones they are.
 """
 
 STEP_NUMBER_BUDGET = 400_000  # step numbers embedded for every head below this; else for the selected head only
@@ -50,9 +62,24 @@ def rounded(value: Any, precision: int) -> Any:
 
 
 def explorer_data(
-    trace: Trace | VariantTrace, precision: int = 4, *, title: str | None = None, head: int | None = None
+    trace: Trace | VariantTrace | ModelTrace,
+    precision: int = 4,
+    *,
+    title: str | None = None,
+    head: int | None = None,
+    layer: int | None = None,
 ) -> dict[str, Any]:
-    """The page's data for one trace. ``head`` is the head selected at first (0-based)."""
+    """The page's data for one trace. ``layer`` and ``head`` are selected at first (0-based).
+
+    A ModelTrace selects its own layer and head unless told otherwise; the other traces
+    have one layer.
+    """
+    if not isinstance(trace, (Trace, VariantTrace)):
+        from selfattn.viz.model_data import model_page_data, trace_page
+
+        chosen_layer = trace.layer if layer is None else layer
+        chosen_head = trace.head if head is None else head
+        return model_page_data(trace_page(trace), precision, layer=chosen_layer, head=chosen_head, title=title)
     if isinstance(trace, Trace):
         data = _from_trace(trace)
     else:

@@ -254,16 +254,21 @@ def mask_figure(mask, row_labels=None, col_labels=None, *, title=None, allowed_l
 
 
 @_quiet_glyphs
-def positional_figure(matrix, *, title=None, xlabel="dimension", ylabel="position") -> Figure:
+def positional_figure(matrix, *, title=None, xlabel="dimension", ylabel="position", limit=None) -> Figure:
     """(positions, dims) encoding -> an image on a diverging scale centred on 0.
 
     The scale spans [-1, 1] (sinusoidal and RoPE cos/sin values), widened symmetrically
-    when the matrix holds larger magnitudes (e.g. learned embeddings).
+    when the matrix holds larger magnitudes. ``limit`` sets the span [-limit, limit]
+    instead: learned embeddings are small, and would look blank on [-1, 1].
     """
     array = _as_array(matrix, "matrix", "(positions, dims)", (2,))
     positions, dims = array.shape
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, float))
+                              or not math.isfinite(limit) or limit <= 0):
+        raise OptionError(f"limit must be a positive number, got {limit!r}")
     finite = np.abs(array[np.isfinite(array)])
-    limit = max(1.0, float(finite.max()) if finite.size else 1.0)
+    if limit is None:
+        limit = max(1.0, float(finite.max()) if finite.size else 1.0)
     fig = _new_figure(_clamp(2.5 + 0.12 * dims, 5, 14), _clamp(1.5 + 0.3 * positions, 3, 12))
     ax = fig.add_subplot()
     image = _draw_matrix(ax, array, _labels(None, positions, ""), _labels(None, dims, ""),

@@ -332,7 +332,8 @@
         html(
           "p",
           { class: "note", id: "steps-left-out" },
-          "The detailed numbers of this head were left out to keep the page small; only its weights are shown."
+          data.steps_note ||
+            "The detailed numbers of this head were left out to keep the page small; only its weights are shown."
         )
       );
     }
@@ -366,7 +367,15 @@
       summaryRow(summary, "sum of exp", sum);
       summaryRow(summary, `context (${head.name || "this head"})`, vector(steps.context[i], "context"));
     }
-    summaryRow(summary, `output of ${tokens[i]}`, vector(data.output[i], "output"));
+    // A model's layer carries its own output (the hidden state leaving it); wide vectors
+    // arrive cut to their first numbers, and the label says so.
+    const outputs = layer.output || data.output;
+    if (outputs) {
+      const shown = outputs[i].length;
+      const cut = data.vector_width > shown ? ` (first ${shown} of ${data.vector_width})` : "";
+      const label = layer.output ? `${tokens[i]} after ${layer.name}` : `output of ${tokens[i]}`;
+      summaryRow(summary, label + cut, vector(outputs[i], "output"));
+    }
     parts.push(summary);
     panel.replaceChildren(...parts);
   }
