@@ -56,6 +56,8 @@ PLOT_EXAMPLES = """examples:
   selfattn plot --variant multihead --heads 4 --kind heads -o heads.png
   selfattn plot --kind mask --mask sliding-window:3 -o window.png
   selfattn plot --kind positional --positional rope --dim 64 -o rope.png
+  selfattn plot --model all-MiniLM-L6-v2 --layer 2 --head 5 --kind heatmap -o head.png
+  selfattn plot --model all-MiniLM-L6-v2 --kind heads -o heads.png   every layer x head
 """
 
 
