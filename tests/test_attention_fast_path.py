@@ -157,3 +157,20 @@ def test_cross_attention_does_not_stack():
     with torch.no_grad():
         out = mha(x, context, values)
     torch.testing.assert_close(out, mha.steps(x, context, values).output)
+
+
+def test_the_reused_score_buffer_never_leaks_into_results():
+    from selfattn.attention.functional import SCORE_BUFFER_BYTES, score_buffer
+
+    q, k, v = qkv(1, 2, 6, 6, 4)
+    with torch.no_grad():
+        first = attention_forward(q, k, v, need_weights=False).output
+        kept = first.clone()
+        second = attention_forward(q * 3, k, v, need_weights=False).output  # reuses the same buffer
+        weights = attention_forward(q, k, v, need_weights=True).weights  # returned: never the buffer
+        attention_forward(q * 5, k, v, need_weights=False)
+    assert torch.equal(first, kept)
+    assert not torch.allclose(first, second)
+    torch.testing.assert_close(weights, attention_steps(q, k, v).weights)
+    big = torch.empty(1, 1, 4096, 1)
+    assert score_buffer(big, torch.empty(1, 1, SCORE_BUFFER_BYTES // 4 // 4096 + 1, 1)) is None  # too big to keep

@@ -15,6 +15,7 @@ there; older releases, some backends and ``nn.MultiheadAttention`` give NaN.)
 from __future__ import annotations
 
 import math
+import threading
 from itertools import zip_longest
 from typing import NamedTuple
 
@@ -103,11 +104,13 @@ def attention_forward(
         key, value = expand_kv_heads(key, value, query.shape[-3])
     if scale is None:
         scale = 1.0 / math.sqrt(query.shape[-1])
-    scores = attention_scores(query, key, scale=scale)  # (..., Hq, q_len, kv_len), a fresh tensor
-    if is_causal:
-        attn_mask = causal_mask(query.shape[-2], key.shape[-2], align="top_left", device=query.device)
     tensors = (query, key, value) if attn_mask is None else (query, key, value, attn_mask)
     in_place = not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
+    # The score matrix stays inside this call when the weights are not returned: reuse a buffer.
+    buffer = score_buffer(query, key) if in_place and not need_weights and dropout_p == 0 else None
+    scores = attention_scores(query, key, scale=scale, out=buffer)  # (..., Hq, q_len, kv_len)
+    if is_causal:
+        attn_mask = causal_mask(query.shape[-2], key.shape[-2], align="top_left", device=query.device)
     masked = apply_mask(scores, attn_mask, in_place=in_place)  # (..., Hq, q_len, kv_len)
     if in_place and not need_weights and dropout_p == 0 and masked.shape[-1]:
         # Bounding the scores costs two small norms: worth it only on a large score matrix.
@@ -146,6 +149,28 @@ def attention_steps(
     weights = dropout_weights(parts.weights, dropout_p) if dropout_p > 0 else parts.weights
     output = context_vectors(weights, value)  # (..., Hq, q_len, kv_len) @ (..., kv_len, d_v)
     return AttentionSteps(float(scale), scores, masked, parts, weights, output)
+
+
+SCORE_BUFFER_BYTES = 1 << 25  # score matrices up to 32 MB reuse one buffer per thread
+_buffers = threading.local()
+
+
+def score_buffer(query: torch.Tensor, key: torch.Tensor) -> torch.Tensor | None:
+    """A reusable tensor for a score matrix that never leaves ``attention_forward``, or None.
+
+    A fresh multi-megabyte tensor costs page faults on every call (they showed as a
+    quarter of the time of Q K^T in a MiniLM profile); one buffer per thread, reused by
+    every layer, avoids them. Larger matrices get fresh memory, so no huge buffer stays alive.
+    """
+    lead = broadcast_shape(tuple(query.shape[:-2]), tuple(key.shape[:-2]))
+    shape = (*lead, query.shape[-2], key.shape[-2])
+    size = math.prod(shape) * query.element_size()
+    if not size or size > SCORE_BUFFER_BYTES:
+        return None
+    held = getattr(_buffers, "scores", None)
+    if held is None or held.dtype != query.dtype or held.device != query.device or held.numel() < math.prod(shape):
+        held = _buffers.scores = torch.empty(math.prod(shape), dtype=query.dtype, device=query.device)
+    return held[: math.prod(shape)].view(shape)
 
 
 def exp_is_safe(query: torch.Tensor, key: torch.Tensor, scale: float, attn_mask: torch.Tensor | None) -> bool:

@@ -17,11 +17,14 @@ import torch
 from selfattn.errors import ShapeError
 
 
-def attention_scores(query: torch.Tensor, keys: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+def attention_scores(
+    query: torch.Tensor, keys: torch.Tensor, scale: float = 1.0, out: torch.Tensor | None = None
+) -> torch.Tensor:
     """omega = scale * q K^T.   (..., q_len, d), (..., kv_len, d) -> (..., q_len, kv_len)
 
     A single query vector (d,) against keys (kv_len, d) gives (kv_len,): the seed's
     ``inputs @ query``. The seed uses scale = 1; scaled attention uses 1/sqrt(d).
+    out: a tensor of the result's shape to write into (the fast path reuses one).
     """
     if query.shape[-1] != keys.shape[-1]:
         raise ShapeError(
@@ -32,6 +35,8 @@ def attention_scores(query: torch.Tensor, keys: torch.Tensor, scale: float = 1.0
         query = query * scale  # scaling the q_len x d queries is cheaper than the q_len x kv_len scores
     if query.dim() == 1:
         return keys @ query  # (kv_len, d) @ (d,) -> (kv_len,)
+    if out is not None:
+        return torch.matmul(query, keys.transpose(-2, -1), out=out)
     return query @ keys.transpose(-2, -1)  # (..., q_len, d) @ (..., d, kv_len) -> (..., q_len, kv_len)
 
 
