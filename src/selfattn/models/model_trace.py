@@ -137,7 +137,7 @@ def trace_model(
         a = steps.attention
         weights = a.weights[0, head]  # (n, n)
         # The model's own forward pass must have used exactly these weights.
-        torch.testing.assert_close(weights, out.attentions[layer][0, head], rtol=0, atol=1e-6)
+        torch.testing.assert_close(weights, out.attentions[layer][0, head], rtol=0, atol=1e-5)
         q, k, v = steps.q[0, head], steps.k[0, head], steps.v[0, head]  # (n, d_h) each
         return ModelTrace(
             model_name=model.name,
