@@ -67,7 +67,9 @@ def _imports(path: Path) -> set[str]:
     return names
 
 
-CORE = ["pipeline", "attention", "positional", "masks.py", "trace.py", "variant_trace.py", "errors.py", "config.py", "shapes.py"]
+CORE = [
+    "pipeline", "attention", "positional", "models", "masks.py", "trace.py", "variant_trace.py", "errors.py", "config.py", "shapes.py",
+]
 
 
 @pytest.mark.parametrize("layer", CORE)

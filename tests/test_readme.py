@@ -1,4 +1,4 @@
-"""The README's examples run as written: its Python blocks and every `selfattn explain` command it shows."""
+"""The README's examples run as written: its Python blocks and every `selfattn` command it shows."""
 
 import re
 import shlex
@@ -16,6 +16,7 @@ def test_python_examples_run():
     exec(compile("\n".join(blocks), "README.md", "exec"), namespace)  # noqa: S102 - our own README
     assert namespace["out"].last_hidden_state.shape == (2, 10, 64)
     assert namespace["w"].shape == (2, 8, 10, 10)
+    assert namespace["emb"].shape == (2, 384)  # the MiniLM example
 
 
 SHELL = "\n".join(re.findall(r"```sh\n(.*?)```", README, re.S))
@@ -39,8 +40,17 @@ def test_explain_commands_in_the_readme_run(run_cli, command):
 PICTURES = sorted(
     command
     for command in set(re.findall(r"`(selfattn (?:plot|view) [^`]*)`", README))
+    | {c.split("#")[0].strip() for c in re.findall(r"^selfattn (?:plot|view) .*$", SHELL, re.M)}
     if "FILE" not in command and "[" not in command  # usage lines, not examples
 )
+MODEL_COMMANDS = sorted({c.split("#")[0].strip() for c in re.findall(r"^selfattn (?:heads|similarity).*$", SHELL, re.M)})
+
+
+@pytest.mark.parametrize("command", MODEL_COMMANDS)
+def test_heads_and_similarity_commands_in_the_readme_run(run_cli, command):
+    assert len(MODEL_COMMANDS) >= 2
+    status, out, err = run_cli(*shlex.split(command)[1:])
+    assert status == 0 and out and err == "", (command, err)
 
 
 @pytest.mark.parametrize("command", PICTURES)

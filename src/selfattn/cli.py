@@ -300,7 +300,7 @@ def run_view(args: argparse.Namespace) -> int:
 
 
 def run_heads(args: argparse.Namespace) -> int:
-    from selfattn.models.commands import heads_command
+    from selfattn.explain.model_commands import heads_command
 
     sentence = " ".join(args.sentence) if args.sentence else None
     heads_command(sentence, args.model, args.format, args.precision, sys.stdout)
@@ -308,7 +308,7 @@ def run_heads(args: argparse.Namespace) -> int:
 
 
 def run_similarity(args: argparse.Namespace) -> int:
-    from selfattn.models.commands import similarity_command
+    from selfattn.explain.model_commands import similarity_command
 
     similarity_command(args.sentences, args.model, args.format, args.precision, sys.stdout)
     return 0
