@@ -24,10 +24,12 @@ PLOTS = {
     "plot-heads.png": ["--kind", "heads", "--variant", "multihead", "--heads", "4", "--embed", "random", "--dim", "8"],
     "plot-mask.png": ["--kind", "mask", "--mask", "causal-bottom-right:3"],
     "plot-positional.png": ["--kind", "positional", "--positional", "sinusoidal"],
+    "plot-minilm-heads.png": ["--model", "all-MiniLM-L6-v2", "--kind", "heads"],
 }
 EXPLORERS = {
     "explorer.png": ([], 0),
     "explorer-gqa.png": (["--variant", "gqa", "--heads", "4", "--kv-heads", "2", "--positional", "rope", "--query", "warm"], 2),
+    "explorer-minilm.png": (["--model", "all-MiniLM-L6-v2", "--layer", "2", "--query", "cat"], 5),
 }
 
 
@@ -42,7 +44,8 @@ def main_pictures() -> None:
                 raise SystemExit(f"view {name} failed")
             with recorded_page(browser, viewport={"width": 1100, "height": 760}) as page:
                 page.load(page_path.read_text(encoding="utf-8"))
-                page.locator("text.token.query").nth(1).hover()
+                query = 2 if "--model" in args else 1  # [CLS] comes first in the model's tokens
+                page.locator("text.token.query").nth(query).hover()
                 page.screenshot(path=str(DOCS / name), full_page=True)
                 page.assert_quiet()
             page_path.unlink()

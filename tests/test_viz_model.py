@@ -33,7 +33,7 @@ from selfattn.errors import OptionError  # noqa: E402
 from selfattn.models.loading import shared_model  # noqa: E402
 from selfattn.models.model_trace import trace_model  # noqa: E402
 from selfattn.viz import plots  # noqa: E402
-from selfattn.viz.explorer import explorer_html, notebook_model_explorer, page_data  # noqa: E402
+from selfattn.viz.explorer import notebook_model_explorer, page_data  # noqa: E402
 from selfattn.viz.explorer_data import explorer_data  # noqa: E402
 from selfattn.viz.model_data import VECTOR_PREVIEW  # noqa: E402
 
