@@ -66,6 +66,8 @@ _EXPORTS = {
     "VariantTrace": "selfattn.variant_trace",
     "trace_variant": "selfattn.variant_trace",
     "VARIANTS": "selfattn.variant_trace",
+    "flash_attention": "selfattn.kernels.flash",
+    "attention_probs_from_lse": "selfattn.kernels.flash",
     "load_pretrained": "selfattn.models",
     "BertModel": "selfattn.models",
     "ModelOutput": "selfattn.models",

@@ -11,7 +11,10 @@ from dataclasses import dataclass
 from selfattn.errors import ConfigError, OptionError
 from selfattn.positional import check_positional
 
-ATTENTION_IMPLS = ("reference",)  # selected by name; fused kernels register here
+# Selected by name. "reference": the score matrix in full (in place when no gradient is
+# needed); "flash": the tiled kernel (kernels/flash.py), used wherever the weights are not
+# asked for, which never holds the q_len x kv_len matrix.
+ATTENTION_IMPLS = ("reference", "flash")
 ACTIVATIONS = ("gelu", "relu")
 
 
@@ -80,6 +83,10 @@ class AttentionConfig:
             raise ConfigError(f"rope_base must be a number > 1, got {self.rope_base!r}")
         if self.attn_impl not in ATTENTION_IMPLS:
             raise ConfigError(f"unknown attention implementation {self.attn_impl!r}: choose one of {', '.join(ATTENTION_IMPLS)}")
+        if self.attn_impl == "flash" and self.dropout > 0:
+            raise ConfigError(
+                "attn_impl='flash' has no attention dropout: use dropout=0, or attn_impl='reference' to drop weights"
+            )
 
     @property
     def kv_heads(self) -> int:
@@ -121,6 +128,7 @@ class TransformerConfig:
     causal: bool = False
     head_dim: int | None = None  # default d_model / n_heads
     rope_base: float = 10000.0
+    attn_impl: str = "reference"  # or "flash": see ATTENTION_IMPLS
 
     def __post_init__(self) -> None:
         _positive_int("n_layers", self.n_layers)
@@ -146,6 +154,7 @@ class TransformerConfig:
             dropout=self.dropout,
             positional=self.positional,
             rope_base=self.rope_base,
+            attn_impl=self.attn_impl,
         )
 
     @property

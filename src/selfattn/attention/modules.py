@@ -133,6 +133,8 @@ class MultiHeadAttention(nn.Module):
         is_causal: the queries are the last q_len positions of the keys (bottom-right).
         cache: a KVCache that this call extends with its keys and values.
         """
+        if self.config.attn_impl == "flash" and not need_weights:
+            return self._flash_forward(query, key, value, attn_mask, is_causal, cache)
         heads = self._heads(query, key, value, attn_mask, is_causal, cache, fast=True)
         attended = attention_forward(
             heads.q, heads.k, heads.v,
@@ -166,6 +168,20 @@ class MultiHeadAttention(nn.Module):
         if heads.unbatched:
             output, concat = output[0], concat[0]
         return MultiHeadSteps(heads.q, heads.k, heads.v, heads.mask, steps, concat, output)
+
+    def _flash_forward(self, query, key, value, attn_mask, is_causal: bool, cache: KVCache | None) -> torch.Tensor:
+        """Y through the tiled kernel. A causal mask alone stays a causal mask (bottom-right), so
+        the kernel skips the future's blocks; with other masks or ALiBi it gets one combined mask."""
+        from torch.nn.attention.bias import causal_lower_right
+
+        from selfattn.kernels.flash import flash_attention
+
+        alone = is_causal and attn_mask is None and self.config.positional != "alibi"
+        heads = self._heads(query, key, value, attn_mask, is_causal and not alone, cache, fast=True)
+        mask = causal_lower_right(heads.q.shape[-2], heads.k.shape[-2]) if alone else heads.mask
+        out = flash_attention(heads.q, heads.k, heads.v, attn_mask=mask, scale=heads.scale, enable_gqa=self._gqa)
+        output = self.w_o(_merge_heads(out))  # (batch, H, q_len, head_dim) -> (batch, q_len, d_model)
+        return output[0] if heads.unbatched else output
 
     @property
     def _dropout_p(self) -> float:

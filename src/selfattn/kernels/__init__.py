@@ -1,0 +1,1 @@
+"""Attention kernels: tiled, exact, in readable torch (see flash.py)."""

@@ -1,0 +1,300 @@
+"""Flash attention: exact attention that never holds the q_len x kv_len score matrix.
+
+    O = softmax(scale Q K^T + mask) V, computed tile by tile:
+    for each block of query rows:   for each block of keys it can see:
+        S = scale Q_i K_j^T (+ mask tile)      (..., bq, bk): the only score tile alive
+        fold S, V_j into the online softmax (m, l, acc)      kernels/online_softmax.py
+    O_i = acc / l,   lse_i = m + log l
+
+Memory: one bq x bk tile per step, plus O and lse: linear in the length. A causal mask
+is not applied as a dense mask: key blocks entirely in a row block's future are never
+visited, and only tiles that cross the diagonal get a mask. The backward pass
+(FlashAttention-2, Dao 2023) saves only Q, K, V, O and lse, and recomputes each tile's
+probabilities from lse: P = exp(S - lse), never storing them:
+
+    D_i = rowsum(dO_i * O_i)
+    dV_j += P^T dO_i      dP = dO_i V_j^T      dS = P * (dP - D_i)
+    dQ_i += scale dS K_j   dK_j += scale dS^T Q_i
+
+Same semantics as ``selfattn.scaled_dot_product_attention``: bool masks (True = may
+attend) and float masks (added), torch's ``causal_upper_left`` / ``causal_lower_right``
+objects (both skip blocks), q_len != kv_len, GQA, broadcast leading axes; a row with no
+visible key gives zeros and lse = -inf, with zero gradients.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from selfattn.attention.functional import check_attention_inputs, expand_kv_heads
+from selfattn.errors import OptionError
+from selfattn.kernels.online_softmax import (
+    NEG_INF,
+    online_softmax_finish,
+    online_softmax_start,
+    online_softmax_update,
+)
+
+# Default tile sizes, measured on this project's 2-core CPU (bench/attention.py, N = 1k-16k,
+# 8 heads, d = 64): each step runs ~10 torch operations on a (heads, bq, bk) tile, so the
+# tile must be large enough that their fixed cost (~5-10 us each) disappears next to the
+# arithmetic, and small enough that a tile of float32 scores (8 x 256 x 512 x 4 B = 4 MB)
+# stays near the cache and a causal mask can skip most of the upper triangle.
+DEFAULT_BLOCK_Q = 256
+DEFAULT_BLOCK_K = 512
+
+
+def flash_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+    block_q: int | None = None,
+    block_k: int | None = None,
+    return_lse: bool = False,
+):
+    """O = softmax(scale Q K^T + mask) V, tile by tile.   (..., Hq, q_len, d), (..., Hk, kv_len, d), (..., Hk, kv_len, d_v)
+
+    Returns O (..., Hq, q_len, d_v), or (O, lse) with return_lse=True, lse (..., Hq, q_len)
+    being log sum_j exp(s_ij) of each row (natural log; -inf for a row with no visible key).
+    is_causal: top-left aligned, as torch; pass ``torch.nn.attention.bias.causal_lower_right``
+    as attn_mask for bottom-right. block_q / block_k: tile sizes (default 256 x 512).
+    Differentiable in query, key, value (and a float mask); the backward pass recomputes
+    the tiles instead of storing them.
+    """
+    causal_offset, attn_mask = _causal_form(attn_mask, is_causal, query, key)
+    check_attention_inputs(query, key, value, attn_mask, 0.0, False, enable_gqa)
+    block_q = _block_size("block_q", block_q, DEFAULT_BLOCK_Q)
+    block_k = _block_size("block_k", block_k, DEFAULT_BLOCK_K)
+    if enable_gqa:
+        key, value = expand_kv_heads(key, value, query.shape[-3])
+    if scale is None:
+        scale = 1.0 / math.sqrt(query.shape[-1])
+    query, key, value = _broadcast_leading(query, key, value)
+    output, lse = _FlashAttention.apply(query, key, value, attn_mask, causal_offset, float(scale), block_q, block_k)
+    return (output, lse) if return_lse else output
+
+
+def _causal_form(attn_mask, is_causal: bool, query: torch.Tensor, key: torch.Tensor):
+    """(causal offset or None, remaining mask): row i sees keys j <= i + offset.
+
+    Top-left (is_causal, causal_upper_left) has offset 0; bottom-right (causal_lower_right)
+    kv_len - q_len. Kept as a number, the causal mask costs nothing and lets whole blocks go.
+    """
+    from torch.nn.attention.bias import CausalBias, CausalVariant
+
+    if isinstance(attn_mask, CausalBias):
+        if is_causal:
+            raise OptionError("give either attn_mask or is_causal=True, not both (combine the masks first)")
+        lower_right = attn_mask.variant == CausalVariant.LOWER_RIGHT
+        return (attn_mask.seq_len_kv - attn_mask.seq_len_q if lower_right else 0), None
+    if is_causal:
+        if attn_mask is not None:
+            raise OptionError("give either attn_mask or is_causal=True, not both (combine the masks first)")
+        return 0, None
+    return None, attn_mask
+
+
+def _block_size(name: str, value, default: int) -> int:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise OptionError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+def _broadcast_leading(query, key, value):
+    """Expand the leading (batch, head) axes of q, k, v to one shape (views; autograd sums them back)."""
+    lead = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2])
+    return (
+        query.expand(*lead, *query.shape[-2:]),
+        key.expand(*lead, *key.shape[-2:]),
+        value.expand(*lead, *value.shape[-2:]),
+    )
+
+
+def key_blocks(row_start: int, row_end: int, kv_len: int, block_k: int, causal_offset: int | None):
+    """The key blocks rows [row_start, row_end) can see, each as (start, end, needs_causal_mask)."""
+    last = kv_len if causal_offset is None else min(kv_len, row_end + causal_offset)  # keys < last are visible to some row
+    blocks = []
+    for start in range(0, max(last, 0), block_k):
+        end = min(start + block_k, last)
+        partial = causal_offset is not None and end - 1 > row_start + causal_offset
+        blocks.append((start, end, partial))
+    return blocks
+
+
+def score_tile(q_scaled, key, attn_mask, causal_offset, rows: tuple[int, int], cols: tuple[int, int]) -> torch.Tensor:
+    """S = scale Q_i K_j^T plus the mask's tile (-inf where hidden).   -> (..., bq, bk), a fresh tensor"""
+    (r0, r1), (c0, c1) = rows, cols
+    scores = q_scaled @ key[..., c0:c1, :].transpose(-2, -1)  # (..., bq, d) @ (..., d, bk) -> (..., bq, bk)
+    if attn_mask is not None:
+        tile = mask_tile(attn_mask, rows, cols)
+        if tile.dtype == torch.bool:
+            scores.masked_fill_(~tile, NEG_INF)
+        else:
+            scores.add_(tile.to(scores.dtype))
+    if causal_offset is not None and c1 - 1 > r0 + causal_offset:  # the tile crosses the diagonal
+        visible = causal_tile(rows, cols, causal_offset, scores.device)
+        scores.masked_fill_(~visible, NEG_INF)
+    return scores
+
+
+def mask_tile(attn_mask: torch.Tensor, rows: tuple[int, int], cols: tuple[int, int]) -> torch.Tensor:
+    """The mask's part for these rows and keys; broadcast axes (size 1) stay whole."""
+    r = slice(*rows) if attn_mask.dim() >= 2 and attn_mask.shape[-2] > 1 else slice(None)
+    c = slice(*cols) if attn_mask.shape[-1] > 1 else slice(None)
+    return attn_mask[..., r, c]
+
+
+def causal_tile(rows: tuple[int, int], cols: tuple[int, int], offset: int, device) -> torch.Tensor:
+    """keys j <= row i + offset.   -> (bq, bk) bool"""
+    i = torch.arange(*rows, device=device)
+    j = torch.arange(*cols, device=device)
+    return j[None, :] <= i[:, None] + offset
+
+
+def flash_forward(q, k, v, attn_mask, causal_offset, scale: float, block_q: int, block_k: int):
+    """The tiled forward pass.   -> O (..., q_len, d_v), lse (..., q_len)"""
+    q_len, d_v = q.shape[-2], v.shape[-1]
+    output = q.new_empty((*q.shape[:-1], d_v))
+    lse = q.new_empty(q.shape[:-1])
+    for r0 in range(0, q_len, block_q):
+        r1 = min(r0 + block_q, q_len)
+        q_scaled = q[..., r0:r1, :] * scale  # (..., bq, d): scaled once per row block
+        state = online_softmax_start(q_scaled.shape[:-1], d_v, q)
+        for c0, c1, _ in key_blocks(r0, r1, k.shape[-2], block_k, causal_offset):
+            scores = score_tile(q_scaled, k, attn_mask, causal_offset, (r0, r1), (c0, c1))
+            state = online_softmax_update(state, scores, v[..., c0:c1, :]).state
+        output[..., r0:r1, :], lse[..., r0:r1] = online_softmax_finish(state)
+    return output, lse
+
+
+def flash_backward(grad_out, q, k, v, output, lse, attn_mask, causal_offset, scale, block_q, block_k, mask_grad: bool):
+    """FlashAttention-2's backward: dQ, dK, dV (and d mask) tile by tile, from lse."""
+    q_len, kv_len = q.shape[-2], k.shape[-2]
+    dq = torch.zeros(q.shape, dtype=q.dtype, device=q.device)
+    dk = torch.zeros(k.shape, dtype=k.dtype, device=k.device)
+    dv = torch.zeros(v.shape, dtype=v.dtype, device=v.device)
+    dmask = torch.zeros(attn_mask.shape, dtype=attn_mask.dtype, device=attn_mask.device) if mask_grad else None
+    delta = (grad_out * output).sum(dim=-1, keepdim=True)  # D = rowsum(dO * O): (..., q_len, 1)
+    # exp(S - lse) with lse = +inf for rows that see nothing: their P is 0, not exp(-inf + inf).
+    lse_safe = torch.where(lse == NEG_INF, torch.full_like(lse, float("inf")), lse)[..., None]  # (..., q_len, 1)
+    for c0 in range(0, kv_len, block_k):
+        c1 = min(c0 + block_k, kv_len)
+        k_j, v_j = k[..., c0:c1, :], v[..., c0:c1, :]
+        first_row = 0 if causal_offset is None else max(0, c0 - causal_offset)  # rows before it cannot see this block
+        for r0 in range(first_row - first_row % block_q, q_len, block_q):
+            r1 = min(r0 + block_q, q_len)
+            q_i = q[..., r0:r1, :]
+            probs = score_tile(q_i * scale, k, attn_mask, causal_offset, (r0, r1), (c0, c1))
+            probs = probs.sub_(lse_safe[..., r0:r1, :]).exp_()  # P = exp(S - lse): (..., bq, bk)
+            do_i = grad_out[..., r0:r1, :]
+            dv[..., c0:c1, :] += probs.transpose(-2, -1) @ do_i  # (..., bk, bq) @ (..., bq, d_v)
+            dp = do_i @ v_j.transpose(-2, -1)  # (..., bq, d_v) @ (..., d_v, bk)
+            ds = probs.mul_(dp.sub_(delta[..., r0:r1, :]))  # dS = P * (dP - D), in P's memory
+            if dmask is not None:
+                tile = mask_tile(dmask, (r0, r1), (c0, c1))
+                tile += ds.sum_to_size(tile.shape)
+            dq[..., r0:r1, :] += (ds @ k_j) * scale  # (..., bq, bk) @ (..., bk, d)
+            dk[..., c0:c1, :] += (ds.transpose(-2, -1) @ q_i) * scale  # (..., bk, bq) @ (..., bq, d)
+    return dq, dk, dv, dmask
+
+
+class _FlashAttention(torch.autograd.Function):
+    """Saves Q, K, V, O and lse only; the backward recomputes every tile."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, attn_mask, causal_offset, scale, block_q, block_k):
+        output, lse = flash_forward(q, k, v, attn_mask, causal_offset, scale, block_q, block_k)
+        ctx.save_for_backward(q, k, v, output, lse, attn_mask)
+        ctx.settings = (causal_offset, scale, block_q, block_k)
+        ctx.mark_non_differentiable(lse)
+        return output, lse
+
+    @staticmethod
+    def backward(ctx, grad_out, _grad_lse):
+        q, k, v, output, lse, attn_mask = ctx.saved_tensors
+        causal_offset, scale, block_q, block_k = ctx.settings
+        mask_grad = attn_mask is not None and ctx.needs_input_grad[3]
+        dq, dk, dv, dmask = flash_backward(
+            grad_out.contiguous(), q, k, v, output, lse, attn_mask, causal_offset, scale, block_q, block_k, mask_grad
+        )
+        return dq, dk, dv, dmask, None, None, None, None
+
+
+def attention_probs_from_lse(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    lse: torch.Tensor,
+    rows=None,
+    heads=None,
+    attn_mask: torch.Tensor | None = None,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> torch.Tensor:
+    """Exact attention weights for chosen query rows and heads, from a fused pass's lse.
+
+    P_ij = exp(scale q_i . k_j + mask_ij - lse_i).   query (..., Hq, q_len, d), key (..., Hk, kv_len, d),
+    lse (..., Hq, q_len) -> (..., len(heads), len(rows), kv_len)
+
+    rows / heads: an index, a list of indices, or None for all. Only the chosen rows'
+    scores are computed, so looking at a few rows of a 100k-token sequence costs a few
+    100k-long vectors, not the whole matrix. Pass the same mask, is_causal, scale and
+    enable_gqa as the forward call. Rows that saw no key (lse = -inf) give zeros.
+    """
+    causal_offset, attn_mask = _causal_form(attn_mask, is_causal, query, key)
+    check_attention_inputs(query, key, key, attn_mask, 0.0, False, enable_gqa)
+    if lse.shape != query.shape[:-1]:
+        raise OptionError(f"lse must have the shape of the query without its last axis, {tuple(query.shape[:-1])}; got {tuple(lse.shape)}")
+    n_heads, q_len = query.shape[-3] if query.dim() >= 3 else 1, query.shape[-2]
+    row_index = _indices("rows", rows, q_len, query.device)
+    if query.dim() < 3:
+        if heads is not None:
+            raise OptionError("heads applies to inputs with a heads axis (..., heads, seq, d)")
+        head_index = None
+    else:
+        head_index = _indices("heads", heads, n_heads, query.device)
+    if enable_gqa:
+        key, _ = expand_kv_heads(key, key, n_heads)
+    if scale is None:
+        scale = 1.0 / math.sqrt(query.shape[-1])
+    query, key = _broadcast_leading(query, key, key)[:2]
+    lse = lse.expand(query.shape[:-1])
+    if head_index is not None:
+        query, key, lse = query[..., head_index, :, :], key[..., head_index, :, :], lse[..., head_index, :]
+    scores = (query[..., row_index, :] * scale) @ key.transpose(-2, -1)  # (..., heads, rows, kv_len)
+    if attn_mask is not None:
+        mask = attn_mask
+        if mask.dim() >= 3 and head_index is not None and mask.shape[-3] > 1:
+            mask = mask[..., head_index, :, :]
+        mask = mask[..., row_index, :] if mask.shape[-2] > 1 else mask
+        scores = scores.masked_fill(~mask, NEG_INF) if mask.dtype == torch.bool else scores + mask.to(scores.dtype)
+    if causal_offset is not None:
+        visible = torch.arange(key.shape[-2], device=key.device)[None, :] <= row_index[:, None] + causal_offset
+        scores = scores.masked_fill(~visible, NEG_INF)
+    chosen_lse = lse[..., row_index, None]  # (..., heads, rows, 1)
+    chosen_lse = torch.where(chosen_lse == NEG_INF, torch.full_like(chosen_lse, float("inf")), chosen_lse)
+    return torch.exp(scores - chosen_lse)
+
+
+def _indices(name: str, value, count: int, device) -> torch.Tensor:
+    """None, an int, or a sequence of ints in [0, count) -> a 1-D long tensor (negative counts from the end)."""
+    if value is None:
+        return torch.arange(count, device=device)
+    values = [value] if isinstance(value, int) and not isinstance(value, bool) else value
+    try:
+        index = torch.as_tensor(values, device=device)
+    except (TypeError, ValueError, RuntimeError):
+        raise OptionError(f"{name} must be an index or a list of indices, got {value!r}") from None
+    if index.dim() != 1 or index.dtype in (torch.bool,) or index.is_floating_point() or index.is_complex():
+        raise OptionError(f"{name} must be an index or a list of indices, got {value!r}")
+    if len(index) and (int(index.min()) < -count or int(index.max()) >= count):
+        raise OptionError(f"{name} must be from 0 to {count - 1} (or negative from the end), got {value!r}")
+    return index % count if count else index

@@ -1,0 +1,84 @@
+"""The online softmax: softmax(s) V over key blocks, one block at a time, exactly.
+
+Split the keys of a query row into blocks. After the blocks seen so far, keep three
+numbers per row (two scalars and one vector):
+
+    m    the largest score so far
+    l    sum_j exp(s_j - m) over the keys so far
+    acc  sum_j exp(s_j - m) v_j over the keys so far
+
+A new block with scores s_B and values V_B updates them:
+
+    m'   = max(m, max s_B)
+    r    = exp(m - m')                          the old terms were relative to m: rescale them
+    l'   = r l + sum_j exp(s_Bj - m')
+    acc' = r acc + exp(s_B - m') V_B
+
+At the end, softmax(s) V = acc / l and the log-sum-exp of the row is m + log l. Nothing
+is approximated: r turns every earlier term exp(s_j - m) into exp(s_j - m') exactly,
+so the result is the plain softmax's, only summed in another order. This is the heart of
+FlashAttention (Dao et al., 2022; Milakov and Gimelshein, 2018 for the softmax alone).
+
+Rows whose keys are all masked so far have m = -inf; the shift then uses 0 instead, so
+no -inf - (-inf) appears, their l stays 0, and they finish as a zero output with lse = -inf.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+NEG_INF = float("-inf")
+
+
+class OnlineSoftmaxState(NamedTuple):
+    """The running numbers of every query row of a block.   m, l: (..., rows, 1); acc: (..., rows, d_v)"""
+
+    m: torch.Tensor
+    l: torch.Tensor  # noqa: E741 - the papers' name
+    acc: torch.Tensor
+
+
+class BlockUpdate(NamedTuple):
+    """What one key block did, for the step-by-step explanation."""
+
+    block_max: torch.Tensor  # (..., rows, 1): max s_B
+    rescale: torch.Tensor  # (..., rows, 1): r = exp(m - m')
+    exp: torch.Tensor  # (..., rows, block): exp(s_B - m')
+    state: OnlineSoftmaxState  # after the block
+
+
+def online_softmax_start(rows_shape: tuple[int, ...], d_v: int, like: torch.Tensor) -> OnlineSoftmaxState:
+    """m = -inf, l = 0, acc = 0 for rows of shape (..., rows).   -> state"""
+    m = torch.full((*rows_shape, 1), NEG_INF, dtype=like.dtype, device=like.device)
+    l = torch.zeros((*rows_shape, 1), dtype=like.dtype, device=like.device)  # noqa: E741
+    acc = torch.zeros((*rows_shape, d_v), dtype=like.dtype, device=like.device)
+    return OnlineSoftmaxState(m, l, acc)
+
+
+def online_softmax_update(state: OnlineSoftmaxState, scores: torch.Tensor, values: torch.Tensor) -> BlockUpdate:
+    """Fold one key block into the state.   scores (..., rows, block) (overwritten), values (..., block, d_v)
+
+    ``scores`` becomes exp(s_B - m') in place: the caller hands over a fresh score block
+    and need not keep it. Masked keys carry -inf and contribute exp(-inf) = 0.
+    """
+    block_max = scores.amax(dim=-1, keepdim=True)  # (..., rows, 1)
+    m_new = torch.maximum(state.m, block_max)
+    shift = m_new.masked_fill(m_new == NEG_INF, 0.0)  # rows with no visible key yet: any finite shift works
+    exp = scores.sub_(shift).exp_()  # (..., rows, block)
+    rescale = torch.exp(state.m - shift)  # exp(-inf) = 0 the first time
+    l_new = torch.addcmul(exp.sum(dim=-1, keepdim=True), rescale, state.l)  # r l + sum exp
+    acc_new = torch.addcmul(exp @ values, rescale, state.acc)  # r acc + exp V_B: (..., rows, d_v)
+    return BlockUpdate(block_max, rescale, exp, OnlineSoftmaxState(m_new, l_new, acc_new))
+
+
+def online_softmax_finish(state: OnlineSoftmaxState) -> tuple[torch.Tensor, torch.Tensor]:
+    """(acc / l, m + log l).   -> output (..., rows, d_v), lse (..., rows)
+
+    A row that saw no key (l = 0) gives a zero output and lse = -inf.
+    """
+    seen = state.l > 0
+    output = state.acc / torch.where(seen, state.l, torch.ones_like(state.l))
+    lse = torch.where(seen, state.m + torch.log(state.l), torch.full_like(state.l, NEG_INF))
+    return output, lse[..., 0]
