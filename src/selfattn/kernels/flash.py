@@ -35,6 +35,7 @@ from selfattn.kernels.online_softmax import (
     online_softmax_finish,
     online_softmax_start,
     online_softmax_update,
+    online_sum_update,
 )
 
 # Default tile sizes, measured on this project's 2-core CPU (bench/attention.py, N = 1k-16k,
@@ -129,10 +130,20 @@ def key_blocks(row_start: int, row_end: int, kv_len: int, block_k: int, causal_o
     return blocks
 
 
-def score_tile(q_scaled, key, attn_mask, causal_offset, rows: tuple[int, int], cols: tuple[int, int]) -> torch.Tensor:
-    """S = scale Q_i K_j^T plus the mask's tile (-inf where hidden).   -> (..., bq, bk), a fresh tensor"""
+def score_tile(
+    q_scaled, key, attn_mask, causal_offset, rows: tuple[int, int], cols: tuple[int, int], out: TileBuffer | None = None
+) -> torch.Tensor:
+    """S = scale Q_i K_j^T plus the mask's tile (-inf where hidden).   -> (..., bq, bk)
+
+    A fresh tensor, or a view of ``out``'s memory (valid until the next tile).
+    """
     (r0, r1), (c0, c1) = rows, cols
-    scores = q_scaled @ key[..., c0:c1, :].transpose(-2, -1)  # (..., bq, d) @ (..., d, bk) -> (..., bq, bk)
+    keys_t = key[..., c0:c1, :].transpose(-2, -1)  # (..., d, bk)
+    if out is None:
+        scores = q_scaled @ keys_t  # (..., bq, d) @ (..., d, bk) -> (..., bq, bk)
+    else:
+        shape = (*torch.broadcast_shapes(q_scaled.shape[:-2], keys_t.shape[:-2]), q_scaled.shape[-2], c1 - c0)
+        scores = torch.matmul(q_scaled, keys_t, out=out.get(shape, q_scaled))
     if attn_mask is not None:
         tile = mask_tile(attn_mask, rows, cols)
         if tile.dtype == torch.bool:
@@ -160,19 +171,67 @@ def causal_tile(rows: tuple[int, int], cols: tuple[int, int], offset: int, devic
 
 
 def flash_forward(q, k, v, attn_mask, causal_offset, scale: float, block_q: int, block_k: int):
-    """The tiled forward pass.   -> O (..., q_len, d_v), lse (..., q_len)"""
+    """The tiled forward pass.   -> O (..., q_len, d_v), lse (..., q_len)
+
+    When every score is provably small enough for exp (``exp_is_bounded``), the running
+    max is not needed and each tile is folded with ``online_sum_update`` (two passes over
+    the tile fewer); otherwise with the full online softmax. Both are exact.
+    """
     q_len, d_v = q.shape[-2], v.shape[-1]
     output = q.new_empty((*q.shape[:-1], d_v))
     lse = q.new_empty(q.shape[:-1])
+    bounded = exp_is_bounded(q, k, scale, attn_mask)
+    buffer = TileBuffer()
     for r0 in range(0, q_len, block_q):
         r1 = min(r0 + block_q, q_len)
         q_scaled = q[..., r0:r1, :] * scale  # (..., bq, d): scaled once per row block
         state = online_softmax_start(q_scaled.shape[:-1], d_v, q)
+        if bounded:
+            state = state._replace(m=torch.zeros_like(state.m))
         for c0, c1, _ in key_blocks(r0, r1, k.shape[-2], block_k, causal_offset):
-            scores = score_tile(q_scaled, k, attn_mask, causal_offset, (r0, r1), (c0, c1))
-            state = online_softmax_update(state, scores, v[..., c0:c1, :]).state
+            scores = score_tile(q_scaled, k, attn_mask, causal_offset, (r0, r1), (c0, c1), out=buffer)
+            if bounded:
+                state = online_sum_update(state, scores, v[..., c0:c1, :])
+            else:
+                state = online_softmax_update(state, scores, v[..., c0:c1, :]).state
         output[..., r0:r1, :], lse[..., r0:r1] = online_softmax_finish(state)
     return output, lse
+
+
+# exp overflows float32 at 88.7 and float64 at 709.8; a margin of 8 leaves room for the
+# row sums (up to kv_len terms, checked separately) and keeps exp(-bound) a normal number.
+EXP_MARGIN = 8.0
+
+
+def exp_is_bounded(q: torch.Tensor, k: torch.Tensor, scale: float, attn_mask: torch.Tensor | None) -> bool:
+    """Whether every finite score s = scale q.k (+ mask) satisfies |s| + log(kv_len) < log(max float) - 8.
+
+    Cauchy-Schwarz: |scale q_i . k_j| <= |scale| max_i |q_i| max_j |k_j|. A bool mask adds
+    only -inf; a float mask adds its own largest and smallest finite values (one pass over
+    it). Then exp of any score, and any row sum, stays a normal finite number.
+    """
+    if not q.numel() or not k.numel():
+        return False
+    bound = abs(scale) * float(torch.linalg.vector_norm(q, dim=-1).amax()) * float(torch.linalg.vector_norm(k, dim=-1).amax())
+    if attn_mask is not None and attn_mask.dtype != torch.bool:
+        finite = attn_mask[torch.isfinite(attn_mask)]
+        if finite.numel():
+            bound += float(finite.abs().amax())
+    return bound + math.log(k.shape[-2]) < math.log(torch.finfo(q.dtype).max) - EXP_MARGIN
+
+
+class TileBuffer:
+    """One block of memory reused for every score tile of a call: a fresh multi-megabyte
+    tile per step costs page faults, which showed up as a large part of the matmul time."""
+
+    def __init__(self) -> None:
+        self.flat: torch.Tensor | None = None
+
+    def get(self, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+        size = math.prod(shape)
+        if self.flat is None or self.flat.numel() < size or self.flat.dtype != like.dtype:
+            self.flat = torch.empty(size, dtype=like.dtype, device=like.device)
+        return self.flat[:size].view(shape)
 
 
 def flash_backward(grad_out, q, k, v, output, lse, attn_mask, causal_offset, scale, block_q, block_k, mask_grad: bool):
@@ -185,6 +244,7 @@ def flash_backward(grad_out, q, k, v, output, lse, attn_mask, causal_offset, sca
     delta = (grad_out * output).sum(dim=-1, keepdim=True)  # D = rowsum(dO * O): (..., q_len, 1)
     # exp(S - lse) with lse = +inf for rows that see nothing: their P is 0, not exp(-inf + inf).
     lse_safe = torch.where(lse == NEG_INF, torch.full_like(lse, float("inf")), lse)[..., None]  # (..., q_len, 1)
+    probs_buffer, dp_buffer = TileBuffer(), TileBuffer()
     for c0 in range(0, kv_len, block_k):
         c1 = min(c0 + block_k, kv_len)
         k_j, v_j = k[..., c0:c1, :], v[..., c0:c1, :]
@@ -192,11 +252,11 @@ def flash_backward(grad_out, q, k, v, output, lse, attn_mask, causal_offset, sca
         for r0 in range(first_row - first_row % block_q, q_len, block_q):
             r1 = min(r0 + block_q, q_len)
             q_i = q[..., r0:r1, :]
-            probs = score_tile(q_i * scale, k, attn_mask, causal_offset, (r0, r1), (c0, c1))
+            probs = score_tile(q_i * scale, k, attn_mask, causal_offset, (r0, r1), (c0, c1), out=probs_buffer)
             probs = probs.sub_(lse_safe[..., r0:r1, :]).exp_()  # P = exp(S - lse): (..., bq, bk)
             do_i = grad_out[..., r0:r1, :]
             dv[..., c0:c1, :] += probs.transpose(-2, -1) @ do_i  # (..., bk, bq) @ (..., bq, d_v)
-            dp = do_i @ v_j.transpose(-2, -1)  # (..., bq, d_v) @ (..., d_v, bk)
+            dp = torch.matmul(do_i, v_j.transpose(-2, -1), out=dp_buffer.get(probs.shape, probs))  # (..., bq, bk)
             ds = probs.mul_(dp.sub_(delta[..., r0:r1, :]))  # dS = P * (dP - D), in P's memory
             if dmask is not None:
                 tile = mask_tile(dmask, (r0, r1), (c0, c1))
