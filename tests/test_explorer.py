@@ -449,3 +449,54 @@ def test_recorder_sees_requests_errors_and_dialogs(page):
     assert "logged" in page.console_errors
     with pytest.raises(AssertionError):
         page.assert_quiet()
+
+
+# ---- the flash variant: the online softmax's blocks in the step panel -------------------
+
+FLASH_ROW_JS = """rows => rows.map(r => ({
+    block: r.dataset.block,
+    cells: Object.fromEntries([...r.querySelectorAll("td[data-col]")].map(td => [td.dataset.col, td.textContent])),
+    acc: [...r.querySelectorAll('.vector[data-col="flash_acc"] > span')].map(s => s.textContent)}))"""
+
+
+@pytest.mark.parametrize("block_size, query, precision", [(2, 3, 4), (1, 2, 3), (3, 5, 5)])
+def test_flash_page_shows_the_blocks_of_explain(page, block_size, query, precision):
+    trace = build_trace(config("flash", block_size=block_size))
+    page.load(explorer_html(trace, precision))
+    page.wait_for_selector('#head-view[data-query="1"]', state="attached")
+    click_query(page, query)
+    ref = explain_json(config("flash", block_size=block_size, query=query))
+    flash = ref["flash"]
+    rows = page.eval_on_selector_all("#flash-table tbody tr", FLASH_ROW_JS)
+    assert len(rows) == len(flash["blocks"]) == -(-len(ref["tokens"]) // block_size)
+    for b, (row, block) in enumerate(zip(rows, flash["blocks"])):
+        assert row["block"] == str(b)
+        assert row["cells"] == {
+            "flash_keys": ", ".join(block["tokens"]),
+            "flash_block_max": fmt(block["block_max"], precision),
+            "flash_m": fmt(block["m_after"], precision),
+            "flash_r": fmt(block["rescale"], precision),
+            "flash_l": fmt(block["l_after"], precision),
+        }
+        assert row["acc"] == fmt_all(block["acc_after"], precision)
+    assert cells(page, "flash_output") == fmt_all(flash["output"][query], precision)
+    assert cells(page, "flash_plain_output") == fmt_all(flash["plain_output"][query], precision)
+    assert cells(page, "flash_lse") == [fmt(flash["lse"][query], precision)]
+    assert cells(page, "from_lse") == fmt_all(flash["weights_from_lse"][query], precision)
+    assert cells(page, "weight") == fmt_all(ref["query"]["weights"], precision)
+    assert cells(page, "output") == fmt_all(ref["context"][query], precision)
+    assert "scaled" not in header_columns(page)  # the seed's unscaled scores
+    page.assert_quiet()
+
+
+def test_flash_page_leaves_out_blocks_too_big_to_embed(page):
+    cfg = ExplainConfig(sentence=" ".join(f"w{i}" for i in range(300)), embed="random", dim=3, variant="flash",
+                        block_size=1, format="html")
+    data = explorer_data(build_trace(cfg))
+    assert data["flash"]["blocks"] is None and len(data["flash"]["lse"]) == 300
+    page.load(render_explorer(data))
+    page.wait_for_selector('#head-view[data-query="1"]', state="attached")
+    assert page.is_visible("#flash-left-out")
+    assert page.query_selector("#flash-table") is None
+    assert cells(page, "flash_lse") == [fmt(data["flash"]["lse"][1], 4)]
+    page.assert_quiet()

@@ -32,6 +32,7 @@ EXPLAIN_EXAMPLES = """examples:
   selfattn explain --variant scaled             divide the scores by sqrt(d)
   selfattn explain --variant causal --d-k 2     Q/K/V projections and a causal mask
   selfattn explain --variant gqa --heads 4 --kv-heads 2 --positional rope
+  selfattn explain --variant flash --block-size 2   the online softmax, key block by key block
   selfattn explain --model all-MiniLM-L6-v2 --layer 2 --head 5 --query cat
                                                 a real pretrained model's head
 """
@@ -199,11 +200,13 @@ def add_input_options(command: argparse.ArgumentParser) -> None:
         default="simple",
         metavar="NAME",
         help="simple | scaled (divide by sqrt(d)) | qkv (learned projections) | causal (+ mask) | "
-        "multihead (+ heads, output projection) | gqa (query heads share key/value heads)",
+        "multihead (+ heads, output projection) | gqa (query heads share key/value heads) | "
+        "flash (the seed's attention, keys folded in block by block with the online softmax)",
     )
     variant.add_argument("--heads", type=int, metavar="H", help="query heads for multihead (default 2) and gqa (default 4)")
     variant.add_argument("--kv-heads", type=int, metavar="K", help="key/value heads for gqa (default heads / 2)")
     variant.add_argument("--d-k", type=int, metavar="D", help="width of each head's queries and keys (default d / heads, at least 2)")
+    variant.add_argument("--block-size", type=int, metavar="N", help="keys per block for flash, 1 or more (default 2)")
     variant.add_argument(
         "--positional",
         default="none",
@@ -238,6 +241,7 @@ def config_from_args(args: argparse.Namespace, output_format: str):
         kv_heads=args.kv_heads,
         d_k=args.d_k,
         positional=args.positional,
+        block_size=args.block_size,
         model=args.model,
         # With a model the layer and head pick what to trace. plot and view also use them for
         # the variants (passed on their own); explain refuses them without a model.

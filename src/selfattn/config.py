@@ -44,6 +44,7 @@ class ExplainConfig:
     kv_heads: int | None = None  # key/value heads (gqa)
     d_k: int | None = None  # width of each head's queries and keys (variants with projections)
     positional: str = "none"
+    block_size: int | None = None  # keys per block (flash; default 2)
     model: str | None = None  # a pretrained model (all-MiniLM-L6-v2) instead of the variants
     layer: int | None = None  # with model: the layer to explain, from 0 (default 0)
     head: int | None = None  # with model: the head to explain, from 0 (default 0)
@@ -58,7 +59,7 @@ class ExplainConfig:
         if self.layer is not None or self.head is not None:
             raise OptionError("--layer and --head choose a layer and head of a pretrained model: add --model all-MiniLM-L6-v2")
         check_embedding_options(self.embed, self.embeddings, self.dim, self.seed)
-        check_variant_options(self.variant, self.heads, self.kv_heads, self.d_k, self.positional)
+        check_variant_options(self.variant, self.heads, self.kv_heads, self.d_k, self.positional, self.block_size)
 
     @property
     def tokens(self) -> list[str]:
@@ -121,6 +122,7 @@ def build_trace(config: ExplainConfig) -> Trace | VariantTrace | ModelTrace:
         positional=config.positional,
         seed=config.seed,
         source=source,
+        block_size=config.block_size,
     )
 
 
@@ -130,7 +132,7 @@ def check_model_options(config: ExplainConfig) -> None:
 
     model_spec(config.model)  # an unknown name fails here, before anything loads
     defaults = {"embeddings": None, "embed": "auto", "dim": None, "seed": 0, "variant": "simple", "heads": None,
-                "kv_heads": None, "d_k": None, "positional": "none"}
+                "kv_heads": None, "d_k": None, "positional": "none", "block_size": None}
     for field, default in defaults.items():
         if getattr(config, field) != default:
             flag = "--" + field.replace("_", "-")
@@ -142,7 +144,7 @@ def check_model_options(config: ExplainConfig) -> None:
             raise OptionError(f"{flag} must be an integer from 0, got {value!r}")
 
 
-def check_variant_options(variant: str, heads, kv_heads, d_k, positional: str) -> None:
+def check_variant_options(variant: str, heads, kv_heads, d_k, positional: str, block_size=None) -> None:
     """Each option must exist, be in range, and belong to the chosen variant."""
     if variant not in VARIANTS:
         raise OptionError(f"unknown variant {variant!r}: choose one of {', '.join(VARIANTS)}")
@@ -160,6 +162,11 @@ def check_variant_options(variant: str, heads, kv_heads, d_k, positional: str) -
             f"--d-k applies to the variants with projections ({', '.join(PROJECTED)}); "
             f"in {variant} the keys are the embeddings themselves"
         )
+    if block_size is not None:
+        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+            raise OptionError(f"--block-size must be a positive integer, got {block_size!r}")
+        if variant != "flash":
+            raise OptionError(f"--block-size applies to --variant flash, not {variant}")
     if variant == "gqa":
         n_heads, n_kv = default_heads(variant, heads, kv_heads)
         if n_kv > n_heads or n_heads % n_kv:

@@ -8,10 +8,11 @@ The variants grow the seed step by step (each adds one idea):
     causal     ... + mask: no token sees a later one   + causal mask
     multihead  H heads side by side, concat, W_o       + heads
     gqa        H query heads share K key/value heads   + grouped-query attention
+    flash      the seed, keys folded in block by block  online softmax (FlashAttention)
 
-All the arithmetic goes through ``attention_steps`` and ``MultiHeadAttention.steps``;
-this module only chooses inputs and records what comes back. Projection weights are
-seeded and untrained.
+All the arithmetic goes through ``attention_steps`` and ``MultiHeadAttention.steps``
+(and, for flash, the kernel's pieces in ``flash_trace``); this module only chooses
+inputs and records what comes back. Projection weights are seeded and untrained.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import torch
 
 from selfattn.attention.functional import attention_steps
 from selfattn.attention.modules import MultiHeadAttention
+from selfattn.flash_trace import DEFAULT_BLOCK_SIZE, FlashTrace, trace_flash
 from selfattn.masks import causal_mask, combine_masks
 from selfattn.pipeline.embeddings import EmbeddingSource
 from selfattn.pipeline.steps import attention_scores
@@ -31,7 +33,8 @@ from selfattn.positional import LearnedPositionalEmbedding, alibi_bias, alibi_sl
 from selfattn.positional import sinusoidal_encoding
 from selfattn.trace import check_dot_products
 
-VARIANTS = ("simple", "scaled", "qkv", "causal", "multihead", "gqa")
+VARIANTS = ("simple", "scaled", "qkv", "causal", "multihead", "gqa", "flash")
+UNSCALED = ("simple", "flash")  # the seed's raw dot products, no 1/sqrt(d)
 PROJECTED = ("qkv", "causal", "multihead", "gqa")  # variants with learned Q/K/V projections
 MULTI_HEAD = ("multihead", "gqa")
 DEFAULT_HEADS = {"multihead": 2, "gqa": 4}
@@ -78,6 +81,7 @@ class VariantTrace:
     w_o: torch.Tensor | None  # (H d_v, d): output = concat W_o
     output: torch.Tensor  # (n, d_out): the new vector of every token
     query_index: int
+    flash: FlashTrace | None = None  # the flash variant's block-by-block online softmax
 
     @property
     def query_token(self) -> str:
@@ -86,6 +90,11 @@ class VariantTrace:
     @property
     def projected(self) -> bool:
         return self.w_q is not None
+
+    @property
+    def scaled(self) -> bool:
+        """Whether the scores were divided by sqrt(d_k) (every variant but the seed's own scores)."""
+        return self.variant not in UNSCALED
 
     def _repr_html_(self) -> str:
         """Jupyter shows a trace as the interactive explorer; the one place core reaches up to viz."""
@@ -126,8 +135,12 @@ def trace_variant(
     positional: str = "none",
     seed: int = 0,
     source: EmbeddingSource | None = None,
+    block_size: int | None = None,
 ) -> VariantTrace:
-    """Run ``variant`` on X (n, d) and record every step. Options are validated by ExplainConfig."""
+    """Run ``variant`` on X (n, d) and record every step. Options are validated by ExplainConfig.
+
+    block_size: keys per block for the flash variant (default 2).
+    """
     x = embeddings.detach()
     n, d = x.shape
     q_index = find_query(tokens, query)
@@ -162,13 +175,17 @@ def trace_variant(
         # The seed's own form: queries, keys and values are X itself.
         heads = kv_heads = 1
         d_k = d
-        scale = 1.0 if variant == "simple" else 1.0 / math.sqrt(d)
+        scale = 1.0 if variant in UNSCALED else 1.0 / math.sqrt(d)
         q_plain = k_plain = v = inputs[None]  # (1, n, d)
         q = k = apply_rope(q_plain) if positional == "rope" else q_plain
         mask = combine_masks(causal, _alibi(positional, 1, n, x.dtype), dtype=x.dtype)
         attention = attention_steps(q, k, v, attn_mask=mask, scale=scale)
         w_q = w_k = w_v = w_o = concat = None
         output = attention.output[0]  # (n, d)
+    flash = None
+    if variant == "flash":
+        flash = trace_flash(q, k, v, mask, block_size=DEFAULT_BLOCK_SIZE if block_size is None else block_size, scale=scale)
+        output = flash.output  # flash_attention's result; the plain softmax's stays in head_outputs
 
     unscaled = attention_steps(q, k, v, attn_mask=mask, scale=1.0, enable_gqa=heads != kv_heads)
     softmax = attention.softmax
@@ -210,6 +227,7 @@ def trace_variant(
         w_o=w_o,
         output=output,
         query_index=q_index,
+        flash=flash,
     )
 
 

@@ -37,7 +37,7 @@ def variant_to_dict(t: VariantTrace) -> dict[str, Any]:
             "k": t.k,
             "v": t.v,
         }
-    if t.variant != "simple":
+    if t.scaled:
         out["scaling"] = {
             "d_k": t.d_k,
             "sqrt_d_k": t.d_k**0.5,
@@ -79,6 +79,8 @@ def variant_to_dict(t: VariantTrace) -> dict[str, Any]:
             "w_o": t.w_o,
             "output": t.output,
         }
+    if t.flash is not None:
+        out["flash"] = _flash(t)
     out["query"] = {
         "index": qi,
         "math_index": qi + 1,
@@ -98,6 +100,44 @@ def variant_to_dict(t: VariantTrace) -> dict[str, Any]:
     out["row_sums"] = per_head(t.weights.sum(-1))
     out["context"] = t.output
     return plain(out)
+
+
+def _flash(t: VariantTrace) -> dict[str, Any]:
+    """The online softmax of the query's row, block by block, and the whole result against the plain softmax."""
+    f, qi = t.flash, t.query_index
+    blocks = [
+        {
+            "start": b.start,
+            "end": b.end,
+            "tokens": t.tokens[b.start : b.end],
+            "scores": b.scores[qi],
+            "block_max": b.block_max[qi],
+            "m_before": b.m_before[qi],
+            "m_after": b.m_after[qi],
+            "rescale": b.rescale[qi],
+            "exp": b.exp[qi],
+            "exp_sum": b.exp_sum[qi],
+            "l_before": b.l_before[qi],
+            "l_after": b.l_after[qi],
+            "acc_before": b.acc_before[qi],
+            "acc_after": b.acc_after[qi],
+        }
+        for b in f.blocks
+    ]
+    return {
+        "block_size": f.block_size,
+        "scale": f.scale,
+        "query_index": qi,
+        "blocks": blocks,
+        "online_output": f.online_output,
+        "online_lse": f.online_lse,
+        "output": f.output,
+        "plain_output": f.plain_output,
+        "max_difference": f.max_difference,
+        "lse": f.lse,
+        "weights_from_lse": f.weights_from_lse,
+        "weights_max_difference": f.weights_max_difference,
+    }
 
 
 def _positional(t: VariantTrace) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from selfattn.explain.document import (
     fmt_vector,
     vector_cells,
 )
+from selfattn.explain.flash_walkthrough import flash_steps
 from selfattn.explain.walkthrough import embeddings_step, tokens_step
 from selfattn.variant_trace import MULTI_HEAD, VariantTrace
 
@@ -39,6 +40,7 @@ INTRO = {
     "causal": "Q/K/V attention where no token may look at a token after it",
     "multihead": "several Q/K/V heads side by side, concatenated and mixed by an output projection",
     "gqa": "grouped-query attention: many query heads share fewer key/value heads",
+    "flash": "the seed's attention computed as flash attention does, reading the keys one block at a time",
 }
 
 
@@ -68,6 +70,8 @@ def variant_walkthrough(t: VariantTrace, precision: int = 4) -> Document:
     for h in range(t.n_heads):
         _head(doc, t, p, step, h)
     step += 1
+    if t.flash is not None:
+        step = flash_steps(doc, t, p, step)
     _output(doc, t, p, step)
     return doc
 
@@ -197,7 +201,7 @@ def _head(doc: Document, t: VariantTrace, p: int, step: int, h: int) -> None:
             f"Then each score is divided by √d_k = √{t.d_k} = {fmt(math.sqrt(t.d_k), p)}. A dot product of d_k "
             "terms grows with d_k, and large scores push softmax towards one token taking all the weight, where "
             "its gradients vanish. Dividing by √d_k keeps the spread of the scores near 1 whatever the width."
-            if t.variant != "simple"
+            if t.scaled
             else "The seed does not scale the scores."
         )
         doc.add(Paragraph(f"The score of token j is {what}. {scaled}"))
@@ -212,17 +216,17 @@ def _head(doc: Document, t: VariantTrace, p: int, step: int, h: int) -> None:
         ]
         doc.add(Lines(lines))
     columns, headers = [t.scores_unscaled[h, q]], ["q·k" if t.projected else "x_q·x_j"]
-    if t.variant != "simple":
+    if t.scaled:
         columns.append(t.scores[h, q])
         headers.append(f"÷ √{t.d_k}")
     if t.mask is not None or t.alibi_bias is not None:
         columns.append(t.masked_scores[h, q])
         headers.append("+ mask" if t.alibi_bias is None else "+ bias" if t.mask is None else "+ bias, mask")
-    columns += [t.exp[h, q]] + ([t.weights_unscaled[h, q]] if t.variant != "simple" else []) + [t.weights[h, q]]
-    headers += ["exp(s - m)"] + (["α unscaled"] if t.variant != "simple" else []) + ["α"]
+    columns += [t.exp[h, q]] + ([t.weights_unscaled[h, q]] if t.scaled else []) + [t.weights[h, q]]
+    headers += ["exp(s - m)"] + (["α unscaled"] if t.scaled else []) + ["α"]
     doc.add(Table(["token"] + headers, _rows(t, p, columns), highlight_row=q))
     lines = [f"m = {fmt(t.row_max[h, q], p)}   sum of exp(s - m) = {fmt(t.exp_sum[h, q], p)}   sum of α = {fmt(t.weights[h, q].sum(), p)}"]
-    if t.variant != "simple":
+    if t.scaled:
         lines.append(
             f"largest weight: {fmt(t.weights_unscaled[h, q].max(), p)} unscaled, {fmt(t.weights[h, q].max(), p)} scaled; "
             f"entropy {_entropy(t.weights_unscaled[h, q]):.3f} vs {_entropy(t.weights[h, q]):.3f} nats "
@@ -230,7 +234,7 @@ def _head(doc: Document, t: VariantTrace, p: int, step: int, h: int) -> None:
         )
     lines.append(f"head output z = Σ α_j v_j = {fmt_vector(t.head_outputs[h, q].tolist(), p)}")
     doc.add(Lines(lines))
-    if t.variant != "simple" and h == 0:
+    if t.scaled and h == 0:
         doc.add(Paragraph(_scaling_effect(t, q)))
     order = sorted(range(n), key=lambda j: -float(t.weights[h, q, j]))
     top = ", ".join(f"'{_label(t, j)}' {100 * float(t.weights[h, q, j]):.{max(p - 2, 0)}f}%" for j in order[:3])

@@ -47,13 +47,28 @@ EXPLORER_DATA_DOC = """
           "context": [[num]]        this head's output for every query
       }}]}],
   "selected": {"layer": int, "head": int},   indexes into layers and that layer's heads
-  "steps_note": str                 optional: what the page says where a head has no steps
+  "steps_note": str,                optional: what the page says where a head has no steps
+  "flash": {                        optional: the flash variant's online softmax
+    "block_size": int,
+    "acc_width": int,               the full width of acc; each acc below holds its first
+                                    FLASH_ACC_SHOWN numbers when it is wider
+    "blocks": null | [{             one per key block, in order (null when too big to embed)
+        "start": int, "end": int,   the block's keys: tokens[start:end]
+        "block_max": [num],         per query row: the block's largest score
+        "m": [num], "rescale": [num], "l": [num],   per query row, after the block
+        "acc": [[num]]}],           per query row, after the block
+    "output": [[num]],              n x d_v: flash_attention's output (acc / l)
+    "plain_output": [[num]],        n x d_v: the plain softmax's output
+    "lse": [num],                   per query row: m + log l
+    "weights_from_lse": [[num]]     n x n: exp(s - lse)
+  }
 }
 A pretrained model's page (``model_data``) holds every layer's heads when they fit the
 size budget, else only the selected layer or head; the names say which ones they are.
 """
 
 STEP_NUMBER_BUDGET = 400_000  # step numbers embedded for every head below this; else for the selected head only
+FLASH_ACC_SHOWN = 8  # components of each running acc vector in the page
 
 
 def rounded(value: Any, precision: int) -> Any:
@@ -131,7 +146,7 @@ def _from_variant(t: VariantTrace) -> dict[str, Any]:
     heads = []
     for h, g in enumerate(t.kv_head_of):
         name = f"head {h}" + (f" (kv {g})" if t.n_kv_heads != t.n_heads else "")
-        scaled = t.variant != "simple"
+        scaled = t.scaled
         steps = {
             "score_label": "q · k" if t.projected else "x_q · x_j",
             "scale": t.scale if scaled else None,
@@ -151,7 +166,9 @@ def _from_variant(t: VariantTrace) -> dict[str, Any]:
         extras.append(f"untrained projections, seed {t.seed}")
     if t.variant in MULTI_HEAD:
         extras.append(f"{t.n_heads} query heads, {t.n_kv_heads} key/value heads, d_k = {t.d_k}")
-    return {
+    if t.flash is not None:
+        extras.append(f"the seed's unscaled scores, keys folded in {t.flash.block_size} at a time by the online softmax")
+    data = {
         "variant": t.variant,
         "description": f"Variant '{t.variant}'" + (f" ({'; '.join(extras)})" if extras else "") + ".",
         "tokens": t.tokens,
@@ -160,4 +177,37 @@ def _from_variant(t: VariantTrace) -> dict[str, Any]:
         "output": t.output,
         "mask": t.mask,
         "layers": [{"name": "layer 0", "heads": heads}],
+    }
+    if t.flash is not None:
+        data["flash"] = _flash(t)
+    return data
+
+
+def _flash(t: VariantTrace) -> dict[str, Any]:
+    """The running numbers after every key block, for every query row (see EXPLORER_DATA_DOC)."""
+    f = t.flash
+    n, width = len(t.tokens), f.output.shape[-1]
+    shown = min(width, FLASH_ACC_SHOWN)
+    blocks = [
+        {
+            "start": b.start,
+            "end": b.end,
+            "block_max": b.block_max,
+            "m": b.m_after,
+            "rescale": b.rescale,
+            "l": b.l_after,
+            "acc": b.acc_after[:, :shown],
+        }
+        for b in f.blocks
+    ]
+    if len(blocks) * n * (4 + shown) > STEP_NUMBER_BUDGET:
+        blocks = None
+    return {
+        "block_size": f.block_size,
+        "acc_width": width,
+        "blocks": blocks,
+        "output": f.output,
+        "plain_output": f.plain_output,
+        "lse": f.lse,
+        "weights_from_lse": f.weights_from_lse,
     }

@@ -338,6 +338,9 @@
       );
     }
     columns.push({ key: "weight", label: "weight", values: head.weights[i] });
+    if (data.flash) {
+      columns.push({ key: "from_lse", label: "exp(s − lse)", values: data.flash.weights_from_lse[i] });
+    }
 
     const table = html("table", { id: "step-table" });
     const headRow = html("tr");
@@ -377,7 +380,61 @@
       summaryRow(summary, label + cut, vector(outputs[i], "output"));
     }
     parts.push(summary);
+    if (data.flash) parts.push(flashSection(data.flash, i));
     panel.replaceChildren(...parts);
+  }
+
+  // The flash variant: the running numbers of query i after each key block, as the data
+  // gives them (the online softmax ran in Python; nothing is recomputed here).
+  function flashSection(flash, i) {
+    const section = html("section", { id: "flash-steps" });
+    section.append(html("h3", {}, `Online softmax, keys in blocks of ${flash.block_size}`));
+    section.append(
+      html("p", { class: "note" }, "The running max m, sum l and acc after each block; r = exp(m before − m after) rescales what was summed before.")
+    );
+    if (!flash.blocks) {
+      section.append(
+        html(
+          "p",
+          { class: "note", id: "flash-left-out" },
+          "The block-by-block numbers were left out to keep the page small; " +
+            "selfattn explain --variant flash --query TOKEN prints them for one query."
+        )
+      );
+    } else {
+      const shown = flash.blocks.length ? flash.blocks[0].acc[i].length : 0;
+      const cut = flash.acc_width > shown ? ` (first ${shown} of ${flash.acc_width})` : "";
+      const table = html("table", { id: "flash-table" });
+      const headRow = html("tr");
+      ["block", "keys", "block max", "m", "r", "l", "acc" + cut].forEach((label) =>
+        headRow.append(html("th", { scope: "col" }, label))
+      );
+      table.append(html("thead"));
+      table.tHead.append(headRow);
+      const body = html("tbody");
+      flash.blocks.forEach((block, b) => {
+        const row = html("tr", { "data-block": String(b) });
+        row.append(html("th", { scope: "row" }, String(b + 1)));
+        row.append(html("td", { "data-col": "flash_keys" }, tokens.slice(block.start, block.end).join(", ")));
+        for (const [key, values] of [["flash_block_max", block.block_max], ["flash_m", block.m], ["flash_r", block.rescale], ["flash_l", block.l]]) {
+          row.append(html("td", { "data-col": key }, format(values[i])));
+        }
+        const acc = html("td");
+        acc.append(vector(block.acc[i], "flash_acc"));
+        row.append(acc);
+        body.append(row);
+      });
+      table.append(body);
+      const scroll = html("div", { id: "flash-table-scroll", class: "scroll" });
+      scroll.append(table);
+      section.append(scroll);
+    }
+    const summary = html("dl", { id: "flash-summary" });
+    summaryRow(summary, "acc / l (flash)", vector(flash.output[i], "flash_output"));
+    summaryRow(summary, "plain softmax", vector(flash.plain_output[i], "flash_plain_output"));
+    summaryRow(summary, "lse = m + log l", html("span", { "data-col": "flash_lse" }, format(flash.lse[i])));
+    section.append(summary);
+    return section;
   }
 
   function render() {
