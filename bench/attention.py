@@ -1,83 +1,313 @@
-"""Our reference attention against PyTorch's fused kernel, in one run, with ratios.
+"""Flash attention, the naive three-line form and our reference against PyTorch's SDPA, in one run.
 
-`selfattn.scaled_dot_product_attention` is the readable reference: it builds the full
-(q_len x kv_len) score matrix from the step functions. This measures what that costs
-next to `torch.nn.functional.scaled_dot_product_attention` on the same inputs, forward
-and forward + backward, interleaved round by round so load changes hit both alike, and
-checks that both give the same output.
+Implementations (all on the same inputs, float32, CPU):
 
-    .venv/bin/python bench/attention.py [--rounds 5] [--threads 2]
+    sdpa       torch.nn.functional.scaled_dot_product_attention (its CPU flash kernel): the peer
+    flash      selfattn.flash_attention: tiled, exact, O(N) memory, custom backward
+    naive      softmax(q k^T * scale (+ causal mask)) v in plain torch, as a user would write it
+    reference  selfattn.scaled_dot_product_attention: our readable oracle (full score matrix)
+
+Cases: batch 1, 8 heads, head dim 64, N = 1k ... 16k, causal and not, "forward" and
+"fwd+bwd". Forward runs on inputs with requires_grad=False (no autograd graph; the
+reference then takes its in-place path); fwd+bwd runs on requires_grad=True inputs and
+backpropagates a fixed random dO. The implementations are interleaved round by round,
+in a rotating order, so load changes hit all alike; we report the median per pass and
+its ratio to SDPA in the same run, and check once per case that outputs (and, for
+fwd+bwd, dQ, dK, dV) agree with SDPA's (max |diff|).
+
+Peak memory: each (implementation, case) runs once more in a fresh child process, which
+reports its peak resident memory minus its resident memory after creating the inputs
+(Linux VmHWM, reset through /proc/self/clear_refs; torch's CPU allocator keeps no peak
+counter). The naive form and the reference hold (8 x N x N x 4 B) score matrices, 8.6 GB
+each at N = 16k: where a computed estimate exceeds the memory budget, they are skipped
+and the table says how much they would need.
+
+    .venv/bin/python bench/attention.py                       # full run, ~10-15 min on 2 cores
+    .venv/bin/python bench/attention.py --docs                # ... and write docs/flash-bench.{md,png}
+    .venv/bin/python bench/attention.py --lengths 1024 --rounds 1       # smoke check, seconds
+    .venv/bin/python bench/attention.py --lengths 4096 --blocks 128x256,256x512 --no-memory
+    options: --rounds R (default 5 up to N = 4k, 3 above)  --threads T  --skip-naive-above N
+             --memory-budget-gb G  --markdown PATH  --plot PATH
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import json
+import math
+import os
 import statistics
+import subprocess
+import sys
 import time
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 
-from selfattn import causal_bottom_right, scaled_dot_product_attention
+from selfattn import causal_bottom_right, flash_attention, scaled_dot_product_attention
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from attention_report import print_tables, write_markdown, write_plot  # noqa: E402
+
+BATCH, HEADS, D_HEAD = 1, 8, 64
+LENGTHS = (1024, 2048, 4096, 8192, 16384)
+IMPLS = ("sdpa", "flash", "naive", "reference")
+PASSES = ("forward", "fwd+bwd")
+# Peak bytes of the score-matrix implementations, in units of one (B, H, N, N) float32
+# matrix, measured with --measure-memory at N = 2k and 4k (rounded up): the naive form
+# holds two matrices at once in the forward (q k^T and its scaled copy) and three in the
+# backward; the reference works in place without gradients (plus the causal mask) but
+# keeps every step for autograd.
+SCORE_MATRICES = {("naive", "forward"): 2.1, ("naive", "fwd+bwd"): 3.1,
+                  ("reference", "forward"): 1.4, ("reference", "fwd+bwd"): 6.1}  # fmt: skip
+# Older small cases with other masks (kept from the first version of this script).
 # (batch, heads, kv_heads, seq, d_head, mask)
-CASES = [
-    (1, 8, 8, 512, 64, "none"),
-    (1, 8, 8, 1024, 64, "none"),
-    (1, 8, 8, 1024, 64, "causal"),
-    (1, 8, 2, 1024, 64, "gqa"),
-    (4, 12, 12, 128, 32, "bool mask"),
-]
+MASK_CASES = [(1, 8, 2, 1024, 64, "gqa"), (4, 12, 12, 128, 32, "bool mask"), (1, 8, 8, 1024, 64, "bool mask")]
 
 
-def inputs(batch, heads, kv_heads, seq, d, requires_grad):
+def naive_attention(q, k, v, is_causal=False):
+    """softmax(Q K^T / sqrt(d) + causal mask) V, the three lines everybody writes first."""
+    scores = q @ k.transpose(-2, -1) * (q.shape[-1] ** -0.5)  # (B, H, N, d) @ (B, H, d, N) -> (B, H, N, N)
+    if is_causal:
+        scores = scores.masked_fill(~torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril(), float("-inf"))
+    return scores.softmax(dim=-1) @ v  # (B, H, N, N) @ (B, H, N, d)
+
+
+def implementation(name: str):
+    """fn(q, k, v, **kwargs) for a name; "flash[BQxBK]" is flash attention with those tiles."""
+    if name.startswith("flash["):
+        block_q, block_k = (int(x) for x in name[6:-1].split("x"))
+        return lambda q, k, v, **kw: flash_attention(q, k, v, block_q=block_q, block_k=block_k, **kw)
+    return {"sdpa": F.scaled_dot_product_attention, "flash": flash_attention,
+            "naive": naive_attention, "reference": scaled_dot_product_attention}[name]  # fmt: skip
+
+
+@dataclass
+class Case:
+    n: int
+    causal: bool
+    pass_: str  # "forward" or "fwd+bwd"
+    ms: dict = field(default_factory=dict)  # impl -> median ms
+    diff: dict = field(default_factory=dict)  # impl -> max |diff| against sdpa
+    skipped: dict = field(default_factory=dict)  # impl -> why
+    peak_mb: dict = field(default_factory=dict)  # impl -> peak RSS growth in MB
+
+    @property
+    def flops(self) -> float:
+        """Useful FLOPs: 2 matmuls of N x N x d forward (half of them causal), 2.5x that backward."""
+        pairs = self.n * (self.n + 1) / 2 if self.causal else self.n**2
+        forward = 4 * BATCH * HEADS * D_HEAD * pairs
+        return forward * (3.5 if self.pass_ == "fwd+bwd" else 1.0)
+
+
+def score_matrix_bytes(n: int) -> int:
+    return BATCH * HEADS * n * n * 4
+
+
+def needed_bytes(impl: str, n: int, pass_: str) -> int:
+    """Estimated peak memory of one call: score matrices for naive/reference, O(N) otherwise."""
+    return int(SCORE_MATRICES.get((impl, pass_), 0.0) * score_matrix_bytes(n))
+
+
+def default_budget_gb() -> float:
+    """60% of the machine's memory, or what is available now less 2 GB if that is smaller."""
+    info = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in open("/proc/meminfo")}
+    return min(0.6 * info["MemTotal"], info["MemAvailable"] - 2**31) / 1e9
+
+
+def skip_reason(impl: str, n: int, pass_: str, args) -> str | None:
+    if not impl.startswith(("naive", "reference")):
+        return None
+    need = needed_bytes(impl, n, pass_) / 1e9
+    if args.skip_naive_above is not None and n > args.skip_naive_above:
+        return f"skipped (--skip-naive-above {args.skip_naive_above}; needs {need:.1f} GB)"
+    if need > args.memory_budget_gb:
+        return f"skipped (needs {need:.1f} GB)"
+    return None
+
+
+def make_inputs(n: int, requires_grad: bool, batch=BATCH, heads=HEADS, kv_heads=HEADS, d=D_HEAD):
+    """q, k, v (B, H, N, d) and dO (B, H, N, d), the same for every implementation."""
     g = torch.Generator().manual_seed(0)
-    q = torch.randn(batch, heads, seq, d, generator=g)
-    k = torch.randn(batch, kv_heads, seq, d, generator=g)
-    v = torch.randn(batch, kv_heads, seq, d, generator=g)
-    return [t.requires_grad_(requires_grad) for t in (q, k, v)]
+    q = torch.randn(batch, heads, n, d, generator=g)
+    k, v = (torch.randn(batch, kv_heads, n, d, generator=g) for _ in range(2))
+    grad_out = torch.randn(batch, heads, n, d, generator=g)
+    return [t.requires_grad_(requires_grad) for t in (q, k, v)], grad_out
 
 
-def kwargs_for(mask: str, seq: int) -> dict:
-    if mask == "causal":
-        return {"is_causal": True}
-    if mask == "gqa":
-        return {"enable_gqa": True}
-    if mask == "bool mask":
-        return {"attn_mask": causal_bottom_right(seq, seq) | (torch.rand(seq, seq, generator=torch.Generator().manual_seed(1)) < 0.5)}
-    return {}
-
-
-def timed(fn, q, k, v, kwargs, backward: bool) -> float:
+def run_once(fn, qkv, grad_out, kwargs, backward: bool):
+    """One call (and backward); returns (seconds, [O, dQ, dK, dV] or [O])."""
+    for t in qkv:
+        t.grad = None
     start = time.perf_counter()
-    out = fn(q, k, v, **kwargs)
+    out = fn(*qkv, **kwargs)
     if backward:
-        out.sum().backward()
-    return time.perf_counter() - start
+        out.backward(grad_out)
+    seconds = time.perf_counter() - start
+    return seconds, [out.detach()] + ([t.grad for t in qkv] if backward else [])
+
+
+def max_diff(a: list, b: list) -> float:
+    return max(float((x - y).abs().max()) for x, y in zip(a, b))
+
+
+def time_case(case: Case, impls, rounds: int, inputs=None, kwargs=None) -> None:
+    """Median ms per implementation, interleaved with a rotating order; diffs from round 1."""
+    backward = case.pass_ == "fwd+bwd"
+    qkv, grad_out = inputs or make_inputs(case.n, backward)
+    kwargs = {"is_causal": True} if case.causal else (kwargs or {})
+    active = [i for i in impls if i not in case.skipped]
+    times, first = {i: [] for i in active}, {}
+    for r in range(rounds):
+        for impl in active[r % len(active) :] + active[: r % len(active)]:
+            seconds, result = run_once(implementation(impl), qkv, grad_out, kwargs, backward)
+            times[impl].append(seconds)
+            first.setdefault(impl, result)
+            del result
+    for impl in active:
+        case.ms[impl] = statistics.median(times[impl]) * 1e3
+        case.diff[impl] = max_diff(first[impl], first["sdpa"])
+
+
+def warm_up(impls, passes=PASSES, masks=(False, True), n: int = 256) -> None:
+    """One small call of every implementation and pass: thread pools and lazy imports start here."""
+    for pass_ in passes:
+        qkv, grad_out = make_inputs(n, pass_ == "fwd+bwd")
+        for impl in impls:
+            for causal in masks:
+                run_once(implementation(impl), qkv, grad_out, {"is_causal": causal}, pass_ == "fwd+bwd")
+
+
+def rss_kb(field_name: str) -> int:
+    for line in open("/proc/self/status"):
+        if line.startswith(field_name + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"{field_name} not in /proc/self/status")
+
+
+def measure_memory_child(impl: str, n: int, causal: bool, pass_: str) -> None:
+    """In a fresh process: peak RSS growth of one call, after inputs exist. Prints JSON."""
+    backward = pass_ == "fwd+bwd"
+    warm_up([impl], [pass_], [causal], n=128)
+    qkv, grad_out = make_inputs(n, backward)
+    gc.collect()
+    with open("/proc/self/clear_refs", "w") as f:  # resets VmHWM (the peak) to the current RSS
+        f.write("5")
+    baseline = rss_kb("VmRSS")
+    run_once(implementation(impl), qkv, grad_out, {"is_causal": causal}, backward)
+    print(json.dumps({"peak_bytes": (rss_kb("VmHWM") - baseline) * 1024}))
+
+
+def measure_memory(cases, impls, threads: int, budget_gb: float) -> None:
+    """Peak memory of every (case, implementation), each in a fresh child process.
+
+    Children run side by side, one per CPU, while their estimated peaks fit the budget
+    together: only their memory is measured, and torch's import alone takes seconds.
+    """
+    todo = [(c, i) for c in cases for i in impls if i not in c.skipped]
+    todo.sort(key=lambda job: -needed_bytes(job[1], job[0].n, job[0].pass_))  # big ones first, alone
+    running = []  # (case, impl, process, bytes)
+    while todo or running:
+        in_use = sum(r[3] for r in running)
+        if todo and len(running) < (os.cpu_count() or 1):
+            case, impl = todo[0]
+            need = needed_bytes(impl, case.n, case.pass_) + 2**29  # + torch itself and the inputs
+            if not running or in_use + need <= budget_gb * 1e9:
+                todo.pop(0)
+                command = [sys.executable, os.path.abspath(__file__), "--threads", str(threads), "--measure-memory",
+                           impl, str(case.n), "causal" if case.causal else "none", case.pass_]  # fmt: skip
+                process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                running.append((case, impl, process, need))
+                continue
+        case, impl, process, _ = running.pop(0)
+        stdout, stderr = process.communicate()
+        if process.returncode != 0:
+            case.peak_mb[impl] = None  # the table says "failed"; the time stays
+            print(f"memory child {impl} N={case.n} {case.pass_} failed:\n{stderr[-2000:]}", file=sys.stderr)
+            continue
+        case.peak_mb[impl] = json.loads(stdout.strip().splitlines()[-1])["peak_bytes"] / 2**20
+
+
+def mask_cases(rounds: int):
+    """The older small cases (GQA, bool masks): flash and reference against sdpa, time only."""
+    rows = []
+    for batch, heads, kv_heads, seq, d, mask in MASK_CASES:
+        if mask == "gqa":
+            kwargs = {"enable_gqa": True}
+        else:
+            noise = torch.rand(seq, seq, generator=torch.Generator().manual_seed(1)) < 0.5
+            kwargs = {"attn_mask": causal_bottom_right(seq, seq) | noise}
+        for pass_ in PASSES:
+            case = Case(seq, False, pass_)
+            inputs = make_inputs(seq, pass_ == "fwd+bwd", batch, heads, kv_heads, d)
+            time_case(case, ("sdpa", "flash", "reference"), rounds, inputs, kwargs)
+            rows.append((f"B{batch} H{heads}/{kv_heads} N{seq} d{d} {mask}", case))
+    return rows
+
+
+def loadavg() -> str:
+    return " ".join(open("/proc/loadavg").read().split()[:3])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--lengths", type=lambda s: [int(x) for x in s.split(",")], default=list(LENGTHS))
+    parser.add_argument("--rounds", type=int, default=None, help="rounds per case (default 5 up to N=4096, 3 above)")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--skip-naive-above", type=int, default=None, metavar="N")
+    parser.add_argument("--memory-budget-gb", type=float, default=None)
+    parser.add_argument("--blocks", type=lambda s: s.split(",") if s else [], default=[],
+                        help="extra flash tile sizes to time, e.g. 128x256,256x512")  # fmt: skip
+    parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory children")
+    parser.add_argument("--markdown", metavar="PATH")
+    parser.add_argument("--plot", metavar="PATH")
+    parser.add_argument("--docs", action="store_true", help="= --markdown docs/flash-bench.md --plot docs/flash-bench.png")
+    parser.add_argument("--measure-memory", nargs=4, metavar=("IMPL", "N", "MASK", "PASS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {args.threads} threads, float32, median of {args.rounds} rounds")
-    print(f"{'case':<34} {'pass':<9} {'torch ms':>9} {'ours ms':>9} {'ours/torch':>10} {'max |diff|':>11}")
-    for batch, heads, kv_heads, seq, d, mask in CASES:
-        kwargs = kwargs_for(mask, seq)
-        name = f"B{batch} H{heads}/{kv_heads} N{seq} d{d} {mask}"
-        q, k, v = inputs(batch, heads, kv_heads, seq, d, False)
-        diff = float((scaled_dot_product_attention(q, k, v, **kwargs) - F.scaled_dot_product_attention(q, k, v, **kwargs)).abs().max())
-        for backward in (False, True):
-            q, k, v = inputs(batch, heads, kv_heads, seq, d, backward)
-            times = {"torch": [], "ours": []}
-            for _ in range(args.rounds):
-                times["torch"].append(timed(F.scaled_dot_product_attention, q, k, v, kwargs, backward))
-                times["ours"].append(timed(scaled_dot_product_attention, q, k, v, kwargs, backward))
-            t_torch, t_ours = (statistics.median(times[key]) * 1e3 for key in ("torch", "ours"))
-            label = "fwd+bwd" if backward else "forward"
-            print(f"{name:<34} {label:<9} {t_torch:9.1f} {t_ours:9.1f} {t_ours / t_torch:9.2f}x {diff:11.1e}")
+    if args.measure_memory:
+        impl, n, mask, pass_ = args.measure_memory
+        measure_memory_child(impl, int(n), mask == "causal", pass_)
+        return
+    if args.docs:
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        args.markdown = args.markdown or os.path.join(root, "docs", "flash-bench.md")
+        args.plot = args.plot or os.path.join(root, "docs", "flash-bench.png")
+    if args.memory_budget_gb is None:
+        args.memory_budget_gb = default_budget_gb()
+    impls = list(IMPLS) + [f"flash[{b}]" for b in args.blocks]
+    started, load_before = time.time(), loadavg()
+    warm_up(impls)
+    cases = []
+    for n in args.lengths:
+        rounds = args.rounds or (5 if n <= 4096 else 3)
+        for causal in (False, True):
+            for pass_ in PASSES:
+                case = Case(n, causal, pass_)
+                case.skipped = {i: r for i in impls if (r := skip_reason(i, n, pass_, args))}
+                time_case(case, impls, rounds)
+                cases.append(case)
+                print(f"  timed N={n} {'causal' if causal else 'none'} {pass_}", file=sys.stderr, flush=True)
+    mask_rows = mask_cases(args.rounds or 5)
+    if not args.no_memory:
+        measure_memory(cases, impls, args.threads, args.memory_budget_gb)
+        print("  memory measured", file=sys.stderr, flush=True)
+    meta = {
+        "torch": torch.__version__,
+        "threads": args.threads,
+        "rounds": args.rounds or "5 up to N=4096, 3 above",
+        "budget_gb": args.memory_budget_gb,
+        "load": f"load average {load_before} at start, {loadavg()} at end ({os.cpu_count()} CPUs)",
+        "minutes": (time.time() - started) / 60,
+        "command": "bench/attention.py " + " ".join(sys.argv[1:]),
+    }
+    print_tables(cases, mask_rows, impls, meta)
+    if args.markdown:
+        write_markdown(args.markdown, cases, mask_rows, impls, meta)
+    if args.plot:
+        write_plot(args.plot, cases, impls, meta)
 
 
 if __name__ == "__main__":

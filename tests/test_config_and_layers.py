@@ -68,7 +68,8 @@ def _imports(path: Path) -> set[str]:
 
 
 CORE = [
-    "pipeline", "attention", "positional", "models", "masks.py", "trace.py", "variant_trace.py", "errors.py", "config.py", "shapes.py",
+    "pipeline", "attention", "positional", "models", "kernels", "masks.py", "trace.py", "variant_trace.py", "flash_trace.py",
+    "errors.py", "config.py", "shapes.py",
 ]
 
 
