@@ -1,0 +1,83 @@
+"""flash_attention never materialises a q_len x kv_len tensor, forward or backward.
+
+A TorchDispatchMode sees every aten operation below autograd, including those inside the
+custom autograd Function's forward and backward, and records the size of every tensor
+they produce. At N = 2048 a score matrix has 4M elements while a tile of 128 x 256 has 32k,
+so any produced tensor of N * N / 4 elements or more would be a (partial) score matrix.
+The naive reference must trip the same detector, or the detector proves nothing.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.nn.attention.bias import causal_lower_right
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from selfattn import flash_attention, padding_mask, scaled_dot_product_attention
+
+N = 2048
+D = 32
+LARGE = N * N // 4
+
+
+class LargestTensors(TorchDispatchMode):
+    """Records, per operation, the element count of each tensor it returns."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.produced: list[tuple[str, int]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        for item in tree_flatten(result)[0]:
+            if isinstance(item, torch.Tensor):
+                self.produced.append((str(func), item.numel()))
+        return result
+
+    def large(self) -> list[tuple[str, int]]:
+        return [(name, numel) for name, numel in self.produced if numel >= LARGE]
+
+
+def record_forward_and_backward(attend, **kwargs):
+    """(forward recorder, backward recorder) for one call of attend on (1, 1, N, D) inputs."""
+    generator = torch.Generator().manual_seed(0)
+    query, key, value = (torch.randn(1, 1, N, D, generator=generator).requires_grad_() for _ in range(3))
+    upstream = torch.randn(1, 1, N, D, generator=generator)
+    with LargestTensors() as forward:
+        output = attend(query, key, value, **kwargs)
+    with LargestTensors() as backward:
+        grads = torch.autograd.grad(output, (query, key, value), upstream)
+    assert all(bool(torch.isfinite(g).all()) for g in grads)
+    return forward, backward
+
+
+@pytest.fixture(scope="module")
+def naive_recorders():
+    return record_forward_and_backward(scaled_dot_product_attention, is_causal=True)
+
+
+def test_the_detector_sees_the_reference_score_matrix(naive_recorders):
+    forward, backward = naive_recorders
+    assert any(numel == N * N for _, numel in forward.large()), "the naive forward must show an N x N tensor"
+    assert any(numel == N * N for _, numel in backward.large()), "the naive backward must show an N x N tensor"
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(),
+        dict(is_causal=True),
+        dict(attn_mask=causal_lower_right(N, N)),
+        dict(attn_mask=padding_mask([N - 100], N)),  # a broadcast (batch, 1, 1, N) mask
+    ],
+    ids=["no mask", "causal", "causal lower right", "padding"],
+)
+def test_flash_allocates_no_score_matrix(kwargs):
+    forward, backward = record_forward_and_backward(flash_attention, block_q=128, block_k=256, **kwargs)
+    assert len(forward.produced) > 100 and len(backward.produced) > 100  # the mode saw the tiles' operations
+    assert forward.large() == [], f"forward produced {forward.large()[:3]}"
+    assert backward.large() == [], f"backward produced {backward.large()[:3]}"
+    largest = max(numel for _, numel in forward.produced + backward.produced)
+    assert largest <= max(128 * 256, N * D), f"largest tensor {largest}: more than a tile or an input"
