@@ -20,14 +20,15 @@ reports its peak resident memory minus its resident memory after creating the in
 (Linux VmHWM, reset through /proc/self/clear_refs; torch's CPU allocator keeps no peak
 counter). The naive form and the reference hold (8 x N x N x 4 B) score matrices, 8.6 GB
 each at N = 16k: where a computed estimate exceeds the memory budget, they are skipped
-and the table says how much they would need.
+and the table says how much they would need (default budget: 60% of the machine's
+memory, or what is available less 2 GB if that is smaller).
 
-    .venv/bin/python bench/attention.py                       # full run, ~10-15 min on 2 cores
-    .venv/bin/python bench/attention.py --docs                # ... and write docs/flash-bench.{md,png}
-    .venv/bin/python bench/attention.py --lengths 1024 --rounds 1       # smoke check, seconds
-    .venv/bin/python bench/attention.py --lengths 4096 --blocks 128x256,256x512 --no-memory
-    options: --rounds R (default 5 up to N = 4k, 3 above)  --threads T  --skip-naive-above N
-             --memory-budget-gb G  --markdown PATH  --plot PATH
+    .venv/bin/python bench/attention.py --docs        # full run, ~16 min on 2 cores; writes docs/flash-bench.{md,png}
+    .venv/bin/python bench/attention.py --impls sdpa,flash,naive      # ~5 min less: without the reference
+    .venv/bin/python bench/attention.py --lengths 1024 --rounds 1       # smoke check, ~30 s
+    .venv/bin/python bench/attention.py --lengths 4096 --no-memory --impls sdpa,flash,flash:512x512  # tiles
+    options: --rounds R (default 5 up to N = 2k, 3 above)  --threads T  --skip-naive-above N
+             --memory-budget-gb G  --impls LIST  --no-memory  --markdown PATH  --plot PATH
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ PASSES = ("forward", "fwd+bwd")
 # backward; the reference works in place without gradients (plus the causal mask) but
 # keeps every step for autograd.
 SCORE_MATRICES = {("naive", "forward"): 2.1, ("naive", "fwd+bwd"): 3.1,
-                  ("reference", "forward"): 1.4, ("reference", "fwd+bwd"): 6.1}  # fmt: skip
+                  ("reference", "forward"): 1.4, ("reference", "fwd+bwd"): 6.1}
 # Older small cases with other masks (kept from the first version of this script).
 # (batch, heads, kv_heads, seq, d_head, mask)
 MASK_CASES = [(1, 8, 2, 1024, 64, "gqa"), (4, 12, 12, 128, 32, "bool mask"), (1, 8, 8, 1024, 64, "bool mask")]
@@ -76,12 +77,12 @@ def naive_attention(q, k, v, is_causal=False):
 
 
 def implementation(name: str):
-    """fn(q, k, v, **kwargs) for a name; "flash[BQxBK]" is flash attention with those tiles."""
-    if name.startswith("flash["):
-        block_q, block_k = (int(x) for x in name[6:-1].split("x"))
+    """fn(q, k, v, **kwargs) for a name; "flash:BQxBK" is flash attention with those tiles."""
+    if name.startswith("flash:"):
+        block_q, block_k = (int(x) for x in name.removeprefix("flash:").split("x"))
         return lambda q, k, v, **kw: flash_attention(q, k, v, block_q=block_q, block_k=block_k, **kw)
     return {"sdpa": F.scaled_dot_product_attention, "flash": flash_attention,
-            "naive": naive_attention, "reference": scaled_dot_product_attention}[name]  # fmt: skip
+            "naive": naive_attention, "reference": scaled_dot_product_attention}[name]
 
 
 @dataclass
@@ -217,7 +218,7 @@ def measure_memory(cases, impls, threads: int, budget_gb: float) -> None:
             if not running or in_use + need <= budget_gb * 1e9:
                 todo.pop(0)
                 command = [sys.executable, os.path.abspath(__file__), "--threads", str(threads), "--measure-memory",
-                           impl, str(case.n), "causal" if case.causal else "none", case.pass_]  # fmt: skip
+                           impl, str(case.n), "causal" if case.causal else "none", case.pass_]
                 process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                 running.append((case, impl, process, need))
                 continue
@@ -254,12 +255,12 @@ def loadavg() -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lengths", type=lambda s: [int(x) for x in s.split(",")], default=list(LENGTHS))
-    parser.add_argument("--rounds", type=int, default=None, help="rounds per case (default 5 up to N=4096, 3 above)")
+    parser.add_argument("--rounds", type=int, default=None, help="rounds per case (default 5 up to N=2048, 3 above)")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--skip-naive-above", type=int, default=None, metavar="N")
     parser.add_argument("--memory-budget-gb", type=float, default=None)
-    parser.add_argument("--blocks", type=lambda s: s.split(",") if s else [], default=[],
-                        help="extra flash tile sizes to time, e.g. 128x256,256x512")  # fmt: skip
+    parser.add_argument("--impls", type=lambda s: s.split(","), default=list(IMPLS),
+                        help="comma-separated, from sdpa,flash,naive,reference and flash:BQxBK (tile sizes)")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory children")
     parser.add_argument("--markdown", metavar="PATH")
     parser.add_argument("--plot", metavar="PATH")
@@ -275,29 +276,41 @@ def main() -> None:
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         args.markdown = args.markdown or os.path.join(root, "docs", "flash-bench.md")
         args.plot = args.plot or os.path.join(root, "docs", "flash-bench.png")
+    for path in (args.markdown, args.plot):
+        if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+            parser.error(f"no folder for {path}")  # before the run, not after 15 minutes
+    if any(n < 1 for n in args.lengths) or (args.rounds is not None and args.rounds < 1):
+        parser.error("--lengths and --rounds must be positive")
+    for name in args.impls:
+        tiles = name.removeprefix("flash:").split("x") if name.startswith("flash:") else None
+        if name not in IMPLS and not (tiles and len(tiles) == 2 and all(t.isdigit() and int(t) > 0 for t in tiles)):
+            parser.error(f"unknown implementation {name!r}: choose from {', '.join(IMPLS)} or flash:BQxBK")
+    if "sdpa" not in args.impls:
+        parser.error("--impls must include sdpa: every ratio is against it")
     if args.memory_budget_gb is None:
         args.memory_budget_gb = default_budget_gb()
-    impls = list(IMPLS) + [f"flash[{b}]" for b in args.blocks]
+    impls = ["sdpa"] + [i for i in dict.fromkeys(args.impls) if i != "sdpa"]
     started, load_before = time.time(), loadavg()
     warm_up(impls)
     cases = []
     for n in args.lengths:
-        rounds = args.rounds or (5 if n <= 4096 else 3)
+        rounds = args.rounds or (5 if n <= 2048 else 3)
         for causal in (False, True):
             for pass_ in PASSES:
                 case = Case(n, causal, pass_)
                 case.skipped = {i: r for i in impls if (r := skip_reason(i, n, pass_, args))}
                 time_case(case, impls, rounds)
                 cases.append(case)
-                print(f"  timed N={n} {'causal' if causal else 'none'} {pass_}", file=sys.stderr, flush=True)
-    mask_rows = mask_cases(args.rounds or 5)
+                mask = "causal" if causal else "none"
+                print(f"  {time.time() - started:5.0f} s: timed N={n} {mask} {pass_}", file=sys.stderr, flush=True)
+    mask_rows = mask_cases(args.rounds or 5) if {"flash", "reference"} <= set(impls) else []
     if not args.no_memory:
         measure_memory(cases, impls, args.threads, args.memory_budget_gb)
-        print("  memory measured", file=sys.stderr, flush=True)
+        print(f"  {time.time() - started:5.0f} s: memory measured", file=sys.stderr, flush=True)
     meta = {
         "torch": torch.__version__,
         "threads": args.threads,
-        "rounds": args.rounds or "5 up to N=4096, 3 above",
+        "rounds": args.rounds or "5 (N <= 2048) or 3",
         "budget_gb": args.memory_budget_gb,
         "load": f"load average {load_before} at start, {loadavg()} at end ({os.cpu_count()} CPUs)",
         "minutes": (time.time() - started) / 60,
@@ -305,7 +318,7 @@ def main() -> None:
     }
     print_tables(cases, mask_rows, impls, meta)
     if args.markdown:
-        write_markdown(args.markdown, cases, mask_rows, impls, meta)
+        write_markdown(args.markdown, cases, mask_rows, impls, meta, args.plot)
     if args.plot:
         write_plot(args.plot, cases, impls, meta)
 

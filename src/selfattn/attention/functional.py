@@ -15,6 +15,7 @@ there; older releases, some backends and ``nn.MultiheadAttention`` give NaN.)
 from __future__ import annotations
 
 import math
+import sys
 import threading
 from itertools import zip_longest
 from typing import NamedTuple
@@ -191,12 +192,22 @@ def exp_is_safe(query: torch.Tensor, key: torch.Tensor, scale: float, attn_mask:
 
 def from_causal_bias(attn_mask, query: torch.Tensor):
     """torch's ``causal_upper_left`` / ``causal_lower_right`` objects as our bool masks; others unchanged."""
-    from torch.nn.attention.bias import CausalBias, CausalVariant
-
-    if not isinstance(attn_mask, CausalBias):
+    if not is_causal_bias(attn_mask):
         return attn_mask
+    from torch.nn.attention.bias import CausalVariant
+
     align = "top_left" if attn_mask.variant == CausalVariant.UPPER_LEFT else "bottom_right"
     return causal_mask(attn_mask.seq_len_q, attn_mask.seq_len_kv, align=align, device=query.device)
+
+
+def is_causal_bias(attn_mask) -> bool:
+    """Whether attn_mask is one of torch's CausalBias objects (causal_upper_left / causal_lower_right).
+
+    Importing torch.nn.attention.bias loads torch._dynamo (about 1.5 s), so we never
+    import it ourselves: if the module is not loaded yet, no such object can exist.
+    """
+    module = sys.modules.get("torch.nn.attention.bias")
+    return module is not None and isinstance(attn_mask, module.CausalBias)
 
 
 def apply_mask(scores: torch.Tensor, attn_mask: torch.Tensor | None, in_place: bool = False) -> torch.Tensor:

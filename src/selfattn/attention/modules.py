@@ -172,14 +172,12 @@ class MultiHeadAttention(nn.Module):
     def _flash_forward(self, query, key, value, attn_mask, is_causal: bool, cache: KVCache | None) -> torch.Tensor:
         """Y through the tiled kernel. A causal mask alone stays a causal mask (bottom-right), so
         the kernel skips the future's blocks; with other masks or ALiBi it gets one combined mask."""
-        from torch.nn.attention.bias import causal_lower_right
-
-        from selfattn.kernels.flash import flash_attention
+        from selfattn.kernels.flash import flash_with_offset
 
         alone = is_causal and attn_mask is None and self.config.positional != "alibi"
         heads = self._heads(query, key, value, attn_mask, is_causal and not alone, cache, fast=True)
-        mask = causal_lower_right(heads.q.shape[-2], heads.k.shape[-2]) if alone else heads.mask
-        out = flash_attention(heads.q, heads.k, heads.v, attn_mask=mask, scale=heads.scale, enable_gqa=self._gqa)
+        offset = heads.k.shape[-2] - heads.q.shape[-2] if alone else None  # bottom-right: the queries are the newest
+        out, _ = flash_with_offset(heads.q, heads.k, heads.v, heads.mask, offset, heads.scale, self._gqa)
         output = self.w_o(_merge_heads(out))  # (batch, H, q_len, head_dim) -> (batch, q_len, d_model)
         return output[0] if heads.unbatched else output
 

@@ -24,12 +24,13 @@ visible key gives zeros and lse = -inf, with zero gradients.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
 from torch.autograd.function import once_differentiable
 
-from selfattn.attention.functional import check_attention_inputs, expand_kv_heads
+from selfattn.attention.functional import check_attention_inputs, expand_kv_heads, is_causal_bias
 from selfattn.errors import OptionError, ShapeError
 from selfattn.kernels.online_softmax import (
     NEG_INF,
@@ -74,6 +75,14 @@ def flash_attention(
     the tiles instead of storing them.
     """
     causal_offset, attn_mask = _causal_form(attn_mask, is_causal, query, key)
+    output, lse = flash_with_offset(query, key, value, attn_mask, causal_offset, scale, enable_gqa, block_q, block_k)
+    return (output, lse) if return_lse else output
+
+
+def flash_with_offset(query, key, value, attn_mask, causal_offset: int | None, scale=None, enable_gqa=False,
+                      block_q=None, block_k=None):
+    """``flash_attention`` with the causal rule given as a number: row i sees keys j <= i + offset
+    (None: no causal rule). For callers that know their alignment, such as the modules.   -> (O, lse)"""
     check_attention_inputs(query, key, value, attn_mask, 0.0, False, enable_gqa)
     block_q = _block_size("block_q", block_q, DEFAULT_BLOCK_Q)
     block_k = _block_size("block_k", block_k, DEFAULT_BLOCK_K)
@@ -82,8 +91,7 @@ def flash_attention(
     if scale is None:
         scale = 1.0 / math.sqrt(query.shape[-1])
     query, key, value = _broadcast_leading(query, key, value)
-    output, lse = _FlashAttention.apply(query, key, value, attn_mask, causal_offset, float(scale), block_q, block_k)
-    return (output, lse) if return_lse else output
+    return _FlashAttention.apply(query, key, value, attn_mask, causal_offset, float(scale), block_q, block_k)
 
 
 def _causal_form(attn_mask, is_causal: bool, query: torch.Tensor, key: torch.Tensor):
@@ -92,9 +100,9 @@ def _causal_form(attn_mask, is_causal: bool, query: torch.Tensor, key: torch.Ten
     Top-left (is_causal, causal_upper_left) has offset 0; bottom-right (causal_lower_right)
     kv_len - q_len. Kept as a number, the causal mask costs nothing and lets whole blocks go.
     """
-    from torch.nn.attention.bias import CausalBias, CausalVariant
+    if is_causal_bias(attn_mask):
+        from torch.nn.attention.bias import CausalVariant
 
-    if isinstance(attn_mask, CausalBias):
         if is_causal:
             raise OptionError("give either attn_mask or is_causal=True, not both (combine the masks first)")
         sizes = (attn_mask.seq_len_q, attn_mask.seq_len_kv)
@@ -162,8 +170,8 @@ def score_tile(
         else:
             scores.add_(tile.to(scores.dtype))
     if causal_offset is not None and c1 - 1 > r0 + causal_offset:  # the tile crosses the diagonal
-        visible = causal_tile(rows, cols, causal_offset, scores.device)
-        scores.masked_fill_(~visible, NEG_INF)
+        # Added as 0 / -inf: on CPU an add is several times cheaper than masked_fill_.
+        scores.add_(causal_bias(r1 - r0, c1 - c0, r0 + causal_offset - c0, scores.dtype, scores.device))
     return scores
 
 
@@ -174,11 +182,16 @@ def mask_tile(attn_mask: torch.Tensor, rows: tuple[int, int], cols: tuple[int, i
     return attn_mask[..., r, c]
 
 
-def causal_tile(rows: tuple[int, int], cols: tuple[int, int], offset: int, device) -> torch.Tensor:
-    """keys j <= row i + offset.   -> (bq, bk) bool"""
-    i = torch.arange(*rows, device=device)
-    j = torch.arange(*cols, device=device)
-    return j[None, :] <= i[:, None] + offset
+@functools.lru_cache(maxsize=16)
+def causal_bias(rows: int, cols: int, diagonal: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """0 where tile key j <= tile row i + diagonal, -inf after.   -> (rows, cols)
+
+    Every tile on the diagonal of a square grid has the same pattern, so it is built once.
+    """
+    i = torch.arange(rows, device=device)
+    j = torch.arange(cols, device=device)
+    visible = j[None, :] <= i[:, None] + diagonal  # (rows, cols)
+    return torch.zeros((rows, cols), dtype=dtype, device=device).masked_fill_(~visible, NEG_INF)
 
 
 def flash_forward(q, k, v, attn_mask, causal_offset, scale: float, block_q: int, block_k: int):
