@@ -67,7 +67,7 @@ _EXPORTS = {
     "trace_variant": "selfattn.variant_trace",
     "VARIANTS": "selfattn.variant_trace",
     "flash_attention": "selfattn.kernels.flash",
-    "attention_probs_from_lse": "selfattn.kernels.flash",
+    "attention_probs_from_lse": "selfattn.kernels.probs_from_lse",
     "load_pretrained": "selfattn.models",
     "BertModel": "selfattn.models",
     "ModelOutput": "selfattn.models",

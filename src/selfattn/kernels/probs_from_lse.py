@@ -1,0 +1,92 @@
+"""Attention weights after a fused pass: the exact rows and heads a user wants, from the lse.
+
+A fused kernel never stores the q_len x kv_len weights, but the log-sum-exp it returns
+(one number per row) is enough to rebuild any row exactly:
+
+    P_ij = exp(scale q_i . k_j + mask_ij - lse_i)
+
+since lse_i = log sum_j exp(scale q_i . k_j + mask_ij) is the softmax's denominator.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from selfattn.attention.functional import check_attention_inputs, expand_kv_heads
+from selfattn.errors import OptionError
+from selfattn.kernels.flash import _broadcast_leading, _causal_form
+from selfattn.kernels.online_softmax import NEG_INF
+
+
+def attention_probs_from_lse(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    lse: torch.Tensor,
+    rows=None,
+    heads=None,
+    attn_mask: torch.Tensor | None = None,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> torch.Tensor:
+    """Exact attention weights for chosen query rows and heads, from a fused pass's lse.
+
+    P_ij = exp(scale q_i . k_j + mask_ij - lse_i).   query (..., Hq, q_len, d), key (..., Hk, kv_len, d),
+    lse (..., Hq, q_len) -> (..., len(heads), len(rows), kv_len)
+
+    rows / heads: an index, a list of indices, or None for all. Only the chosen rows'
+    scores are computed, so looking at a few rows of a 100k-token sequence costs a few
+    100k-long vectors, not the whole matrix. Pass the same mask, is_causal, scale and
+    enable_gqa as the forward call. Rows that saw no key (lse = -inf) give zeros.
+    """
+    causal_offset, attn_mask = _causal_form(attn_mask, is_causal, query, key)
+    check_attention_inputs(query, key, key, attn_mask, 0.0, False, enable_gqa)
+    if lse.shape != query.shape[:-1]:
+        raise OptionError(f"lse must have the shape of the query without its last axis, {tuple(query.shape[:-1])}; got {tuple(lse.shape)}")
+    n_heads, q_len = query.shape[-3] if query.dim() >= 3 else 1, query.shape[-2]
+    row_index = _indices("rows", rows, q_len, query.device)
+    if query.dim() < 3:
+        if heads is not None:
+            raise OptionError("heads applies to inputs with a heads axis (..., heads, seq, d)")
+        head_index = None
+    else:
+        head_index = _indices("heads", heads, n_heads, query.device)
+    if enable_gqa:
+        key, _ = expand_kv_heads(key, key, n_heads)
+    if scale is None:
+        scale = 1.0 / math.sqrt(query.shape[-1])
+    query, key = _broadcast_leading(query, key, key)[:2]
+    lse = lse.expand(query.shape[:-1])
+    if head_index is not None:
+        query, key, lse = query[..., head_index, :, :], key[..., head_index, :, :], lse[..., head_index, :]
+    scores = (query[..., row_index, :] * scale) @ key.transpose(-2, -1)  # (..., heads, rows, kv_len)
+    if attn_mask is not None:
+        mask = attn_mask
+        if mask.dim() >= 3 and head_index is not None and mask.shape[-3] > 1:
+            mask = mask[..., head_index, :, :]
+        mask = mask[..., row_index, :] if mask.shape[-2] > 1 else mask
+        scores = scores.masked_fill(~mask, NEG_INF) if mask.dtype == torch.bool else scores + mask.to(scores.dtype)
+    if causal_offset is not None:
+        visible = torch.arange(key.shape[-2], device=key.device)[None, :] <= row_index[:, None] + causal_offset
+        scores = scores.masked_fill(~visible, NEG_INF)
+    chosen_lse = lse[..., row_index, None]  # (..., heads, rows, 1)
+    chosen_lse = torch.where(chosen_lse == NEG_INF, torch.full_like(chosen_lse, float("inf")), chosen_lse)
+    return torch.exp(scores - chosen_lse)
+
+
+def _indices(name: str, value, count: int, device) -> torch.Tensor:
+    """None, an int, or a sequence of ints in [0, count) -> a 1-D long tensor (negative counts from the end)."""
+    if value is None:
+        return torch.arange(count, device=device)
+    values = [value] if isinstance(value, int) and not isinstance(value, bool) else value
+    try:
+        index = torch.as_tensor(values, device=device)
+    except (TypeError, ValueError, RuntimeError):
+        raise OptionError(f"{name} must be an index or a list of indices, got {value!r}") from None
+    if index.dim() != 1 or index.dtype in (torch.bool,) or index.is_floating_point() or index.is_complex():
+        raise OptionError(f"{name} must be an index or a list of indices, got {value!r}")
+    if len(index) and (int(index.min()) < -count or int(index.max()) >= count):
+        raise OptionError(f"{name} must be from 0 to {count - 1} (or negative from the end), got {value!r}")
+    return index % count if count else index
