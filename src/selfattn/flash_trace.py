@@ -23,8 +23,8 @@ import torch
 from selfattn.attention.functional import scaled_dot_product_attention_with_weights
 from selfattn.errors import OptionError
 from selfattn.kernels.flash import flash_attention, key_blocks, score_tile
-from selfattn.kernels.probs_from_lse import attention_probs_from_lse
 from selfattn.kernels.online_softmax import online_softmax_finish, online_softmax_start, online_softmax_update
+from selfattn.kernels.probs_from_lse import attention_probs_from_lse
 
 DEFAULT_BLOCK_SIZE = 2
 

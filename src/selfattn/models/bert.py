@@ -23,7 +23,7 @@ from selfattn.errors import ModelError
 from selfattn.masks import padding_mask
 from selfattn.models.files import model_folder, model_spec, read_json
 from selfattn.models.output import ModelOutput
-from selfattn.models.tokenizer import Encoded, WordPieceTokenizer
+from selfattn.models.tokenizer import Encoded, WordPieceTokenizer, as_text_list
 
 # Checkpoint tensors we do not use: the pooler (a tanh layer for the [CLS] vector, unused
 # by mean pooling) and position_ids (a saved arange, not a weight).
@@ -165,8 +165,6 @@ class BertModel(nn.Module):
 
     def encode(self, texts, normalize: bool = True, batch_size: int = 32) -> torch.Tensor:
         """Sentence embeddings: mean of the last hidden states over real tokens, then L2-normalised.   -> (batch, d)"""
-        from selfattn.models.tokenizer import as_text_list
-
         texts = as_text_list(texts)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ModelError(f"batch_size must be a positive integer, got {batch_size!r}")
