@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from selfattn.errors import OptionError, SentenceError
 from selfattn.pipeline.embeddings import SEED_SENTENCE, check_embedding_options, resolve_embeddings
 from selfattn.pipeline.tokenize import tokenize
+from selfattn.kernels.flash import check_block_size
 from selfattn.positional import POSITIONAL_NAMES
 from selfattn.trace import Trace, trace_self_attention
 from selfattn.variant_trace import MULTI_HEAD, PROJECTED, VARIANTS, VariantTrace, default_d_k, default_heads, trace_variant
@@ -163,8 +164,7 @@ def check_variant_options(variant: str, heads, kv_heads, d_k, positional: str, b
             f"in {variant} the keys are the embeddings themselves"
         )
     if block_size is not None:
-        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-            raise OptionError(f"--block-size must be a positive integer, got {block_size!r}")
+        check_block_size("--block-size", block_size, None)
         if variant != "flash":
             raise OptionError(f"--block-size applies to --variant flash, not {variant}")
     if variant == "gqa":

@@ -21,8 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from selfattn.attention.functional import scaled_dot_product_attention_with_weights
-from selfattn.errors import OptionError
-from selfattn.kernels.flash import flash_attention, key_blocks, score_tile
+from selfattn.kernels.flash import check_block_size, flash_attention, key_blocks, score_tile
 from selfattn.kernels.online_softmax import online_softmax_finish, online_softmax_start, online_softmax_update
 from selfattn.kernels.probs_from_lse import attention_probs_from_lse
 
@@ -80,12 +79,11 @@ def trace_flash(
     v: torch.Tensor,
     attn_mask: torch.Tensor | None = None,
     *,
-    block_size: int = DEFAULT_BLOCK_SIZE,
+    block_size: int | None = DEFAULT_BLOCK_SIZE,
     scale: float = 1.0,
 ) -> FlashTrace:
     """Flash attention of one head, block by block.   q, k (1, n, d), v (1, n, d_v); mask (1, n, n) or None"""
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-        raise OptionError(f"--block-size must be a positive integer, got {block_size!r}")
+    block_size = check_block_size("--block-size", block_size, DEFAULT_BLOCK_SIZE)
     n, d_v = q.shape[-2], v.shape[-1]
     q_scaled = q * scale  # (1, n, d), as the kernel scales a row block once
     state = online_softmax_start(q_scaled.shape[:-1], d_v, q)  # m, l: (1, n, 1); acc: (1, n, d_v)

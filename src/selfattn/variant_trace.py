@@ -24,7 +24,7 @@ import torch
 
 from selfattn.attention.functional import attention_steps
 from selfattn.attention.modules import MultiHeadAttention
-from selfattn.flash_trace import DEFAULT_BLOCK_SIZE, FlashTrace, trace_flash
+from selfattn.flash_trace import FlashTrace, trace_flash
 from selfattn.masks import causal_mask, combine_masks
 from selfattn.pipeline.embeddings import EmbeddingSource
 from selfattn.pipeline.steps import attention_scores
@@ -184,7 +184,7 @@ def trace_variant(
         output = attention.output[0]  # (n, d)
     flash = None
     if variant == "flash":
-        flash = trace_flash(q, k, v, mask, block_size=DEFAULT_BLOCK_SIZE if block_size is None else block_size, scale=scale)
+        flash = trace_flash(q, k, v, mask, block_size=block_size, scale=scale)
         output = flash.output  # flash_attention's result; the plain softmax's stays in head_outputs
 
     unscaled = attention_steps(q, k, v, attn_mask=mask, scale=1.0, enable_gqa=heads != kv_heads)

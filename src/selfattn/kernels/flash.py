@@ -85,8 +85,8 @@ def flash_with_offset(query, key, value, attn_mask, causal_offset: int | None, s
     """``flash_attention`` with the causal rule given as a number: row i sees keys j <= i + offset
     (None: no causal rule). For callers that know their alignment, such as the modules.   -> (O, lse)"""
     check_attention_inputs(query, key, value, attn_mask, 0.0, False, enable_gqa)
-    block_q = _block_size("block_q", block_q, DEFAULT_BLOCK_Q)
-    block_k = _block_size("block_k", block_k, DEFAULT_BLOCK_K)
+    block_q = check_block_size("block_q", block_q, DEFAULT_BLOCK_Q)
+    block_k = check_block_size("block_k", block_k, DEFAULT_BLOCK_K)
     if enable_gqa:
         key, value = expand_kv_heads(key, value, query.shape[-3])
     if scale is None:
@@ -121,7 +121,8 @@ def _causal_form(attn_mask, is_causal: bool, query: torch.Tensor, key: torch.Ten
     return None, attn_mask
 
 
-def _block_size(name: str, value, default: int) -> int:
+def check_block_size(name: str, value, default: int | None) -> int | None:
+    """A tile size: a positive int, or None for ``default``; anything else is an OptionError naming ``name``."""
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
