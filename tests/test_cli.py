@@ -3,8 +3,6 @@
 import json
 import math
 import os
-import pty
-import select
 import subprocess
 import sys
 
@@ -16,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from seed_reference import INPUTS, TOKENS
+from terminal import run_in_terminal
 
 ESC = "\x1b"
 
@@ -225,24 +224,8 @@ def test_help_version_and_missing_command():
 
 def test_terminal_output_uses_rich_styling():
     """Under a pseudo-terminal the same command prints styled (escape-coded) tables."""
-    pid, fd = pty.fork()
-    if pid == 0:  # child: stdout is the terminal
-        os.execv(sys.executable, [sys.executable, "-m", "selfattn", "explain"])
-    chunks = []
-    while True:
-        ready, _, _ = select.select([fd], [], [], 120)
-        if not ready:
-            break
-        try:
-            chunk = os.read(fd, 65536)
-        except OSError:
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    _, status = os.waitpid(pid, 0)
-    text = b"".join(chunks).decode("utf-8", "replace")
-    assert os.waitstatus_to_exitcode(status) == 0
+    status, text = run_in_terminal("explain")
+    assert status == 0
     assert ESC in text and "0.4964" in text
 
 

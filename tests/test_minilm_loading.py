@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from minilm_reference import MODEL, needs_model, ours, reference
+from terminal import run_in_terminal
 from selfattn.errors import ModelError, SentenceError
 
 TRICKY = [
@@ -179,35 +180,13 @@ def test_the_cli_says_how_to_install_a_missing_model(model_not_installed, run_cl
         assert "Traceback" not in err
 
 
-def _run_in_terminal(*argv: str) -> str:
-    """Run the CLI with a pseudo-terminal as stdout and stderr; everything it printed."""
-    import os
-    import pty
-    import select
-    import sys
-
-    pid, fd = pty.fork()
-    if pid == 0:  # child
-        os.execv(sys.executable, [sys.executable, "-m", "selfattn", *argv])
-    chunks = []
-    while select.select([fd], [], [], 120)[0]:
-        try:
-            chunk = os.read(fd, 65536)
-        except OSError:
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    os.waitpid(pid, 0)
-    return b"".join(chunks).decode("utf-8", "replace")
-
-
 @needs_model
 def test_loading_shows_a_notice_in_a_terminal_and_nothing_when_piped():
     import subprocess
     import sys
 
-    shown = _run_in_terminal("similarity", "a cat", "a dog")
+    status, shown = run_in_terminal("similarity", "a cat", "a dog")
+    assert status == 0
     assert f"loading {MODEL}" in shown
     piped = subprocess.run(
         [sys.executable, "-m", "selfattn", "similarity", "a cat", "a dog"], capture_output=True, text=True, timeout=120
