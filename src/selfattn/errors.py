@@ -40,3 +40,7 @@ class OutputError(SelfAttnError):
 
 class ModelError(SelfAttnError):
     """A pretrained model is unknown, not installed, or its files do not fit what we expect."""
+
+
+class DistributedError(SelfAttnError):
+    """The ranks of a process group disagree about their inputs, or one of them stopped."""

@@ -94,3 +94,23 @@ def online_softmax_finish(state: OnlineSoftmaxState) -> tuple[torch.Tensor, torc
     output = state.acc / torch.where(seen, state.l, torch.ones_like(state.l))
     lse = torch.where(seen, state.m + torch.log(state.l), torch.full_like(state.l, NEG_INF))
     return output, lse[..., 0]
+
+
+def merge_partial_attention(
+    output: torch.Tensor, lse: torch.Tensor, part: torch.Tensor, part_lse: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention over keys A and keys B from the results over each.   (..., rows, d_v), (..., rows) twice
+
+        lse  = log(exp(lse_A) + exp(lse_B))
+        O    = exp(lse_A - lse) O_A + exp(lse_B - lse) O_B
+
+    Each O is a softmax average over its own keys; exp(lse_X - lse) is the share of the
+    row's total weight that lies in X, so the mix is the softmax over A and B together,
+    exactly. Computed in the inputs' dtype: call it with float32 or float64. A row that
+    sees no key on one side (lse = -inf) takes the other side unchanged; on both sides it
+    stays 0 with lse = -inf, never NaN.
+    """
+    merged = torch.logaddexp(lse, part_lse)  # (..., rows); -inf only where both are -inf
+    shift = merged.masked_fill(merged == NEG_INF, 0.0)[..., None]  # (..., rows, 1): exp(-inf - 0) = 0, not NaN
+    mixed = torch.exp(lse[..., None] - shift) * output + torch.exp(part_lse[..., None] - shift) * part
+    return mixed, merged
