@@ -68,6 +68,7 @@ _EXPORTS = {
     "VARIANTS": "selfattn.variant_trace",
     "flash_attention": "selfattn.kernels.flash",
     "attention_probs_from_lse": "selfattn.kernels.probs_from_lse",
+    "ring_attention": "selfattn.distributed.ring",
     "load_pretrained": "selfattn.models",
     "BertModel": "selfattn.models",
     "ModelOutput": "selfattn.models",
@@ -79,6 +80,7 @@ _EXPORTS = {
     "OptionError": "selfattn.errors",
     "ShapeError": "selfattn.errors",
     "ModelError": "selfattn.errors",
+    "DistributedError": "selfattn.errors",
 }
 
 __all__ = sorted(_EXPORTS)
