@@ -210,7 +210,7 @@ def _local_problem(query, key, value, is_causal, scale, load_balance) -> str | N
     if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale)):
         return f"scale must be a finite number or None, got {scale!r}"
     if query.shape[-2] == 0:
-        return "this rank's shard is empty: every rank needs at least one position"
+        return "the shard is empty: every rank needs at least one position"
     return None
 
 
