@@ -47,6 +47,7 @@ import torch
 import torch.nn.functional as F
 
 from selfattn import causal_bottom_right, flash_attention, scaled_dot_product_attention
+from selfattn.peak_memory import PeakMemory
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from attention_report import print_tables, write_markdown, write_plot  # noqa: E402
@@ -180,24 +181,17 @@ def warm_up(impls, passes=PASSES, masks=(False, True), n: int = 256) -> None:
                 run_once(implementation(impl), qkv, grad_out, {"is_causal": causal}, pass_ == "fwd+bwd")
 
 
-def rss_kb(field_name: str) -> int:
-    for line in open("/proc/self/status"):
-        if line.startswith(field_name + ":"):
-            return int(line.split()[1])
-    raise RuntimeError(f"{field_name} not in /proc/self/status")
-
-
 def measure_memory_child(impl: str, n: int, causal: bool, pass_: str) -> None:
     """In a fresh process: peak RSS growth of one call, after inputs exist. Prints JSON."""
     backward = pass_ == "fwd+bwd"
     warm_up([impl], [pass_], [causal], n=128)
     qkv, grad_out = make_inputs(n, backward)
     gc.collect()
-    with open("/proc/self/clear_refs", "w") as f:  # resets VmHWM (the peak) to the current RSS
-        f.write("5")
-    baseline = rss_kb("VmRSS")
-    run_once(implementation(impl), qkv, grad_out, {"is_causal": causal}, backward)
-    print(json.dumps({"peak_bytes": (rss_kb("VmHWM") - baseline) * 1024}))
+    with PeakMemory("cpu") as peak:  # Linux VmHWM, reset to the current RSS at the start
+        run_once(implementation(impl), qkv, grad_out, {"is_causal": causal}, backward)
+    if peak.bytes is None:
+        raise RuntimeError(peak.unavailable)  # the parent's table says "failed"
+    print(json.dumps({"peak_bytes": peak.bytes}))
 
 
 def measure_memory(cases, impls, threads: int, budget_gb: float) -> None:
