@@ -60,10 +60,14 @@ class SlidingWindowMask(StructuredMask):
 
     def apply(self, scores, rows, cols):
         # Tiles at the same distance from the diagonal share a pattern: one cached 0/-inf bias each.
+        return scores.add_(band_bias(*self._tile_key(rows, cols), scores.dtype, scores.device))
+
+    def zero_hidden(self, values, rows, cols):
+        return values.mul_(band_keep(*self._tile_key(rows, cols), values.dtype, values.device))
+
+    def _tile_key(self, rows, cols) -> tuple[int, int, int, int, int]:
         left, right = self._sides
-        bias = band_bias(rows[1] - rows[0], cols[1] - cols[0], rows[0] + self.offset - cols[0], left, right,
-                         scores.dtype, scores.device)
-        return scores.add_(bias)
+        return rows[1] - rows[0], cols[1] - cols[0], rows[0] + self.offset - cols[0], left, right
 
 
 class CausalMask(SlidingWindowMask):
@@ -74,12 +78,24 @@ class CausalMask(SlidingWindowMask):
 
 
 @functools.lru_cache(maxsize=64)
-def band_bias(rows: int, cols: int, diagonal: int, left: int, right: int, dtype: torch.dtype, device) -> torch.Tensor:
-    """0 where diagonal + i - left <= j <= diagonal + i + right, -inf elsewhere.   -> (rows, cols)"""
+def band_hidden(rows: int, cols: int, diagonal: int, left: int, right: int, device) -> torch.Tensor:
+    """True where a tile row i must not see key j: j < diagonal + i - left or j > diagonal + i + right.   -> (rows, cols)"""
     pos = torch.arange(rows, device=device)[:, None] + diagonal
     j = torch.arange(cols, device=device)[None, :]
-    visible = (j >= pos - left) & (j <= pos + right)
-    return torch.zeros((rows, cols), dtype=dtype, device=device).masked_fill_(~visible, NEG_INF)
+    return (j < pos - left) | (j > pos + right)
+
+
+@functools.lru_cache(maxsize=64)
+def band_keep(rows: int, cols: int, diagonal: int, left: int, right: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """1 where the band lets row i see key j, 0 elsewhere.   -> (rows, cols)"""
+    return (~band_hidden(rows, cols, diagonal, left, right, device)).to(dtype)
+
+
+@functools.lru_cache(maxsize=64)
+def band_bias(rows: int, cols: int, diagonal: int, left: int, right: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """0 where the band lets row i see key j, -inf elsewhere.   -> (rows, cols)"""
+    hidden = band_hidden(rows, cols, diagonal, left, right, device)
+    return torch.zeros((rows, cols), dtype=dtype, device=device).masked_fill_(hidden, NEG_INF)
 
 
 class PaddingMask(StructuredMask):
