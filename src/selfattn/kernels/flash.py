@@ -82,8 +82,10 @@ def flash_with_offset(query, key, value, attn_mask, causal_offset: int | None, s
     if isinstance(attn_mask, StructuredMask):
         check_attention_inputs(query, key, value, None, 0.0, False, enable_gqa)
         attn_mask.check_size(query.shape[-2], key.shape[-2])
-        if broadcast_shape(attn_mask.lead, tuple(query.shape[:-2])) is None:
-            raise ShapeError(f"the mask's batch/head axes {attn_mask.lead} do not broadcast with the query's {tuple(query.shape[:-2])}")
+        kv_lead = (*key.shape[:-3], query.shape[-3]) if enable_gqa else tuple(key.shape[:-2])
+        lead = broadcast_shape(tuple(query.shape[:-2]), kv_lead)
+        if broadcast_shape(attn_mask.lead, lead) != lead:  # the mask may repeat over batch/heads, not add to them
+            raise ShapeError(f"the mask's batch/head axes {attn_mask.lead} do not broadcast to the attention's {lead}")
     else:
         check_attention_inputs(query, key, value, attn_mask, 0.0, False, enable_gqa)
     block_q = check_block_size("block_q", block_q, DEFAULT_BLOCK_Q)
@@ -140,25 +142,6 @@ def _causal_form(attn_mask, is_causal: bool, query: torch.Tensor, key: torch.Ten
             raise OptionError("give either attn_mask or is_causal=True, not both (combine the masks first)")
         return 0, None
     return None, attn_mask
-
-
-def check_block_size(name: str, value, default: int | None) -> int | None:
-    """A tile size: a positive int, or None for ``default``; anything else is an OptionError naming ``name``."""
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise OptionError(f"{name} must be a positive integer, got {value!r}")
-    return value
-
-
-def _broadcast_leading(query, key, value):
-    """Expand the leading (batch, head) axes of q, k, v to one shape (views; autograd sums them back)."""
-    lead = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2])
-    return (
-        query.expand(*lead, *query.shape[-2:]),
-        key.expand(*lead, *key.shape[-2:]),
-        value.expand(*lead, *value.shape[-2:]),
-    )
 
 
 def check_block_size(name: str, value, default: int | None) -> int | None:

@@ -30,9 +30,11 @@ from selfattn.masks.structured import EMPTY, PARTIAL, states_of_dense
 # exp overflows float32 at 88.7 and float64 at 709.8; a margin of 8 leaves room for the
 # row sums (up to kv_len terms, checked separately) and keeps exp(-bound) a normal number.
 EXP_MARGIN = 8.0
-# A visible key has S - lse <= 0; capping S - lse at 50 touches only hidden keys, whose
-# exp is then finite (< 6e21) and becomes exactly 0 when multiplied by the mask's 0.
-HIDDEN_CAP = 50.0
+# A visible key has S - lse <= 0; capping S - lse at a positive number touches only hidden
+# keys, whose exp then stays finite (float16 overflows at exp(11.1)) and becomes exactly 0
+# when multiplied by the mask's 0.
+def hidden_cap(dtype: torch.dtype) -> float:
+    return min(50.0, math.log(torch.finfo(dtype).max) - 1.0)
 
 _tile_log: list | None = None  # (pass, row start, key start) of every tile computed, inside count_tiles()
 
@@ -187,7 +189,7 @@ def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k
             probs = score_tile(q_i * scale, k, mask, (r0, r1), (c0, c1), partial, group, out=probs_buffer, hide=False)
             probs = probs.sub_(group_rows(lse_safe, (r0, r1), group))  # S - lse: (..., Hk, G * bq, bk)
             if partial:  # hidden keys: P = 0. Their S - lse is finite but may be large: capped so exp stays finite
-                mask.zero_hidden(ungroup_rows(probs.clamp_max_(HIDDEN_CAP).exp_(), group), (r0, r1), (c0, c1))  # in place
+                mask.zero_hidden(ungroup_rows(probs.clamp_max_(hidden_cap(probs.dtype)).exp_(), group), (r0, r1), (c0, c1))  # in place
             else:
                 probs.exp_()  # P = exp(S - lse)
             do_i = group_rows(grad_out, (r0, r1), group)  # (..., Hk, G * bq, d_v)
