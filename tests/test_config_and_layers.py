@@ -68,7 +68,7 @@ def _imports(path: Path) -> set[str]:
 
 
 CORE = [
-    "pipeline", "attention", "positional", "models", "kernels", "distributed", "masks.py", "trace.py", "variant_trace.py", "flash_trace.py",
+    "pipeline", "attention", "positional", "models", "kernels", "distributed", "masks", "trace.py", "variant_trace.py", "flash_trace.py",
     "errors.py", "config.py", "shapes.py",
 ]
 

@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import inspect
 import math
 import warnings
 
@@ -25,6 +24,7 @@ from hypothesis import strategies as st
 from torch.nn.attention.bias import causal_lower_right
 
 import selfattn.kernels.flash as flash_module
+from selfattn.kernels.flash_tiles import count_tiles
 from selfattn import (
     MultiHeadAttention,
     Transformer,
@@ -565,23 +565,15 @@ def diagonal_tiles(q_len, kv_len, block_q, block_k, offset):
         (9, 9, 1, 1, "bottom_right"), (12, 12, 4, 4, None),
     ],
 )
-def test_causal_tiles_above_the_diagonal_are_never_computed(monkeypatch, q_len, kv_len, block_q, block_k, align):
-    seen = []
-    real = flash_module.score_tile
-    signature = inspect.signature(real)
-
-    def counting(*args, **kwargs):
-        bound = signature.bind(*args, **kwargs).arguments
-        seen.append((bound["rows"][0], bound["cols"][0]))
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(flash_module, "score_tile", counting)
+def test_causal_tiles_above_the_diagonal_are_never_computed(q_len, kv_len, block_q, block_k, align):
     query, key, value = (t.requires_grad_() for t in qkv(1, 2, 2, q_len, kv_len, 4, 4, seed=2))
     kwargs = causal_kwargs(align, q_len, kv_len)
     offset = {"top_left": 0, "bottom_right": kv_len - q_len}.get(align)
-    out = flash_attention(query, key, value, block_q=block_q, block_k=block_k, **kwargs)
-    forward, seen[:] = list(seen), []
-    out.backward(randn(*out.shape, seed=3))
+    with count_tiles() as tiles:
+        out = flash_attention(query, key, value, block_q=block_q, block_k=block_k, **kwargs)
+        out.backward(randn(*out.shape, seed=3))
+    forward = [(r, c) for kind, r, c in tiles if kind == "forward"]
+    seen = [(r, c) for kind, r, c in tiles if kind == "backward"]
     expected = diagonal_tiles(q_len, kv_len, block_q, block_k, offset)
     assert len(forward) == len(set(forward)) == len(expected) and set(forward) == expected
     assert len(seen) == len(set(seen)) == len(expected) and set(seen) == expected

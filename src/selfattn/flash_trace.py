@@ -5,8 +5,8 @@ scores x_i . x_j are not scaled, so every number lines up with the seed's walkth
 computed the way FlashAttention computes it: the keys are cut into blocks of
 ``block_size`` and each block is folded into the running (m, l, acc) of every row.
 
-Nothing here is new arithmetic. The blocks come from the kernel's own ``key_blocks`` and
-``score_tile``, the updates from ``online_softmax_update`` and the result from
+Nothing here is new arithmetic. The scores come from the kernel's own ``score_tile``,
+the updates from ``online_softmax_update`` and the result from
 ``online_softmax_finish``; the loop is the one ``flash_forward`` runs, replayed so that
 each block's numbers can be kept. ``flash_attention`` then runs the real kernel on the
 same inputs, ``attention_probs_from_lse`` rebuilds the weights from its lse, and the
@@ -21,7 +21,8 @@ from dataclasses import dataclass
 import torch
 
 from selfattn.attention.functional import scaled_dot_product_attention_with_weights
-from selfattn.kernels.flash import check_block_size, flash_attention, key_blocks, score_tile
+from selfattn.kernels.flash import check_block_size, flash_attention, tile_mask
+from selfattn.kernels.flash_tiles import score_tile
 from selfattn.kernels.online_softmax import online_softmax_finish, online_softmax_start, online_softmax_update
 from selfattn.kernels.probs_from_lse import attention_probs_from_lse
 
@@ -89,8 +90,10 @@ def trace_flash(
     state = online_softmax_start(q_scaled.shape[:-1], d_v, q)  # m, l: (1, n, 1); acc: (1, n, d_v)
     blocks = []
     # One row block holding every query, so every row sees the same key blocks.
-    for start, end, _ in key_blocks(0, n, k.shape[-2], block_size, None):
-        scores = score_tile(q_scaled, k, attn_mask, None, (0, n), (start, end))  # (1, n, block)
+    mask = tile_mask(attn_mask, None, n, k.shape[-2])
+    for start in range(0, k.shape[-2], block_size):
+        end = min(start + block_size, k.shape[-2])
+        scores = score_tile(q_scaled, k, mask, (0, n), (start, end), partial=mask is not None)  # (1, n, block)
         update = online_softmax_update(state, scores.clone(), v[..., start:end, :])  # the update overwrites its scores
         after = update.state
         blocks.append(

@@ -24,6 +24,7 @@ import torch
 
 from selfattn.errors import OptionError, ShapeError
 from selfattn.masks import causal_mask, to_additive
+from selfattn.masks.structured import StructuredMask
 from selfattn.pipeline.steps import SoftmaxParts, attention_scores, context_vectors, softmax_numerators, softmax_numerators_unshifted, softmax_parts, softmax_rows
 
 
@@ -191,7 +192,10 @@ def exp_is_safe(query: torch.Tensor, key: torch.Tensor, scale: float, attn_mask:
 
 
 def from_causal_bias(attn_mask, query: torch.Tensor):
-    """torch's ``causal_upper_left`` / ``causal_lower_right`` objects as our bool masks; others unchanged."""
+    """torch's ``causal_upper_left`` / ``causal_lower_right`` objects, and our structured masks
+    (``selfattn.masks.StructuredMask``), as bool tensors; others unchanged."""
+    if isinstance(attn_mask, StructuredMask):
+        return attn_mask.dense(device=query.device)  # this reference form computes every score anyway
     if not is_causal_bias(attn_mask):
         return attn_mask
     from torch.nn.attention.bias import CausalVariant

@@ -36,13 +36,9 @@ from torch.autograd.function import once_differentiable
 from selfattn.distributed.comm import Ring
 from selfattn.distributed.sharding import shard_lengths, shard_positions
 from selfattn.errors import DistributedError, OptionError, SelfAttnError, ShapeError
-from selfattn.kernels.flash import (
-    BACKWARD_BLOCK_Q,
-    DEFAULT_BLOCK_K,
-    DEFAULT_BLOCK_Q,
-    flash_backward,
-    flash_forward,
-)
+from selfattn.kernels.flash import BACKWARD_BLOCK_Q, DEFAULT_BLOCK_K, DEFAULT_BLOCK_Q
+from selfattn.kernels.flash_tiles import flash_backward, flash_forward
+from selfattn.masks.rules import causal_rule
 from selfattn.kernels.online_softmax import NEG_INF, merge_partial_attention
 from selfattn.attention.functional import check_attention_inputs
 
@@ -108,6 +104,11 @@ class RingPlan:
                 local += end - start
             self.pieces.append(pieces)
 
+    @staticmethod
+    def mask(rows: slice, keys: slice, offset: int | None):
+        """The kernel's mask for a pair: the causal rule at this offset, or None."""
+        return None if offset is None else causal_rule(rows.stop - rows.start, keys.stop - keys.start, offset)
+
     def pairs(self, rank: int, src: int) -> list[tuple[slice, slice, int | None]]:
         found = []
         for q_start, q_local, q_len in self.pieces[rank]:
@@ -132,7 +133,8 @@ def ring_forward(q, k, v, ring: Ring, plan: RingPlan, scale: float):
         transfer = None if last else ring.shift([k_cur, v_cur], plan.lengths[ring.source(step + 1)], "a key/value shard")
         for rows, keys, offset in plan.pairs(ring.rank, ring.source(step)):
             part, part_lse = flash_forward(
-                q[..., rows, :], k_cur[..., keys, :], v_cur[..., keys, :], None, offset, scale, DEFAULT_BLOCK_Q, DEFAULT_BLOCK_K
+                q[..., rows, :], k_cur[..., keys, :], v_cur[..., keys, :], plan.mask(rows, keys, offset), scale,
+                DEFAULT_BLOCK_Q, DEFAULT_BLOCK_K,
             )
             output[..., rows, :], lse[..., rows] = merge_partial_attention(
                 output[..., rows, :], lse[..., rows], part.to(acc_dtype), part_lse.to(acc_dtype)
@@ -154,9 +156,9 @@ def ring_backward(grad_out, q, k, v, output, lse, ring: Ring, plan: RingPlan, sc
         dk = torch.zeros(k_cur.shape, dtype=acc_dtype, device=q.device)
         dv = torch.zeros(v_cur.shape, dtype=acc_dtype, device=q.device)
         for rows, keys, offset in plan.pairs(ring.rank, ring.source(step)):
-            dq_part, dk_part, dv_part, _ = flash_backward(
+            dq_part, dk_part, dv_part = flash_backward(
                 grad_out[..., rows, :], q[..., rows, :], k_cur[..., keys, :], v_cur[..., keys, :],
-                output[..., rows, :], lse[..., rows], None, offset, scale, BACKWARD_BLOCK_Q, DEFAULT_BLOCK_K, False,
+                output[..., rows, :], lse[..., rows], plan.mask(rows, keys, offset), scale, BACKWARD_BLOCK_Q, DEFAULT_BLOCK_K,
             )
             dq[..., rows, :] += dq_part
             dk[..., keys, :] += dk_part

@@ -73,16 +73,16 @@ def online_softmax_update(state: OnlineSoftmaxState, scores: torch.Tensor, value
     return BlockUpdate(block_max, rescale, exp, OnlineSoftmaxState(m_new, l_new, acc_new))
 
 
-def online_sum_update(state: OnlineSoftmaxState, scores: torch.Tensor, values: torch.Tensor) -> OnlineSoftmaxState:
-    """The same fold with m held at 0: l' = l + sum exp(s_B), acc' = acc + exp(s_B) V_B.   scores overwritten
+def online_sum_update(state: OnlineSoftmaxState, weights: torch.Tensor, values: torch.Tensor) -> OnlineSoftmaxState:
+    """The same fold with m held at 0: l' = l + sum w, acc' = acc + w V_B, where w = exp(s_B).   weights (..., rows, block)
 
-    Exact when no exp(s) can overflow or underflow to zero, which the caller must have
-    proved (``flash.exp_is_bounded``): the softmax does not depend on the shift, and
-    without a running max there is nothing to rescale, so a block costs two fewer passes
-    over its scores and no small rescaling steps. Rows with no visible key keep l = 0.
+    The caller takes the exp (and zeroes masked keys). Exact when no exp(s) can overflow
+    or underflow to zero, which the caller must have proved (``flash_tiles.exp_is_bounded``):
+    the softmax does not depend on the shift, and without a running max there is nothing
+    to rescale, so a block costs two fewer passes over its scores and no small rescaling
+    steps. Rows with no visible key keep l = 0.
     """
-    exp = scores.exp_()  # (..., rows, block)
-    return OnlineSoftmaxState(state.m, state.l.add_(exp.sum(dim=-1, keepdim=True)), state.acc.add_(exp @ values))
+    return OnlineSoftmaxState(state.m, state.l.add_(weights.sum(dim=-1, keepdim=True)), state.acc.add_(weights @ values))
 
 
 def online_softmax_finish(state: OnlineSoftmaxState) -> tuple[torch.Tensor, torch.Tensor]:

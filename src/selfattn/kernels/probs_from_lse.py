@@ -18,6 +18,7 @@ from selfattn.attention.functional import check_attention_inputs, expand_kv_head
 from selfattn.errors import OptionError
 from selfattn.kernels.flash import _broadcast_leading, _causal_form
 from selfattn.kernels.online_softmax import NEG_INF
+from selfattn.masks.structured import StructuredMask
 
 
 def attention_probs_from_lse(
@@ -42,7 +43,10 @@ def attention_probs_from_lse(
     enable_gqa as the forward call. Rows that saw no key (lse = -inf) give zeros.
     """
     causal_offset, attn_mask = _causal_form(attn_mask, is_causal, query, key)
-    check_attention_inputs(query, key, key, attn_mask, 0.0, False, enable_gqa)
+    structured = isinstance(attn_mask, StructuredMask)
+    check_attention_inputs(query, key, key, None if structured else attn_mask, 0.0, False, enable_gqa)
+    if structured:
+        attn_mask.check_size(query.shape[-2], key.shape[-2])
     if lse.shape != query.shape[:-1]:
         raise OptionError(f"lse must have the shape of the query without its last axis, {tuple(query.shape[:-1])}; got {tuple(lse.shape)}")
     n_heads, q_len = query.shape[-3] if query.dim() >= 3 else 1, query.shape[-2]
@@ -57,16 +61,17 @@ def attention_probs_from_lse(
         key, _ = expand_kv_heads(key, key, n_heads)
     if scale is None:
         scale = 1.0 / math.sqrt(query.shape[-1])
-    query, key = _broadcast_leading(query, key, key)[:2]
+    query, key = _broadcast_leading(query, key, key, 1)[:2]
     lse = lse.expand(query.shape[:-1])
     if head_index is not None:
         query, key, lse = query[..., head_index, :, :], key[..., head_index, :, :], lse[..., head_index, :]
     scores = (query[..., row_index, :] * scale) @ key.transpose(-2, -1)  # (..., heads, rows, kv_len)
     if attn_mask is not None:
-        mask = attn_mask
+        mask = attn_mask.allowed(row_index, torch.arange(key.shape[-2], device=key.device)) if structured else attn_mask
+        row_index_of_mask = slice(None) if structured else row_index
         if mask.dim() >= 3 and head_index is not None and mask.shape[-3] > 1:
             mask = mask[..., head_index, :, :]
-        mask = mask[..., row_index, :] if mask.shape[-2] > 1 else mask
+        mask = mask[..., row_index_of_mask, :] if mask.shape[-2] > 1 else mask
         scores = scores.masked_fill(~mask, NEG_INF) if mask.dtype == torch.bool else scores + mask.to(scores.dtype)
     if causal_offset is not None:
         visible = torch.arange(key.shape[-2], device=key.device)[None, :] <= row_index[:, None] + causal_offset

@@ -11,30 +11,26 @@ from __future__ import annotations
 
 import torch
 
-from selfattn.errors import OptionError, ShapeError
+from selfattn.errors import ShapeError
+from selfattn.masks.rules import CausalMask, DocumentMask, PaddingMask, SlidingWindowMask, alignment_offset
+from selfattn.masks.structured import AndMask, StructuredMask
 
-ALIGNMENTS = ("top_left", "bottom_right")
 
 
 def query_positions(q_len: int, kv_len: int, align: str = "top_left", device=None) -> torch.Tensor:
     """The key-axis position of each query row.   -> (q_len,)"""
-    _check_lengths(q_len, kv_len)
-    if align not in ALIGNMENTS:
-        raise OptionError(f"unknown causal alignment {align!r}: choose top_left or bottom_right")
-    offset = 0 if align == "top_left" else kv_len - q_len
-    return torch.arange(q_len, device=device) + offset
+    return torch.arange(q_len, device=device) + alignment_offset(q_len, kv_len, align)
 
 
-def causal_mask(q_len: int, kv_len: int | None = None, *, align: str = "top_left", device=None) -> torch.Tensor:
+def causal_mask(q_len: int, kv_len: int | None = None, *, align: str = "top_left", device=None, structured: bool = False):
     """M[i, j] = (j <= pos(i)): no query sees a later key.   -> (q_len, kv_len)
 
     With bottom-right alignment and q_len > kv_len the first q_len - kv_len rows see no
-    key at all; attention gives them zeros.
+    key at all; attention gives them zeros. structured=True: the rule itself
+    (``CausalMask``), which flash attention uses to skip blocks; else a bool tensor.
     """
-    kv_len = q_len if kv_len is None else kv_len
-    rows = query_positions(q_len, kv_len, align, device)  # (q_len,)
-    keys = torch.arange(kv_len, device=device)  # (kv_len,)
-    return keys[None, :] <= rows[:, None]  # (1, kv_len) <= (q_len, 1) -> (q_len, kv_len)
+    mask = CausalMask(q_len, kv_len, align=align)
+    return mask if structured else mask.dense(device)
 
 
 def causal_top_left(q_len: int, kv_len: int | None = None, *, device=None) -> torch.Tensor:
@@ -55,44 +51,35 @@ def sliding_window_mask(
     right: int = 0,
     align: str = "bottom_right",
     device=None,
-) -> torch.Tensor:
+    structured: bool = False,
+):
     """M[i, j] = (pos(i) - left <= j <= pos(i) + right).   -> (q_len, kv_len)
 
     left = w - 1, right = 0 is the causal sliding window of size w (Mistral, Longformer's
     local attention); right > 0 lets a query also see that many later keys.
+    structured=True: the rule (``SlidingWindowMask``) instead of a bool tensor.
     """
-    for name, size in (("left", left), ("right", right)):
-        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-            raise OptionError(f"sliding window {name} size must be an integer >= 0, got {size!r}")
-    kv_len = q_len if kv_len is None else kv_len
-    rows = query_positions(q_len, kv_len, align, device)[:, None]  # (q_len, 1)
-    keys = torch.arange(kv_len, device=device)[None, :]  # (1, kv_len)
-    return (keys >= rows - left) & (keys <= rows + right)  # (q_len, kv_len)
+    mask = SlidingWindowMask(q_len, kv_len, left=left, right=right, align=align)
+    return mask if structured else mask.dense(device)
 
 
-def padding_mask(key_lengths, kv_len: int | None = None, *, device=None) -> torch.Tensor:
+def padding_mask(key_lengths, kv_len: int | None = None, *, device=None, structured: bool = False):
     """M[b, 0, 0, j] = (j < length_b): padded keys are hidden.   (batch,) -> (batch, 1, 1, kv_len)
 
     The shape broadcasts over heads and query rows. Padded query rows still see the real
-    keys; their outputs are usually ignored.
+    keys; their outputs are usually ignored. structured=True: a ``PaddingMask``.
     """
-    lengths = torch.as_tensor(key_lengths, device=device)
-    dtype = lengths.dtype
-    if lengths.dim() != 1 or dtype.is_floating_point or dtype.is_complex or dtype == torch.bool:
-        raise ShapeError(
-            f"key_lengths must be a 1-D sequence of integers, got shape {tuple(lengths.shape)} "
-            f"of {str(dtype).removeprefix('torch.')}"
-        )
-    if lengths.numel() and int(lengths.min()) < 0:
-        raise ShapeError(f"key lengths must be >= 0, got {lengths.tolist()}")
-    longest = int(lengths.max()) if lengths.numel() else 0
-    if kv_len is not None:
-        _check_lengths(longest, kv_len)
-    kv_len = longest if kv_len is None else kv_len
-    if longest > kv_len:
-        raise ShapeError(f"a key length ({longest}) exceeds kv_len ({kv_len})")
-    keys = torch.arange(kv_len, device=lengths.device)  # (kv_len,)
-    return (keys[None, :] < lengths[:, None])[:, None, None, :]  # (batch, 1, 1, kv_len)
+    mask = PaddingMask(key_lengths, kv_len, device=device)
+    return mask if structured else mask.dense(mask.lengths.device)
+
+
+def document_mask(lengths, kv_lengths=None, *, device=None, structured: bool = False):
+    """Packed sequences: M[i, j] = (document(i) == document(j)).   -> (q_len, kv_len), block diagonal
+
+    lengths: each document's length, in order. structured=True: a ``DocumentMask``.
+    """
+    mask = DocumentMask(lengths, kv_lengths)
+    return mask if structured else mask.dense(device)
 
 
 def user_mask(mask, q_len: int | None = None, kv_len: int | None = None) -> torch.Tensor:
@@ -137,12 +124,17 @@ def to_additive(mask: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch
 def combine_masks(*masks: torch.Tensor | None, dtype: torch.dtype = torch.float32) -> torch.Tensor | None:
     """One mask that allows only what every mask allows; float masks (biases) add up.
 
-    All bool: their logical and (stays bool). Any float: each bool becomes 0 / -inf and
+    All bool: their logical and (stays bool); with a structured mask among them, an
+    ``AndMask`` (still structured). Any float: each bool becomes 0 / -inf and
     everything is summed in ``dtype``. None entries are skipped; no masks gives None.
     """
     present = [mask for mask in masks if mask is not None]
     if not present:
         return None
+    if any(isinstance(mask, StructuredMask) for mask in present):
+        if not all(isinstance(mask, StructuredMask) or mask.dtype == torch.bool for mask in present):
+            raise ShapeError("a float mask cannot join a structured mask: densify it with .dense() first")
+        return present[0] if len(present) == 1 else AndMask(*present)
     if all(mask.dtype == torch.bool for mask in present):
         combined = present[0]
         for mask in present[1:]:
@@ -152,9 +144,3 @@ def combine_masks(*masks: torch.Tensor | None, dtype: torch.dtype = torch.float3
     for mask in present[1:]:
         total = total + to_additive(mask, dtype)
     return total
-
-
-def _check_lengths(q_len: int, kv_len: int) -> None:
-    for name, size in (("q_len", q_len), ("kv_len", kv_len)):
-        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-            raise ShapeError(f"{name} must be an integer >= 0, got {size!r}")

@@ -1,0 +1,240 @@
+"""The tile loops of flash attention: forward and backward over (row block, key block) tiles.
+
+Inputs arrive grouped for GQA: q (..., Hk * G, q_len, d) with G query heads sharing each
+of the Hk key/value heads, k (..., Hk, kv_len, d), v (..., Hk, kv_len, d_v). A row block
+takes the same rows of the G heads of a group and stacks them, (..., Hk, G * bq, d), so
+one product with the shared K tile serves the whole group: K and V are never repeated,
+and dK, dV sum over the group in the same product. G = 1 is plain multi-head attention.
+
+``mask`` is None or an object with ``block_states(bq, bk, q_len)`` (EMPTY / FULL /
+PARTIAL per tile, ``selfattn.masks``) and ``apply(scores, rows, cols)``: EMPTY tiles are
+never computed, FULL tiles get no mask, PARTIAL tiles get their part of the mask.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import torch
+
+from selfattn.kernels.online_softmax import (
+    NEG_INF,
+    online_softmax_finish,
+    online_softmax_start,
+    online_softmax_update,
+    online_sum_update,
+)
+from selfattn.masks.structured import EMPTY, PARTIAL, states_of_dense
+
+# exp overflows float32 at 88.7 and float64 at 709.8; a margin of 8 leaves room for the
+# row sums (up to kv_len terms, checked separately) and keeps exp(-bound) a normal number.
+EXP_MARGIN = 8.0
+# A visible key has S - lse <= 0; capping S - lse at a positive number touches only hidden
+# keys, whose exp then stays finite (float16 overflows at exp(11.1)) and becomes exactly 0
+# when multiplied by the mask's 0.
+def hidden_cap(dtype: torch.dtype) -> float:
+    return min(50.0, math.log(torch.finfo(dtype).max) - 1.0)
+
+_tile_log: list | None = None  # (pass, row start, key start) of every tile computed, inside count_tiles()
+
+
+@contextlib.contextmanager
+def count_tiles():
+    """Record every tile the kernel computes: ``with count_tiles() as tiles: ...`` then
+    ``tiles`` lists ("forward" | "backward", row start, key start). For tests and explanations."""
+    global _tile_log
+    outer, _tile_log = _tile_log, []
+    try:
+        yield _tile_log
+    finally:
+        _tile_log = outer
+
+
+def visible_tiles(mask, q_len: int, kv_len: int, block_q: int, block_k: int) -> list[list[tuple[int, int, bool]]]:
+    """Per row block: the key blocks to compute, as (start, end, partial).   EMPTY blocks are left out."""
+    n_cols = -(-kv_len // block_k)
+    if mask is None:
+        row = [(c, min(c + block_k, kv_len), False) for c in range(0, kv_len, block_k)]
+        return [row for _ in range(0, q_len, block_q)]
+    states = mask.block_states(block_q, block_k, q_len).tolist()
+    return [
+        [(j * block_k, min((j + 1) * block_k, kv_len), s == PARTIAL) for j, s in zip(range(n_cols), row) if s != EMPTY]
+        for row in states
+    ]
+
+
+def group_rows(x: torch.Tensor, rows: tuple[int, int], group: int) -> torch.Tensor:
+    """Rows [r0, r1) of every head of each group, stacked.   (..., Hk * G, n, e) -> (..., Hk, G * (r1 - r0), e)"""
+    block = x[..., rows[0]:rows[1], :]
+    if group == 1:
+        return block
+    return block.unflatten(-3, (-1, group)).flatten(-3, -2)  # (..., Hk, G, bq, e) -> (..., Hk, G * bq, e)
+
+
+def ungroup_rows(x: torch.Tensor, group: int) -> torch.Tensor:
+    """The inverse of ``group_rows`` for one block.   (..., Hk, G * bq, e) -> (..., Hk * G, bq, e)"""
+    return x if group == 1 else x.unflatten(-2, (group, -1)).flatten(-4, -3)
+
+
+def score_tile(q_scaled, key, mask, rows: tuple[int, int], cols: tuple[int, int], partial: bool, group: int = 1,
+               out: TileBuffer | None = None, hide: bool = True) -> torch.Tensor:
+    """S = scale Q_i K_j^T, -inf where a PARTIAL tile's mask hides.   q_scaled (..., Hk, G * bq, d) -> (..., Hk, G * bq, bk)
+
+    hide=False leaves hidden scores finite (a float mask adds only its finite values): the
+    caller zeroes them after exp with ``mask.zero_hidden``. That is the fast way on CPU,
+    where torch's exp of -inf (or of anything below about -87) takes a slow path, ~25x
+    slower than for ordinary numbers (measured: 18 ms against 0.7 ms for 2M floats).
+    A fresh tensor, or a view of ``out``'s memory (valid until the next tile).
+    """
+    keys_t = key[..., cols[0]:cols[1], :].transpose(-2, -1)  # (..., Hk, d, bk)
+    if out is None:
+        scores = q_scaled @ keys_t
+    else:
+        shape = (*torch.broadcast_shapes(q_scaled.shape[:-2], keys_t.shape[:-2]), q_scaled.shape[-2], cols[1] - cols[0])
+        scores = torch.matmul(q_scaled, keys_t, out=out.get(shape, q_scaled))
+    if partial and hide:
+        mask.apply(ungroup_rows(scores, group), rows, cols)  # the mask sees (..., Hq, bq, bk): a view of the scores
+    elif partial and hasattr(mask, "add_finite"):
+        mask.add_finite(ungroup_rows(scores, group), rows, cols)
+    return scores
+
+
+class TileBuffer:
+    """One block of memory reused for every score tile of a call: a fresh multi-megabyte
+    tile per step costs page faults, which showed up as a large part of the matmul time."""
+
+    def __init__(self) -> None:
+        self.flat: torch.Tensor | None = None
+
+    def get(self, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+        size = math.prod(shape)
+        if self.flat is None or self.flat.numel() < size or self.flat.dtype != like.dtype:
+            self.flat = torch.empty(size, dtype=like.dtype, device=like.device)
+        return self.flat[:size].view(shape)
+
+
+def flash_forward(q, k, v, mask, scale: float, block_q: int, block_k: int, group: int = 1, bounded: bool | None = None):
+    """The tiled forward pass.   -> O (..., Hq, q_len, d_v), lse (..., Hq, q_len)
+
+    When every score is provably small enough for exp (``exp_is_bounded``), the running
+    max is not needed and each tile is folded with ``online_sum_update`` (two passes over
+    the tile fewer); otherwise with the full online softmax. Both are exact.
+    """
+    q_len, kv_len, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
+    output = q.new_empty((*q.shape[:-1], d_v))
+    lse = q.new_empty(q.shape[:-1])
+    if bounded is None:
+        bounded = exp_is_bounded(q, k, scale, mask)
+    buffer = TileBuffer()
+    for (r0, r1), tiles in zip(_blocks(q_len, block_q), visible_tiles(mask, q_len, kv_len, block_q, block_k)):
+        q_scaled = group_rows(q, (r0, r1), group) * scale  # (..., Hk, G * bq, d): scaled once per row block
+        state = online_softmax_start(q_scaled.shape[:-1], d_v, q)
+        if bounded:
+            state = state._replace(m=torch.zeros_like(state.m))
+        for c0, c1, partial in tiles:
+            if _tile_log is not None:
+                _tile_log.append(("forward", r0, c0))
+            scores = score_tile(q_scaled, k, mask, (r0, r1), (c0, c1), partial, group, out=buffer, hide=not bounded)
+            if bounded:
+                weights = scores.exp_()  # (..., Hk, G * bq, bk)
+                if partial:
+                    mask.zero_hidden(ungroup_rows(weights, group), (r0, r1), (c0, c1))
+                state = online_sum_update(state, weights, v[..., c0:c1, :])
+            else:
+                state = online_softmax_update(state, scores, v[..., c0:c1, :]).state
+        out_block, lse_block = online_softmax_finish(state)  # (..., Hk, G * bq, d_v), (..., Hk, G * bq)
+        output[..., r0:r1, :] = ungroup_rows(out_block, group)
+        lse[..., r0:r1] = ungroup_rows(lse_block[..., None], group)[..., 0]
+    return output, lse
+
+
+def exp_is_bounded(q: torch.Tensor, k: torch.Tensor, scale: float, mask) -> bool:
+    """Whether every finite score s = scale q.k (+ mask) satisfies |s| + log(kv_len) < log(max float) - 8.
+
+    Cauchy-Schwarz: |scale q_i . k_j| <= |scale| max_i |q_i| max_j |k_j|. A bool or
+    structured mask adds only -inf; a float mask adds its own largest finite magnitude.
+    Then exp of any score, and any row sum, stays a normal finite number.
+    """
+    if not q.numel() or not k.numel():
+        return False
+    bound = abs(scale) * float(torch.linalg.vector_norm(q, dim=-1).amax()) * float(torch.linalg.vector_norm(k, dim=-1).amax())
+    bias = getattr(mask, "largest_bias", None)
+    if bias is not None:
+        bound += bias()
+    return bound + math.log(k.shape[-2]) < math.log(torch.finfo(q.dtype).max) - EXP_MARGIN
+
+
+def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k, group: int = 1, mask_grad=None):
+    """FlashAttention-2's backward: dQ, dK, dV tile by tile, from lse; adds dS into ``mask_grad`` (a float mask's gradient)."""
+    q_len, kv_len = q.shape[-2], k.shape[-2]
+    dq = torch.zeros(q.shape, dtype=q.dtype, device=q.device)
+    dk = torch.zeros(k.shape, dtype=k.dtype, device=k.device)
+    dv = torch.zeros(v.shape, dtype=v.dtype, device=v.device)
+    delta = (grad_out * output).sum(dim=-1, keepdim=True)  # D = rowsum(dO * O): (..., Hq, q_len, 1)
+    # exp(S - lse) with lse = +inf for rows that see nothing: their P is 0, not exp(-inf + inf).
+    lse_safe = torch.where(lse == NEG_INF, torch.full_like(lse, float("inf")), lse)[..., None]  # (..., Hq, q_len, 1)
+    rows_of = {}  # key block start -> the row blocks that see it
+    for (r0, r1), tiles in zip(_blocks(q_len, block_q), visible_tiles(mask, q_len, kv_len, block_q, block_k)):
+        for c0, c1, partial in tiles:
+            rows_of.setdefault((c0, c1), []).append((r0, r1, partial))
+    probs_buffer, dp_buffer = TileBuffer(), TileBuffer()
+    for (c0, c1), row_blocks in sorted(rows_of.items()):
+        k_j, v_j = k[..., c0:c1, :], v[..., c0:c1, :]
+        dk_j, dv_j = dk[..., c0:c1, :], dv[..., c0:c1, :]
+        for r0, r1, partial in row_blocks:
+            if _tile_log is not None:
+                _tile_log.append(("backward", r0, c0))
+            q_i = group_rows(q, (r0, r1), group)  # (..., Hk, G * bq, d)
+            probs = score_tile(q_i * scale, k, mask, (r0, r1), (c0, c1), partial, group, out=probs_buffer, hide=False)
+            probs = probs.sub_(group_rows(lse_safe, (r0, r1), group))  # S - lse: (..., Hk, G * bq, bk)
+            if partial:  # hidden keys: P = 0. Their S - lse is finite but may be large: capped so exp stays finite
+                mask.zero_hidden(ungroup_rows(probs.clamp_max_(hidden_cap(probs.dtype)).exp_(), group), (r0, r1), (c0, c1))  # in place
+            else:
+                probs.exp_()  # P = exp(S - lse)
+            do_i = group_rows(grad_out, (r0, r1), group)  # (..., Hk, G * bq, d_v)
+            dv_j += probs.transpose(-2, -1) @ do_i  # (..., bk, G * bq) @ (..., G * bq, d_v): sums the group
+            dp = torch.matmul(do_i, v_j.transpose(-2, -1), out=dp_buffer.get(probs.shape, probs))  # (..., Hk, G * bq, bk)
+            ds = probs.mul_(dp.sub_(group_rows(delta, (r0, r1), group)))  # dS = P * (dP - D), in P's memory
+            if mask_grad is not None:
+                tile = mask_slice(mask_grad, (r0, r1), (c0, c1))
+                tile += ungroup_rows(ds, group).sum_to_size(tile.shape)
+            dq[..., r0:r1, :] += ungroup_rows((ds @ k_j) * scale, group)  # (..., G * bq, bk) @ (..., bk, d)
+            dk_j += (ds.transpose(-2, -1) @ q_i) * scale  # (..., bk, G * bq) @ (..., G * bq, d)
+    return dq, dk, dv
+
+
+def mask_slice(mask: torch.Tensor, rows: tuple[int, int], cols: tuple[int, int]) -> torch.Tensor:
+    """A dense mask's part for these rows and keys; broadcast axes (size 1) stay whole."""
+    r = slice(*rows) if mask.dim() >= 2 and mask.shape[-2] > 1 else slice(None)
+    c = slice(*cols) if mask.shape[-1] > 1 else slice(None)
+    return mask[..., r, c]
+
+
+class FloatMask:
+    """A float mask (added to the scores) for the tile loops: EMPTY where a tile is all -inf,
+    FULL where it is all 0 (nothing to add), else its tile is added."""
+
+    def __init__(self, mask: torch.Tensor) -> None:
+        self.mask = mask
+
+    def block_states(self, block_q: int, block_k: int, q_len: int | None = None) -> torch.Tensor:
+        return states_of_dense(self.mask, block_q, block_k, q_len)
+
+    def apply(self, scores: torch.Tensor, rows: tuple[int, int], cols: tuple[int, int]) -> torch.Tensor:
+        return scores.add_(mask_slice(self.mask, rows, cols).to(scores.dtype))
+
+    def add_finite(self, scores: torch.Tensor, rows: tuple[int, int], cols: tuple[int, int]) -> torch.Tensor:
+        tile = mask_slice(self.mask, rows, cols).to(scores.dtype)
+        return scores.add_(tile.masked_fill(tile == NEG_INF, 0.0))
+
+    def zero_hidden(self, values: torch.Tensor, rows: tuple[int, int], cols: tuple[int, int]) -> torch.Tensor:
+        return values.mul_(mask_slice(self.mask, rows, cols) != NEG_INF)
+
+    def largest_bias(self) -> float:
+        finite = self.mask[torch.isfinite(self.mask)]
+        return float(finite.abs().amax()) if finite.numel() else 0.0
+
+
+def _blocks(length: int, block: int) -> list[tuple[int, int]]:
+    return [(start, min(start + block, length)) for start in range(0, length, block)]

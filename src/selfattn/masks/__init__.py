@@ -1,0 +1,41 @@
+"""Attention masks, True = may attend.
+
+    builders.py     named builders returning bool tensors (causal, sliding window, padding,
+                    documents, a user's mask, combining, to additive)
+    rules.py        the same masks as rules (``CausalMask``, ``SlidingWindowMask``,
+                    ``PaddingMask``, ``DocumentMask``) that never build q_len x kv_len
+    structured.py   what every structured mask answers (allowed pairs, block states for a
+                    tiled kernel, the dense form), ``DenseMask``, and ``&`` / ``|``
+"""
+
+from selfattn.masks.builders import (
+    causal_bottom_right,
+    causal_mask,
+    causal_top_left,
+    combine_masks,
+    document_mask,
+    padding_mask,
+    query_positions,
+    sliding_window_mask,
+    to_additive,
+    user_mask,
+)
+from selfattn.masks.rules import ALIGNMENTS, CausalMask, DocumentMask, PaddingMask, SlidingWindowMask
+from selfattn.masks.structured import (
+    BLOCK_STATE_NAMES,
+    EMPTY,
+    FULL,
+    PARTIAL,
+    AndMask,
+    DenseMask,
+    OrMask,
+    StructuredMask,
+    states_of_dense,
+)
+
+__all__ = [
+    "ALIGNMENTS", "AndMask", "BLOCK_STATE_NAMES", "CausalMask", "DenseMask", "DocumentMask", "EMPTY", "FULL", "OrMask",
+    "PARTIAL", "PaddingMask", "SlidingWindowMask", "StructuredMask", "causal_bottom_right", "causal_mask",
+    "causal_top_left", "combine_masks", "document_mask", "padding_mask", "query_positions", "sliding_window_mask",
+    "states_of_dense", "to_additive", "user_mask",
+]
