@@ -136,7 +136,7 @@ def ring_forward(q, k, v, ring: Ring, plan: RingPlan, scale: float):
                 q[..., rows, :], k_cur[..., keys, :], v_cur[..., keys, :], plan.mask(rows, keys, offset), scale,
                 DEFAULT_BLOCK_Q, DEFAULT_BLOCK_K,
             )
-            output[..., rows, :], lse[..., rows] = merge_partial_attention(
+            _, lse[..., rows] = merge_partial_attention(  # updates this slice of output in place
                 output[..., rows, :], lse[..., rows], part.to(acc_dtype), part_lse.to(acc_dtype)
             )
         if transfer is not None:
@@ -156,13 +156,11 @@ def ring_backward(grad_out, q, k, v, output, lse, ring: Ring, plan: RingPlan, sc
         dk = torch.zeros(k_cur.shape, dtype=acc_dtype, device=q.device)
         dv = torch.zeros(v_cur.shape, dtype=acc_dtype, device=q.device)
         for rows, keys, offset in plan.pairs(ring.rank, ring.source(step)):
-            dq_part, dk_part, dv_part = flash_backward(
+            flash_backward(  # adds into the slices of dq, dk, dv
                 grad_out[..., rows, :], q[..., rows, :], k_cur[..., keys, :], v_cur[..., keys, :],
                 output[..., rows, :], lse[..., rows], plan.mask(rows, keys, offset), scale, BACKWARD_BLOCK_Q, DEFAULT_BLOCK_K,
+                grads=(dq[..., rows, :], dk[..., keys, :], dv[..., keys, :]),
             )
-            dq[..., rows, :] += dq_part
-            dk[..., keys, :] += dk_part
-            dv[..., keys, :] += dv_part
         if arriving is not None:  # waited for only now: the transfer ran while this step computed
             dk_before, dv_before = arriving.wait()
             dk += dk_before

@@ -165,12 +165,17 @@ def exp_is_bounded(q: torch.Tensor, k: torch.Tensor, scale: float, mask) -> bool
     return bound + math.log(k.shape[-2]) < math.log(torch.finfo(q.dtype).max) - EXP_MARGIN
 
 
-def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k, group: int = 1, mask_grad=None):
-    """FlashAttention-2's backward: dQ, dK, dV tile by tile, from lse; adds dS into ``mask_grad`` (a float mask's gradient)."""
+def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k, group: int = 1, mask_grad=None,
+                   grads=None):
+    """FlashAttention-2's backward: dQ, dK, dV tile by tile, from lse; adds dS into ``mask_grad`` (a float mask's gradient).
+
+    grads: (dQ, dK, dV) tensors shaped like q, k, v to add into (a ring accumulates its
+    steps this way without temporaries); by default fresh zeros. Returns them.
+    """
     q_len, kv_len = q.shape[-2], k.shape[-2]
-    dq = torch.zeros(q.shape, dtype=q.dtype, device=q.device)
-    dk = torch.zeros(k.shape, dtype=k.dtype, device=k.device)
-    dv = torch.zeros(v.shape, dtype=v.dtype, device=v.device)
+    if grads is None:
+        grads = tuple(torch.zeros(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
+    dq, dk, dv = grads
     delta = (grad_out * output).sum(dim=-1, keepdim=True)  # D = rowsum(dO * O): (..., Hq, q_len, 1)
     # exp(S - lse) with lse = +inf for rows that see nothing: their P is 0, not exp(-inf + inf).
     lse_safe = torch.where(lse == NEG_INF, torch.full_like(lse, float("inf")), lse)[..., None]  # (..., Hq, q_len, 1)

@@ -106,11 +106,12 @@ def merge_partial_attention(
 
     Each O is a softmax average over its own keys; exp(lse_X - lse) is the share of the
     row's total weight that lies in X, so the mix is the softmax over A and B together,
-    exactly. Computed in the inputs' dtype: call it with float32 or float64. A row that
-    sees no key on one side (lse = -inf) takes the other side unchanged; on both sides it
-    stays 0 with lse = -inf, never NaN.
+    exactly. In place: ``output`` becomes the merged O (returned with the merged lse) and
+    ``part`` is overwritten, so merging costs no memory. Computed in the inputs' dtype:
+    call it with float32 or float64. A row that sees no key on one side (lse = -inf)
+    takes the other side unchanged; on both sides it stays 0 with lse = -inf, never NaN.
     """
     merged = torch.logaddexp(lse, part_lse)  # (..., rows); -inf only where both are -inf
     shift = merged.masked_fill(merged == NEG_INF, 0.0)[..., None]  # (..., rows, 1): exp(-inf - 0) = 0, not NaN
-    mixed = torch.exp(lse[..., None] - shift) * output + torch.exp(part_lse[..., None] - shift) * part
-    return mixed, merged
+    output.mul_(torch.exp(lse[..., None] - shift)).add_(part.mul_(torch.exp(part_lse[..., None] - shift)))
+    return output, merged
