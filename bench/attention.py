@@ -27,6 +27,7 @@ memory, or what is available less 2 GB if that is smaller).
     .venv/bin/python bench/attention.py --impls sdpa,flash,naive      # ~5 min less: without the reference
     .venv/bin/python bench/attention.py --lengths 1024 --rounds 1       # smoke check, ~30 s
     .venv/bin/python bench/attention.py --lengths 4096 --no-memory --impls sdpa,flash,flash:512x512  # tiles
+    .venv/bin/python bench/attention.py --masks --markdown docs/mask-bench.md   # windows, documents, GQA: ~5 min
     options: --rounds R (default 5 up to N = 2k, 3 above)  --threads T  --skip-naive-above N
              --memory-budget-gb G  --impls LIST  --no-memory  --markdown PATH  --plot PATH
 """
@@ -50,6 +51,7 @@ from selfattn import causal_bottom_right, flash_attention, scaled_dot_product_at
 from selfattn.peak_memory import PeakMemory
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import attention_masks  # noqa: E402
 from attention_report import print_tables, write_markdown, write_plot  # noqa: E402
 
 BATCH, HEADS, D_HEAD = 1, 8, 64
@@ -259,8 +261,17 @@ def main() -> None:
     parser.add_argument("--plot", metavar="PATH")
     parser.add_argument("--docs", action="store_true", help="= --markdown docs/flash-bench.md --plot docs/flash-bench.png")
     parser.add_argument("--measure-memory", nargs=4, metavar=("IMPL", "N", "MASK", "PASS"), help=argparse.SUPPRESS)
+    parser.add_argument("--masks", action="store_true",
+                        help="instead: structured masks, packed documents and GQA against SDPA (bench/attention_masks.py)")
+    parser.add_argument("--long-window-child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.long_window_child:
+        attention_masks.long_window_child(args.long_window_child)
+        return
+    if args.masks:
+        run_masks(args)
+        return
     if args.measure_memory:
         impl, n, mask, pass_ = args.measure_memory
         measure_memory_child(impl, int(n), mask == "causal", pass_)
@@ -314,6 +325,23 @@ def main() -> None:
         write_markdown(args.markdown, cases, mask_rows, impls, meta, args.plot)
     if args.plot:
         write_plot(args.plot, cases, impls, meta)
+
+
+def run_masks(args) -> None:
+    """The mask suite: time and ratio per case, then the long sliding window; markdown with --markdown."""
+    started, load_before = time.time(), loadavg()
+    log = lambda message: print(f"  {time.time() - started:5.0f} s: {message}", file=sys.stderr, flush=True)  # noqa: E731
+    rows = attention_masks.time_masks(args.rounds or 5, log=log)
+    long_rows = attention_masks.long_window(os.path.abspath(__file__), args.threads)
+    header = (f"torch {torch.__version__}, {args.threads} threads, batch 1, 8 heads, head dim 64, float32, N = 4096; "
+              f"median of {args.rounds or 5} interleaved rounds; load average {load_before} at start, {loadavg()} at end "
+              f"({os.cpu_count()} CPUs); {(time.time() - started) / 60:.1f} min; command: bench/attention.py "
+              + " ".join(sys.argv[1:]))
+    text = attention_masks.format_masks(rows, long_rows, header)
+    print(text)
+    if args.markdown:
+        with open(args.markdown, "w") as out:
+            out.write("# Structured masks, packed documents and GQA against SDPA\n\n" + text)
 
 
 if __name__ == "__main__":
