@@ -51,6 +51,11 @@ def count_tiles():
         _tile_log = outer
 
 
+def _log_tile(kind: str, row: int, col: int) -> None:
+    if _tile_log is not None:
+        _tile_log.append((kind, row, col))
+
+
 def visible_tiles(mask, q_len: int, kv_len: int, block_q: int, block_k: int) -> list[list[tuple[int, int, bool]]]:
     """Per row block: the key blocks to compute, as (start, end, partial).   EMPTY blocks are left out."""
     n_cols = -(-kv_len // block_k)
@@ -127,22 +132,27 @@ def flash_forward(q, k, v, mask, scale: float, block_q: int, block_k: int, group
     if bounded is None:
         bounded = exp_is_bounded(q, k, scale, mask)
     buffer = TileBuffer()
+    keys_t = k.transpose(-2, -1)  # (..., Hk, d, kv_len): a view, sliced per key block
+    lead = torch.broadcast_shapes(q.shape[:-3] + (k.shape[-3],) if q.dim() >= 3 else (), k.shape[:-2])
     for (r0, r1), tiles in zip(_blocks(q_len, block_q), visible_tiles(mask, q_len, kv_len, block_q, block_k)):
         q_scaled = group_rows(q, (r0, r1), group) * scale  # (..., Hk, G * bq, d): scaled once per row block
         state = online_softmax_start(q_scaled.shape[:-1], d_v, q)
-        if bounded:
+        if not bounded:
+            for c0, c1, partial in tiles:
+                _log_tile("forward", r0, c0)
+                scores = score_tile(q_scaled, k, mask, (r0, r1), (c0, c1), partial, group, out=buffer)
+                state = online_softmax_update(state, scores, v[..., c0:c1, :]).state
+        else:  # the common case, kept lean: a few torch calls per tile
             state = state._replace(m=torch.zeros_like(state.m))
-        for c0, c1, partial in tiles:
-            if _tile_log is not None:
-                _tile_log.append(("forward", r0, c0))
-            scores = score_tile(q_scaled, k, mask, (r0, r1), (c0, c1), partial, group, out=buffer, hide=not bounded)
-            if bounded:
+            for c0, c1, partial in tiles:
+                _log_tile("forward", r0, c0)
+                scores = torch.matmul(q_scaled, keys_t[..., c0:c1], out=buffer.get((*lead, q_scaled.shape[-2], c1 - c0), q))
+                if partial and hasattr(mask, "add_finite"):
+                    mask.add_finite(ungroup_rows(scores, group), (r0, r1), (c0, c1))
                 weights = scores.exp_()  # (..., Hk, G * bq, bk)
                 if partial:
                     mask.zero_hidden(ungroup_rows(weights, group), (r0, r1), (c0, c1))
                 state = online_sum_update(state, weights, v[..., c0:c1, :])
-            else:
-                state = online_softmax_update(state, scores, v[..., c0:c1, :]).state
         out_block, lse_block = online_softmax_finish(state)  # (..., Hk, G * bq, d_v), (..., Hk, G * bq)
         output[..., r0:r1, :] = ungroup_rows(out_block, group)
         lse[..., r0:r1] = ungroup_rows(lse_block[..., None], group)[..., 0]
@@ -171,42 +181,79 @@ def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k
 
     grads: (dQ, dK, dV) tensors shaped like q, k, v to add into (a ring accumulates its
     steps this way without temporaries); by default fresh zeros. Returns them.
+    Per tile, with q pre-scaled (scale Q, once) and every batch/head in one batched product:
+
+        P = exp(scale Q_i K_j^T - lse_i)        dV_j += P^T dO_i
+        dS = P * (dO_i V_j^T - D_i)             dQ_i += dS K_j  (times scale at the end)
+        dK_j += dS^T (scale Q_i)
+
+    Every product lands in a reused buffer and is added from there (``baddbmm_`` would
+    save the add, but on CPU it loops over the batch in Python-visible pieces and was 3x
+    slower here): this loop runs about 12 torch calls per tile, and on small tiles their
+    fixed cost is much of the time.
     """
     q_len, kv_len = q.shape[-2], k.shape[-2]
     if grads is None:
         grads = tuple(torch.zeros(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
     dq, dk, dv = grads
+    lead = k.shape[:-2]  # (..., Hk): one batched product per tile covers every batch element and head
+    k3, v3 = k.reshape(-1, *k.shape[-2:]), v.reshape(-1, *v.shape[-2:])  # (B Hk, kv_len, d), views unless broadcast
+    dk3, dv3 = _accumulator(dk, q.dtype), _accumulator(dv, q.dtype)
     delta = (grad_out * output).sum(dim=-1, keepdim=True)  # D = rowsum(dO * O): (..., Hq, q_len, 1)
     # exp(S - lse) with lse = +inf for rows that see nothing: their P is 0, not exp(-inf + inf).
     lse_safe = torch.where(lse == NEG_INF, torch.full_like(lse, float("inf")), lse)[..., None]  # (..., Hq, q_len, 1)
-    rows_of = {}  # key block start -> the row blocks that see it
+    q_scaled = q * scale
+    rows_of, row_data = {}, {}  # key block -> the row blocks that see it; row block -> its grouped 3-D slices
     for (r0, r1), tiles in zip(_blocks(q_len, block_q), visible_tiles(mask, q_len, kv_len, block_q, block_k)):
+        if tiles:
+            row_data[r0] = [group_rows(t, (r0, r1), group).reshape(-1, group * (r1 - r0), t.shape[-1])
+                            for t in (q_scaled, grad_out, lse_safe, delta)]  # (B Hk, G bq, .)
+            row_data[r0].append(torch.zeros_like(row_data[r0][0]))  # dQ_i / scale
         for c0, c1, partial in tiles:
             rows_of.setdefault((c0, c1), []).append((r0, r1, partial))
-    probs_buffer, dp_buffer = TileBuffer(), TileBuffer()
+    heads_view = lambda t, r: ungroup_rows(t.view(*lead, *t.shape[-2:]), group)  # noqa: E731 - (..., Hq, bq, bk) for masks
+    probs_buffer, dp_buffer, sums = TileBuffer(), TileBuffer(), TileBuffer()
     for (c0, c1), row_blocks in sorted(rows_of.items()):
-        k_j, v_j = k[..., c0:c1, :], v[..., c0:c1, :]
-        dk_j, dv_j = dk[..., c0:c1, :], dv[..., c0:c1, :]
+        k_j, v_j = k3[:, c0:c1], v3[:, c0:c1]  # (B Hk, bk, d)
+        dk_j, dv_j = dk3[:, c0:c1], dv3[:, c0:c1]
         for r0, r1, partial in row_blocks:
-            if _tile_log is not None:
-                _tile_log.append(("backward", r0, c0))
-            q_i = group_rows(q, (r0, r1), group)  # (..., Hk, G * bq, d)
-            probs = score_tile(q_i * scale, k, mask, (r0, r1), (c0, c1), partial, group, out=probs_buffer, hide=False)
-            probs = probs.sub_(group_rows(lse_safe, (r0, r1), group))  # S - lse: (..., Hk, G * bq, bk)
+            _log_tile("backward", r0, c0)
+            q_i, do_i, lse_i, delta_i, dq_i = row_data[r0]
+            shape = (q_i.shape[0], q_i.shape[1], c1 - c0)
+            probs = torch.bmm(q_i, k_j.transpose(1, 2), out=probs_buffer.get(shape, q_i))  # S: (B Hk, G bq, bk)
+            if partial and hasattr(mask, "add_finite"):
+                mask.add_finite(heads_view(probs, r0), (r0, r1), (c0, c1))
+            probs.sub_(lse_i)
             if partial:  # hidden keys: P = 0. Their S - lse is finite but may be large: capped so exp stays finite
-                mask.zero_hidden(ungroup_rows(probs.clamp_max_(hidden_cap(probs.dtype)).exp_(), group), (r0, r1), (c0, c1))  # in place
+                mask.zero_hidden(heads_view(probs.clamp_max_(hidden_cap(probs.dtype)).exp_(), r0), (r0, r1), (c0, c1))
             else:
                 probs.exp_()  # P = exp(S - lse)
-            do_i = group_rows(grad_out, (r0, r1), group)  # (..., Hk, G * bq, d_v)
-            dv_j += probs.transpose(-2, -1) @ do_i  # (..., bk, G * bq) @ (..., G * bq, d_v): sums the group
-            dp = torch.matmul(do_i, v_j.transpose(-2, -1), out=dp_buffer.get(probs.shape, probs))  # (..., Hk, G * bq, bk)
-            ds = probs.mul_(dp.sub_(group_rows(delta, (r0, r1), group)))  # dS = P * (dP - D), in P's memory
+            dv_j += torch.bmm(probs.transpose(1, 2), do_i, out=sums.get(dv_j.shape, q_i))  # (bk, G bq) @ (G bq, d_v)
+            dp = torch.bmm(do_i, v_j.transpose(1, 2), out=dp_buffer.get(shape, q_i))  # dP = dO V^T
+            ds = probs.mul_(dp.sub_(delta_i))  # dS = P * (dP - D), in P's memory
             if mask_grad is not None:
                 tile = mask_slice(mask_grad, (r0, r1), (c0, c1))
-                tile += ungroup_rows(ds, group).sum_to_size(tile.shape)
-            dq[..., r0:r1, :] += ungroup_rows((ds @ k_j) * scale, group)  # (..., G * bq, bk) @ (..., bk, d)
-            dk_j += (ds.transpose(-2, -1) @ q_i) * scale  # (..., bk, G * bq) @ (..., G * bq, d)
+                tile += heads_view(ds, r0).sum_to_size(tile.shape)
+            dq_i += torch.bmm(ds, k_j, out=sums.get(dq_i.shape, q_i))  # (G bq, bk) @ (bk, d)
+            dk_j += torch.bmm(ds.transpose(1, 2), q_i, out=sums.get(dk_j.shape, q_i))  # (bk, G bq) @ (G bq, d): q pre-scaled
+    for r0, (_, _, _, _, dq_i) in row_data.items():
+        r1 = r0 + dq_i.shape[1] // group
+        dq[..., r0:r1, :] += heads_view(dq_i, r0) * scale
+    for grad, acc in ((dk, dk3), (dv, dv3)):
+        if acc.data_ptr() != grad.data_ptr():  # a temporary (another dtype or layout): add it now
+            grad += acc.view(grad.shape)
     return dq, dk, dv
+
+
+def _accumulator(grad: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``grad`` as (batch x heads, n, e) to accumulate into in place, or zeros to add at the end
+    when it cannot be viewed so (a slice with other strides) or has another dtype (a ring's float32 sums)."""
+    if grad.dtype == dtype:
+        try:
+            return grad.view(-1, *grad.shape[-2:])
+        except RuntimeError:
+            pass
+    return torch.zeros((math.prod(grad.shape[:-2]), *grad.shape[-2:]), dtype=dtype, device=grad.device)
 
 
 def mask_slice(mask: torch.Tensor, rows: tuple[int, int], cols: tuple[int, int]) -> torch.Tensor:
