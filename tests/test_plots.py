@@ -14,6 +14,7 @@ import warnings
 import xml.etree.ElementTree as ET
 
 import numpy as np
+import matplotlib
 import pytest
 import torch
 from matplotlib.figure import Figure
@@ -230,6 +231,35 @@ def test_mask_figure_defaults_to_positions():
     assert tick_texts(ax.xaxis) == ["0", "1"] and tick_texts(ax.yaxis) == ["0", "1"]
     assert [text.get_text() for text in fig.legends[0].get_texts()] == ["$seen$", "hidden"]
     assert_image_equals(ax, [[1, 0], [1, 1]])
+
+
+def test_mask_figure_block_map_outlines_each_tile_by_its_state():
+    """Skipped / full / partial tiles against a block-by-block loop over the mask, and the counts in the title."""
+    from matplotlib.patches import Rectangle
+
+    mask = torch.tensor([[abs(i - j) <= 1 for j in range(7)] for i in range(7)])  # a band: all three states occur
+    fig = plots.mask_figure(mask, block_size=3, title="band")
+    ax = fig.axes[0]
+    expected = []
+    for r in range(0, 7, 3):
+        for c in range(0, 7, 3):
+            block = mask[r:r + 3, c:c + 3]
+            expected.append(("empty" if not block.any() else "full" if block.all() else "partial", c, r))
+    tiles = [p for p in ax.patches if isinstance(p, Rectangle)]
+    assert len(tiles) == len(expected) == 9
+    colours = {"empty": plots._BLOCK_STYLES[0][0], "full": plots._BLOCK_STYLES[1][0], "partial": plots._BLOCK_STYLES[2][0]}
+    for tile, (state, c, r) in zip(tiles, expected):
+        assert tile.get_xy() == (c - 0.5, r - 0.5)
+        assert matplotlib.colors.to_hex(tile.get_edgecolor()) == colours[state]
+        assert (tile.get_hatch() is not None) == (state == "empty")
+    counts = {s: sum(e[0] == s for e in expected) for s in ("empty", "full", "partial")}
+    assert ax.get_title() == (f"band\n3x3 tiles: {counts['empty']} skipped, {counts['full']} full, "
+                              f"{counts['partial']} partial of 9")
+    assert counts == {"empty": 2, "full": 1, "partial": 6}  # the corner tile (6, 6) is one visible pair
+    labels = [text.get_text() for text in fig.legends[0].get_texts()]
+    assert labels[:2] == ["may attend", "masked"] and any("skipped" in label for label in labels)
+    with pytest.raises(OptionError, match="tile size"):
+        plots.mask_figure(mask, block_size=0)
 
 
 def test_positional_figure_uses_a_diverging_scale_centred_on_zero():

@@ -48,6 +48,7 @@ def assert_only(folder, names):
         ["--kind", "mask", "--mask", "causal-bottom-right:2"],
         ["--kind", "mask", "--mask", "sliding-window:2"],
         ["--kind", "mask", "--mask", "padding:5"],
+        ["--kind", "mask", "--mask", "documents:3,4", "--tile", "3"],
         ["--kind", "positional"],
         ["--kind", "positional", "--positional", "rope", "--dim", "16"],
     ],
@@ -106,6 +107,10 @@ def test_non_latin_and_markup_tokens_do_not_crash(run_cli, tmp_path):
         (["--kind", "mask", "--mask", "padding:99"], "padding:99"),
         (["--kind", "mask", "--mask", "sliding-window:x"], "whole number"),
         (["--kind", "mask", "--mask", "sliding-window:0"], "at least 1 token"),
+        (["--kind", "mask", "--mask", "documents:3,5"], "the documents hold 8 tokens, the sentence has 7"),
+        (["--kind", "mask", "--mask", "documents:3,x"], "whole numbers >= 1"),
+        (["--kind", "mask", "--tile", "0"], "--tile must be a whole number >= 1"),
+        (["--kind", "heatmap", "--tile", "2"], "--tile applies to --kind mask"),
         (["--kind", "positional", "--positional", "alibi"], "sinusoidal or rope"),
         (["--kind", "positional", "--positional", "rope", "--dim", "7"], "even"),
         (["--kind", "heatmap", "--variant", "nope"], "unknown variant"),
@@ -218,3 +223,21 @@ def test_any_plot_request_ends_in_a_picture_or_one_error_line(run_cli, tmp_path_
     else:
         assert status == 2 and out == "" and err.count("\n") == 1, err
         assert_only(folder, [])
+
+
+def test_mask_plot_draws_the_block_map_of_packed_documents(run_cli, tmp_path):
+    """documents:3,4 with 2x2 tiles: the title's counts equal a block loop over the block-diagonal mask."""
+    path = tmp_path / "docs.svg"
+    status, _, err = run_cli("plot", "--kind", "mask", "--mask", "documents:3,4", "--tile", "2", "-o", str(path))
+    assert status == 0 and err == ""
+    doc = [0, 0, 0, 1, 1, 1, 1]
+    states = []
+    for r in range(0, 7, 2):
+        for c in range(0, 7, 2):
+            seen = [doc[i] == doc[j] for i in range(r, min(r + 2, 7)) for j in range(c, min(c + 2, 7))]
+            states.append("skipped" if not any(seen) else "full" if all(seen) else "partial")
+    expected = (f"2x2 tiles: {states.count('skipped')} skipped, {states.count('full')} full, "
+                f"{states.count('partial')} partial of 16")
+    texts = " ".join(svg_texts(path))
+    assert expected in texts and "Packed documents of 3, 4 tokens" in texts
+

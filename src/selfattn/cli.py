@@ -110,8 +110,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SPEC",
         help="for --kind mask: causal | causal-bottom-right[:P] (P cached keys before the sentence, default 3) | "
         "sliding-window[:W] (window of W tokens, default 3) | padding[:L] (the first L tokens are real, "
-        "default all but 2) | none. Default: the variant's own mask",
+        "default all but 2) | documents[:A,B,...] (packed documents, default two halves) | none. "
+        "Default: the variant's own mask",
     )
+    plot.add_argument("--tile", type=int, metavar="N",
+                      help="for --kind mask: tiles of N x N in the block map (skipped / full / partial), default 2")
     plot.set_defaults(run=run_plot)
 
     view = commands.add_parser(
@@ -290,7 +293,7 @@ def run_explain(args: argparse.Namespace) -> int:
 def run_plot(args: argparse.Namespace) -> int:
     from selfattn.viz.commands import plot
 
-    path = plot(config_from_args(args, "plot"), args.kind, args.output, layer=args.layer, head=args.head, mask=args.mask, dim=args.dim)
+    path = plot(config_from_args(args, "plot"), args.kind, args.output, layer=args.layer, head=args.head, mask=args.mask, dim=args.dim, tile=args.tile)
     print(f"wrote {path}")
     return 0
 

@@ -18,7 +18,7 @@ import torch
 
 from selfattn.config import ExplainConfig, build_trace
 from selfattn.errors import OptionError
-from selfattn.masks import causal_bottom_right, causal_top_left, padding_mask, sliding_window_mask
+from selfattn.masks import causal_bottom_right, causal_top_left, document_mask, padding_mask, sliding_window_mask
 from selfattn.positional import apply_rope, sinusoidal_encoding
 from selfattn.trace import Trace
 from selfattn.variant_trace import VariantTrace
@@ -76,6 +76,7 @@ def plot(
     head: int = 0,
     mask: str | None = None,
     dim: int | None = None,
+    tile: int | None = None,
 ) -> Path:
     """Draw ``kind`` for the configured input and save it as PNG or SVG."""
     from selfattn.viz import plots
@@ -85,6 +86,10 @@ def plot(
         raise OptionError(f"unknown plot kind {kind!r}: choose one of {', '.join(PLOT_KINDS)}")
     if mask is not None and kind != "mask":
         raise OptionError("--mask applies to --kind mask")
+    if tile is not None and kind != "mask":
+        raise OptionError("--tile applies to --kind mask")
+    if tile is not None and tile < 1:
+        raise OptionError(f"--tile must be a whole number >= 1, got {tile}")
     if kind == "positional":
         if config.model is not None:
             figure = _model_positional_figure(config.model, layer, head)
@@ -116,7 +121,7 @@ def plot(
         figure = plots.heads_figure(weights, tokens, head_names=names, title=title)
     else:
         allowed, rows, columns, title = mask_picture(mask, trace)
-        figure = plots.mask_figure(allowed, rows, columns, title=title)
+        figure = plots.mask_figure(allowed, rows, columns, title=title, block_size=tile or DEFAULT_TILE)
     return plots.save_figure(figure, target)
 
 
@@ -148,7 +153,7 @@ def mask_picture(
         return everyone, tokens, tokens, "No mask: every token may attend to every token"
     name, colon, argument = spec.partition(":")
     value = None
-    if colon:
+    if colon and name != "documents":
         if not argument.isdigit():
             raise OptionError(f"the number after ':' in --mask {spec!r} must be a whole number >= 0")
         value = int(argument)
@@ -166,6 +171,10 @@ def mask_picture(
         if window < 1:
             raise OptionError(f"the sliding window must hold at least 1 token, got {window}")
         return sliding_window_mask(n, left=window - 1), tokens, tokens, f"Causal sliding window of {window} tokens"
+    if name == "documents":
+        lengths = _document_lengths(spec, argument if colon else None, n)
+        title = f"Packed documents of {', '.join(map(str, lengths))} tokens: each token sees only its own document"
+        return document_mask(lengths), tokens, tokens, title
     if name == "padding":
         length = max(n - 2, 1) if value is None else value
         if not 0 <= length <= n:
@@ -174,7 +183,8 @@ def mask_picture(
         allowed = padding_mask([length], n)[0, 0].expand(n, n)  # (1, 1, 1, n) -> (n, n)
         return allowed, tokens, keys, f"Padding mask: keys after the first {length} are padding"
     raise OptionError(
-        f"unknown mask {spec!r}: use causal, causal-bottom-right[:P], sliding-window[:W], padding[:L] or none"
+        f"unknown mask {spec!r}: use causal, causal-bottom-right[:P], sliding-window[:W], padding[:L], "
+        "documents[:A,B,...] or none"
     )
 
 
@@ -218,3 +228,21 @@ def _model_positional_figure(name: str, layer: int, head: int):
     # Learned values are small (about 0.1 here): the scale spans what the picture holds.
     limit = float(table.abs().max()) or 1.0
     return plots.positional_figure(table, title=title, limit=limit)
+
+
+# Tiles of the block map in `plot --kind mask`: a sentence is short, so small tiles.
+DEFAULT_TILE = 2
+
+
+def _document_lengths(spec: str, argument: str | None, n: int) -> list[int]:
+    """The lengths in documents:A,B,... (default: two halves), which must add up to the n tokens."""
+    if argument is None:
+        return [n - n // 2, n // 2] if n > 1 else [n]
+    parts = argument.split(",")
+    if not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise OptionError(f"--mask {spec!r}: give document lengths as whole numbers >= 1, e.g. documents:3,4")
+    lengths = [int(p) for p in parts]
+    if sum(lengths) != n:
+        raise OptionError(f"--mask {spec!r}: the documents hold {sum(lengths)} tokens, the sentence has {n}")
+    return lengths
+

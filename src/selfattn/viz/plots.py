@@ -19,12 +19,14 @@ from pathlib import Path
 
 import matplotlib
 import numpy as np
+import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
-from matplotlib.patches import FancyArrowPatch, Patch
+from matplotlib.patches import FancyArrowPatch, Patch, Rectangle
 
 from selfattn.errors import OptionError, ShapeError
+from selfattn.masks.structured import EMPTY, FULL, PARTIAL, states_of_dense
 from selfattn.pipeline.tokenize import find_query
 from selfattn.viz import output
 
@@ -230,10 +232,13 @@ def heads_figure(weights, tokens, *, layer_names=None, head_names=None, title=No
 
 @_quiet_glyphs
 def mask_figure(mask, row_labels=None, col_labels=None, *, title=None, allowed_label="may attend",
-                hidden_label="masked") -> Figure:
+                hidden_label="masked", block_size: int | None = None) -> Figure:
     """(q_len, kv_len) bool mask, True = may attend -> a two-colour image with a legend.
 
     Labels default to positions 0, 1, ... The image holds 1 where the query may attend.
+    block_size: also draw the block map a tiled kernel (flash attention) sees with square
+    tiles of that size: skipped tiles hatched, full tiles (no mask) and partial tiles
+    (masked) outlined in their own colours, with the counts in the title.
     """
     array = _as_array(mask, "mask", "(q_len, kv_len)", (2,), dtype=None)
     if array.dtype != np.bool_:
@@ -247,10 +252,38 @@ def mask_figure(mask, row_labels=None, col_labels=None, *, title=None, allowed_l
                  title=title, xlabel="key", ylabel="query")
     handles = [Patch(facecolor=_MASK_COLOURS[1], label=allowed_label),
                Patch(facecolor=_MASK_COLOURS[0], label=hidden_label)]
+    if block_size is not None:
+        handles += _draw_block_map(ax, array, block_size)
+        fig.set_figwidth(max(fig.get_figwidth(), 7.5))  # room for the five legend entries
     legend = fig.legend(handles=handles, loc="outside lower center", ncols=2)
     for text in legend.get_texts():
         text.set_parse_math(False)
     return fig
+
+
+_BLOCK_STYLES = {  # state -> (edge colour, hatch, legend text)
+    EMPTY: ("#555555", "////", "tile skipped (nothing visible)"),
+    FULL: ("#2e8b57", None, "tile full (no mask needed)"),
+    PARTIAL: ("#e07b00", None, "tile partial (masked)"),
+}
+
+
+def _draw_block_map(ax, array: np.ndarray, block_size: int) -> list:
+    """Outline every block_size x block_size tile by its state; the title gets the counts. -> legend handles"""
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise OptionError(f"the tile size must be a positive integer, got {block_size!r}")
+    states = states_of_dense(torch.from_numpy(array), block_size, block_size).numpy()
+    q_len, kv_len = array.shape
+    for (i, j), state in np.ndenumerate(states):
+        edge, hatch, _ = _BLOCK_STYLES[int(state)]
+        height, width = min(block_size, q_len - i * block_size), min(block_size, kv_len - j * block_size)
+        ax.add_patch(Rectangle((j * block_size - 0.5, i * block_size - 0.5), width, height, fill=False,
+                               edgecolor=edge, hatch=hatch, linewidth=2.0 if hatch is None else 0.8))
+    counts = {state: int((states == state).sum()) for state in _BLOCK_STYLES}
+    summary = (f"{block_size}x{block_size} tiles: {counts[EMPTY]} skipped, {counts[FULL]} full, "
+               f"{counts[PARTIAL]} partial of {states.size}")
+    ax.set_title(f"{ax.get_title()}\n{summary}" if ax.get_title() else summary, parse_math=False)
+    return [Patch(facecolor="none", edgecolor=edge, hatch=hatch, label=label) for edge, hatch, label in _BLOCK_STYLES.values()]
 
 
 @_quiet_glyphs
