@@ -1,14 +1,15 @@
 """The masks PyTorch's SDPA cannot skip: flash attention with structured masks against SDPA, in one run.
 
 Run through ``bench/attention.py --masks``. Cases (batch 1, 8 heads, head dim 64, fp32,
-N = 4096 unless said): a sliding window of 256 keys on each side of every query, a causal
-sliding window of 256 keys (the query and the 255 before it), 8 packed documents of 512
+N = 4096 unless said): a sliding window of 256 keys around every query (128 on each side,
+Longformer's convention for a window of 256), the same with 256 on each side, a causal
+sliding window of 256 keys (the query and the 255 before it, Mistral's convention), causal, 8 packed documents of 512
 (block diagonal), and GQA with 8 query heads sharing 2 key/value heads, no mask. SDPA gets
 the equivalent dense bool mask (GQA: ``enable_gqa=True``); flash gets the structured mask.
 Forward without autograd, and forward + backward; implementations interleaved round by
 round; median times and their ratio (SDPA / flash: how many times faster flash is).
 
-Then one long case: the sliding window of 256 at N = 65536, forward + backward through
+Then one long case: the sliding window of 256 (128 each side) at N = 65536, forward + backward through
 flash alone, in a fresh process, with its peak memory above the inputs (a dense mask
 alone would be 4.3 GB; the score matrix 137 GB).
 """
@@ -34,7 +35,8 @@ N, HEADS, D_HEAD, LONG_N = 4096, 8, 64, 65536
 def mask_cases(n: int = N):
     """(name, structured mask or None, kv heads)."""
     return [
-        ("sliding window 256", SlidingWindowMask(n, left=256, right=256), HEADS),
+        ("sliding window 256 (128 each side)", SlidingWindowMask(n, left=128, right=128), HEADS),
+        ("sliding window 2 x 256 (256 each side)", SlidingWindowMask(n, left=256, right=256), HEADS),
         ("causal sliding window 256", SlidingWindowMask(n, left=255, right=0), HEADS),
         ("causal (for scale)", CausalMask(n), HEADS),
         ("8 packed documents of 512", DocumentMask([n // 8] * 8), HEADS),
@@ -90,9 +92,9 @@ def time_masks(rounds: int, n: int = N, log=print) -> list[dict]:
 
 def long_window_child(n: int) -> None:
     """In a fresh process: window 256 at length n, forward + backward, time and peak memory. Prints JSON."""
-    mask = SlidingWindowMask(n, left=256, right=256)
+    mask = SlidingWindowMask(n, left=128, right=128)
     warm, warm_grad = inputs(1024, HEADS, True)
-    run(lambda q, k, v: flash_attention(q, k, v, attn_mask=SlidingWindowMask(1024, left=256, right=256)), warm, warm_grad, True)
+    run(lambda q, k, v: flash_attention(q, k, v, attn_mask=SlidingWindowMask(1024, left=128, right=128)), warm, warm_grad, True)
     qkv, grad_out = inputs(n, HEADS, True)
     with PeakMemory("cpu") as peak:
         seconds, _ = run(lambda q, k, v: flash_attention(q, k, v, attn_mask=mask), qkv, grad_out, True)

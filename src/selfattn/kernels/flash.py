@@ -99,10 +99,11 @@ def flash_with_offset(query, key, value, attn_mask, causal_offset: int | None, s
     query, key, value = _broadcast_leading(query, key, value, group)
     mask = tile_mask(attn_mask, causal_offset, query.shape[-2], key.shape[-2])
     float_mask = attn_mask if isinstance(mask, FloatMask) else None
+    auto_k = block_k is None  # then the backward, with its shorter row blocks, chooses its own block_k
     if block_q is None or block_k is None:
-        auto_q, auto_k = choose_blocks(mask, query.shape[-2], key.shape[-2], math.prod(query.shape[:-2]), group)
-        block_q, block_k = block_q or auto_q, block_k or auto_k
-    return _FlashAttention.apply(query, key, value, float_mask, mask, float(scale), block_q, block_k, group)
+        chosen_q, chosen_k = choose_blocks(mask, query.shape[-2], key.shape[-2], math.prod(query.shape[:-2]))
+        block_q, block_k = block_q or chosen_q, block_k or chosen_k
+    return _FlashAttention.apply(query, key, value, float_mask, mask, float(scale), block_q, block_k, group, auto_k)
 
 
 # Tile sizes tried for a mask with empty blocks, and the fixed cost of one tile counted in
@@ -113,25 +114,25 @@ TILE_CANDIDATES = (512, 256, 128)
 TILE_OVERHEAD = 200_000
 
 
-def choose_blocks(mask, q_len: int, kv_len: int, heads: int, group: int = 1) -> tuple[int, int]:
+def choose_blocks(mask, q_len: int, kv_len: int, heads: int, rows: int | None = None) -> tuple[int, int]:
     """(block_q, block_k) with the least estimated cost: visible area x heads + overhead per tile.
 
-    No mask: the measured defaults (512 x 512). A GQA group stacks G heads' rows in a tile,
-    so its row blocks are G times shorter to keep tiles the same size.
+    No mask: the measured defaults (512 x 512; also best for GQA, whose tiles stack the G
+    heads of a group: 512 x G rows). rows: keep this many rows per tile and choose only
+    block_k (the backward, which works on at most 64 rows).
     """
-    rows_default = max(DEFAULT_BLOCK_Q // group, 64)
     if mask is None or not q_len or not kv_len:
-        return rows_default, DEFAULT_BLOCK_K
+        return rows or DEFAULT_BLOCK_Q, DEFAULT_BLOCK_K
     best = None
     for size in TILE_CANDIDATES:
-        rows = max(size // group, 16)
-        states = mask.block_states(rows, size, q_len)
-        r0, r1 = block_bounds(q_len, rows)
+        block_q = rows or size
+        states = mask.block_states(block_q, size, q_len)
+        r0, r1 = block_bounds(q_len, block_q)
         c0, c1 = block_bounds(kv_len, size)
         area = ((r1 - r0)[:, None] * (c1 - c0)[None, :])[states != EMPTY]
         cost = float(area.sum()) * heads + len(area) * TILE_OVERHEAD
         if best is None or cost < best[0]:
-            best = (cost, rows, size)
+            best = (cost, block_q, size)
     return best[1], best[2]
 
 
@@ -214,10 +215,10 @@ class _FlashAttention(torch.autograd.Function):
     """Saves Q, K, V, O and lse only; the backward recomputes every tile."""
 
     @staticmethod
-    def forward(ctx, q, k, v, float_mask, mask, scale, block_q, block_k, group):
+    def forward(ctx, q, k, v, float_mask, mask, scale, block_q, block_k, group, auto_k):
         output, lse = flash_forward(q, k, v, mask, scale, block_q, block_k, group)
         ctx.save_for_backward(q, k, v, output, lse, float_mask)
-        ctx.settings = (mask, scale, block_q, block_k, group)
+        ctx.settings = (mask, scale, block_q, block_k, group, auto_k)
         ctx.mark_non_differentiable(lse)
         return output, lse
 
@@ -225,12 +226,14 @@ class _FlashAttention(torch.autograd.Function):
     @once_differentiable  # the backward is not itself differentiable: say so instead of failing inside it
     def backward(ctx, grad_out, _grad_lse):
         q, k, v, output, lse, float_mask = ctx.saved_tensors
-        mask, scale, block_q, block_k, group = ctx.settings
+        mask, scale, block_q, block_k, group, auto_k = ctx.settings
         mask_grad = None
         if float_mask is not None and ctx.needs_input_grad[3]:
             mask_grad = torch.zeros(float_mask.shape, dtype=float_mask.dtype, device=float_mask.device)
         rows = min(block_q, BACKWARD_BLOCK_Q)
+        if auto_k:
+            block_k = choose_blocks(mask, q.shape[-2], k.shape[-2], math.prod(q.shape[:-2]), rows)[1]
         dq, dk, dv = flash_backward(
             grad_out.contiguous(), q, k, v, output, lse, mask, scale, rows, block_k, group, mask_grad
         )
-        return dq, dk, dv, mask_grad, None, None, None, None, None
+        return dq, dk, dv, mask_grad, None, None, None, None, None, None
