@@ -105,7 +105,9 @@ def test_any_sentence_matches_sdpa_and_softmax(words, dim, seed, query):
 def test_no_module_borrows_torchs_attention_or_softmax():
     """The attention math is ours: nothing in the package calls torch's softmax or SDPA."""
     borrowed = {"softmax", "scaled_dot_product_attention", "log_softmax", "multi_head_attention_forward"}
-    for path in sorted(PACKAGE.rglob("*.py")):
+    # The ring demo prints its difference from torch's SDPA: there SDPA is the reference, not our math.
+    references = {PACKAGE / "distributed" / "demo.py"}
+    for path in sorted(set(PACKAGE.rglob("*.py")) - references):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Attribute) and node.attr in borrowed:
                 owner = ast.unparse(node.value)

@@ -35,7 +35,7 @@ from torch.autograd.function import once_differentiable
 
 from selfattn.distributed.comm import Ring
 from selfattn.distributed.sharding import shard_lengths, shard_positions
-from selfattn.errors import DistributedError, OptionError, SelfAttnError, ShapeError
+from selfattn.errors import DistributedError, SelfAttnError, ShapeError
 from selfattn.kernels.flash import BACKWARD_BLOCK_Q, DEFAULT_BLOCK_K, DEFAULT_BLOCK_Q
 from selfattn.kernels.flash_tiles import flash_backward, flash_forward
 from selfattn.masks.rules import causal_rule
