@@ -181,11 +181,11 @@ def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k
 
     grads: (dQ, dK, dV) tensors shaped like q, k, v to add into (a ring accumulates its
     steps this way without temporaries); by default fresh zeros. Returns them.
-    Per tile, with q pre-scaled (scale Q, once) and every batch/head in one batched product:
+    Per tile, every batch element and head in one batched product:
 
-        P = exp(scale Q_i K_j^T - lse_i)        dV_j += P^T dO_i
-        dS = P * (dO_i V_j^T - D_i)             dQ_i += dS K_j  (times scale at the end)
-        dK_j += dS^T (scale Q_i)
+        P = exp(scale Q_i K_j^T - lse_i)        dV_j += P^T dO_i     (the scaling and -lse inside the product)
+        dS = P * (dO_i V_j^T - D_i)             dQ_i += scale dS K_j
+        dK_j += scale dS^T Q_i
 
     Every product lands in a reused buffer and is added from there (``baddbmm_`` would
     save the add, but on CPU it loops over the batch in Python-visible pieces and was 3x
@@ -202,13 +202,12 @@ def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k
     delta = (grad_out * output).sum(dim=-1, keepdim=True)  # D = rowsum(dO * O): (..., Hq, q_len, 1)
     # exp(S - lse) with lse = +inf for rows that see nothing: their P is 0, not exp(-inf + inf).
     lse_safe = torch.where(lse == NEG_INF, torch.full_like(lse, float("inf")), lse)[..., None]  # (..., Hq, q_len, 1)
-    q_scaled = q * scale
     rows_of, row_data = {}, {}  # key block -> the row blocks that see it; row block -> its grouped 3-D slices
     for (r0, r1), tiles in zip(_blocks(q_len, block_q), visible_tiles(mask, q_len, kv_len, block_q, block_k)):
         if tiles:
             row_data[r0] = [group_rows(t, (r0, r1), group).reshape(-1, group * (r1 - r0), t.shape[-1])
-                            for t in (q_scaled, grad_out, lse_safe, delta)]  # (B Hk, G bq, .)
-            row_data[r0].append(torch.zeros_like(row_data[r0][0]))  # dQ_i / scale
+                            for t in (q, grad_out, -lse_safe, delta)]  # (B Hk, G bq, .)
+            row_data[r0].append(torch.zeros_like(row_data[r0][0]))  # dQ_i
         for c0, c1, partial in tiles:
             rows_of.setdefault((c0, c1), []).append((r0, r1, partial))
     heads_view = lambda t, r: ungroup_rows(t.view(*lead, *t.shape[-2:]), group)  # noqa: E731 - (..., Hq, bq, bk) for masks
@@ -218,12 +217,12 @@ def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k
         dk_j, dv_j = dk3[:, c0:c1], dv3[:, c0:c1]
         for r0, r1, partial in row_blocks:
             _log_tile("backward", r0, c0)
-            q_i, do_i, lse_i, delta_i, dq_i = row_data[r0]
+            q_i, do_i, neg_lse_i, delta_i, dq_i = row_data[r0]
             shape = (q_i.shape[0], q_i.shape[1], c1 - c0)
-            probs = torch.bmm(q_i, k_j.transpose(1, 2), out=probs_buffer.get(shape, q_i))  # S: (B Hk, G bq, bk)
+            # S - lse = scale Q_i K_j^T - lse_i in one product: (B Hk, G bq, bk)
+            probs = torch.baddbmm(neg_lse_i, q_i, k_j.transpose(1, 2), alpha=scale, out=probs_buffer.get(shape, q_i))
             if partial and hasattr(mask, "add_finite"):
                 mask.add_finite(heads_view(probs, r0), (r0, r1), (c0, c1))
-            probs.sub_(lse_i)
             if partial:  # hidden keys: P = 0. Their S - lse is finite but may be large: capped so exp stays finite
                 mask.zero_hidden(heads_view(probs.clamp_max_(hidden_cap(probs.dtype)).exp_(), r0), (r0, r1), (c0, c1))
             else:
@@ -234,11 +233,11 @@ def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k
             if mask_grad is not None:
                 tile = mask_slice(mask_grad, (r0, r1), (c0, c1))
                 tile += heads_view(ds, r0).sum_to_size(tile.shape)
-            dq_i += torch.bmm(ds, k_j, out=sums.get(dq_i.shape, q_i))  # (G bq, bk) @ (bk, d)
-            dk_j += torch.bmm(ds.transpose(1, 2), q_i, out=sums.get(dk_j.shape, q_i))  # (bk, G bq) @ (G bq, d): q pre-scaled
+            dq_i.add_(torch.bmm(ds, k_j, out=sums.get(dq_i.shape, q_i)), alpha=scale)  # scale (G bq, bk) @ (bk, d)
+            dk_j.add_(torch.bmm(ds.transpose(1, 2), q_i, out=sums.get(dk_j.shape, q_i)), alpha=scale)  # scale dS^T Q
     for r0, (_, _, _, _, dq_i) in row_data.items():
         r1 = r0 + dq_i.shape[1] // group
-        dq[..., r0:r1, :] += heads_view(dq_i, r0) * scale
+        dq[..., r0:r1, :] += heads_view(dq_i, r0)
     for grad, acc in ((dk, dk3), (dv, dv3)):
         if acc.data_ptr() != grad.data_ptr():  # a temporary (another dtype or layout): add it now
             grad += acc.view(grad.shape)
