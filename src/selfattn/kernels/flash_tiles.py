@@ -202,11 +202,12 @@ def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k
     delta = (grad_out * output).sum(dim=-1, keepdim=True)  # D = rowsum(dO * O): (..., Hq, q_len, 1)
     # exp(S - lse) with lse = +inf for rows that see nothing: their P is 0, not exp(-inf + inf).
     lse_safe = torch.where(lse == NEG_INF, torch.full_like(lse, float("inf")), lse)[..., None]  # (..., Hq, q_len, 1)
+    per_row = (q, grad_out, -lse_safe, delta)  # sliced per row block below (views where the layout allows)
     rows_of, row_data = {}, {}  # key block -> the row blocks that see it; row block -> its grouped 3-D slices
     for (r0, r1), tiles in zip(_blocks(q_len, block_q), visible_tiles(mask, q_len, kv_len, block_q, block_k)):
         if tiles:
             row_data[r0] = [group_rows(t, (r0, r1), group).reshape(-1, group * (r1 - r0), t.shape[-1])
-                            for t in (q, grad_out, -lse_safe, delta)]  # (B Hk, G bq, .)
+                            for t in per_row]  # (B Hk, G bq, .)
             row_data[r0].append(torch.zeros_like(row_data[r0][0]))  # dQ_i
         for c0, c1, partial in tiles:
             rows_of.setdefault((c0, c1), []).append((r0, r1, partial))
