@@ -25,16 +25,11 @@ from selfattn.kernels.online_softmax import (
     online_softmax_update,
     online_sum_update,
 )
-from selfattn.masks.structured import EMPTY, PARTIAL, states_of_dense
+from selfattn.masks.structured import EMPTY, PARTIAL, mask_slice, states_of_dense
 
 # exp overflows float32 at 88.7 and float64 at 709.8; a margin of 8 leaves room for the
 # row sums (up to kv_len terms, checked separately) and keeps exp(-bound) a normal number.
 EXP_MARGIN = 8.0
-# A visible key has S - lse <= 0; capping S - lse at a positive number touches only hidden
-# keys, whose exp then stays finite (float16 overflows at exp(11.1)) and becomes exactly 0
-# when multiplied by the mask's 0.
-def hidden_cap(dtype: torch.dtype) -> float:
-    return min(50.0, math.log(torch.finfo(dtype).max) - 1.0)
 
 _tile_log: list | None = None  # (pass, row start, key start) of every tile computed, inside count_tiles()
 
@@ -83,12 +78,12 @@ def ungroup_rows(x: torch.Tensor, group: int) -> torch.Tensor:
 
 
 def score_tile(q_scaled, key, mask, rows: tuple[int, int], cols: tuple[int, int], partial: bool, group: int = 1,
-               out: TileBuffer | None = None, hide: bool = True) -> torch.Tensor:
+               out: TileBuffer | None = None) -> torch.Tensor:
     """S = scale Q_i K_j^T, -inf where a PARTIAL tile's mask hides.   q_scaled (..., Hk, G * bq, d) -> (..., Hk, G * bq, bk)
 
-    hide=False leaves hidden scores finite (a float mask adds only its finite values): the
-    caller zeroes them after exp with ``mask.zero_hidden``. That is the fast way on CPU,
-    where torch's exp of -inf (or of anything below about -87) takes a slow path, ~25x
+    For the online softmax with a running max (and the explainer). The bounded forward and
+    the backward keep hidden scores finite and zero them after exp (``mask.zero_hidden``):
+    on CPU torch's exp of -inf (or of anything below about -87) takes a slow path, ~25x
     slower than for ordinary numbers (measured: 18 ms against 0.7 ms for 2M floats).
     A fresh tensor, or a view of ``out``'s memory (valid until the next tile).
     """
@@ -98,10 +93,8 @@ def score_tile(q_scaled, key, mask, rows: tuple[int, int], cols: tuple[int, int]
     else:
         shape = (*torch.broadcast_shapes(q_scaled.shape[:-2], keys_t.shape[:-2]), q_scaled.shape[-2], cols[1] - cols[0])
         scores = torch.matmul(q_scaled, keys_t, out=out.get(shape, q_scaled))
-    if partial and hide:
+    if partial:
         mask.apply(ungroup_rows(scores, group), rows, cols)  # the mask sees (..., Hq, bq, bk): a view of the scores
-    elif partial and hasattr(mask, "add_finite"):
-        mask.add_finite(ungroup_rows(scores, group), rows, cols)
     return scores
 
 
@@ -245,6 +238,13 @@ def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k
     return dq, dk, dv
 
 
+def hidden_cap(dtype: torch.dtype) -> float:
+    """Where the backward caps S - lse before exp. A visible key has S - lse <= 0, so the cap
+    touches only hidden keys, whose exp then stays finite (float16 overflows at exp(11.1))
+    and becomes exactly 0 when multiplied by the mask's 0."""
+    return min(50.0, math.log(torch.finfo(dtype).max) - 1.0)
+
+
 def _accumulator(grad: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """``grad`` as (batch x heads, n, e) to accumulate into in place, or zeros to add at the end
     when it cannot be viewed so (a slice with other strides) or has another dtype (a ring's float32 sums)."""
@@ -254,13 +254,6 @@ def _accumulator(grad: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         except RuntimeError:
             pass
     return torch.zeros((math.prod(grad.shape[:-2]), *grad.shape[-2:]), dtype=dtype, device=grad.device)
-
-
-def mask_slice(mask: torch.Tensor, rows: tuple[int, int], cols: tuple[int, int]) -> torch.Tensor:
-    """A dense mask's part for these rows and keys; broadcast axes (size 1) stay whole."""
-    r = slice(*rows) if mask.dim() >= 2 and mask.shape[-2] > 1 else slice(None)
-    c = slice(*cols) if mask.shape[-1] > 1 else slice(None)
-    return mask[..., r, c]
 
 
 class FloatMask:

@@ -137,6 +137,13 @@ def _block_reduce(grid: torch.Tensor, block_q: int, block_k: int, rows: int, any
     return blocks.any(dim=3).any(dim=1) if any_ else blocks.all(dim=3).all(dim=1)
 
 
+def mask_slice(mask: torch.Tensor, rows: tuple[int, int], cols: tuple[int, int]) -> torch.Tensor:
+    """A dense mask's part for these rows and keys; broadcast axes (size 1) stay whole (a view)."""
+    r = slice(*rows) if mask.dim() >= 2 and mask.shape[-2] > 1 else slice(None)
+    c = slice(*cols) if mask.shape[-1] > 1 else slice(None)
+    return mask[..., r, c]
+
+
 def as_structured(mask) -> StructuredMask:
     """A structured mask as it is; a bool tensor wrapped as a ``DenseMask``."""
     if isinstance(mask, StructuredMask):
@@ -163,9 +170,7 @@ class DenseMask(StructuredMask):
         return m.index_select(-1, cols)
 
     def tile(self, rows, cols, device=None):
-        r = slice(*rows) if self.q_len is not None else slice(None)
-        c = slice(*cols) if self.mask.shape[-1] > 1 else slice(None)
-        return self.mask[..., r, c]
+        return mask_slice(self.mask, rows, cols)
 
     def apply(self, scores, rows, cols):
         return scores.masked_fill_(~self.tile(rows, cols), NEG_INF)
