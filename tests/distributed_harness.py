@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -19,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+from selfattn.distributed.demo import free_port  # the demo picks its port the same way
 
 TESTS = Path(__file__).resolve().parent
 WORKER = TESTS / "distributed_worker.py"
@@ -60,12 +61,6 @@ class Launch:
             f"--- rank {r.rank}: exit {r.returncode} after {r.seconds:.1f} s; stderr tail:\n{r.stderr[-1500:]}"
             for r in self.ranks
         )
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def launch(scenario: str, world_size: int, *args: str, limit: float = 90.0, pg_timeout: float = 60.0) -> Launch:

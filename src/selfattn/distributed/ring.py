@@ -34,7 +34,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from selfattn.distributed.comm import Ring
-from selfattn.distributed.sharding import shard_lengths, shard_positions
+from selfattn.distributed.sharding import layout_name, shard_lengths, shard_positions
 from selfattn.errors import DistributedError, SelfAttnError, ShapeError
 from selfattn.kernels.flash import BACKWARD_BLOCK_Q, DEFAULT_BLOCK_K, DEFAULT_BLOCK_Q
 from selfattn.kernels.flash_tiles import flash_backward, flash_forward
@@ -89,9 +89,8 @@ class RingPlan:
             return
         expected = shard_lengths(seq_len, world_size, load_balance)
         if lengths != expected:
-            layout = "zigzag (load_balance=True)" if load_balance else "contiguous (load_balance=False)"
             raise ShapeError(
-                f"causal ring attention: the ranks hold {lengths} positions, but a {layout} split of {seq_len} "
+                f"causal ring attention: the ranks hold {lengths} positions, but a {layout_name(load_balance)} split of {seq_len} "
                 f"positions over {world_size} ranks gives {expected}; make the shards with "
                 f"selfattn.distributed.shard_sequence(x, load_balance={load_balance})"
             )

@@ -77,7 +77,7 @@ def unshard_sequence(shards: Sequence[torch.Tensor], load_balance: bool = True, 
     got = [s.shape[dim] for s in shards]
     if got != expected:
         raise ShapeError(
-            f"shards of lengths {got} are not a {_layout_name(load_balance)} split of {seq_len} positions over "
+            f"shards of lengths {got} are not a {layout_name(load_balance)} split of {seq_len} positions over "
             f"{world_size} ranks (that gives {expected}); were they made with the same load_balance?"
         )
     pieces: list[tuple[int, torch.Tensor]] = []
@@ -111,7 +111,8 @@ def gather_sequence(x: torch.Tensor, group=None, load_balance: bool = True, dim:
     return unshard_sequence([g.narrow(dim, 0, n) for g, n in zip(gathered, sizes)], load_balance, dim)
 
 
-def _layout_name(load_balance: bool) -> str:
+def layout_name(load_balance: bool) -> str:
+    """How the error messages name a layout."""
     return "zigzag (load_balance=True)" if load_balance else "contiguous (load_balance=False)"
 
 
