@@ -188,8 +188,9 @@ def check_block_size(name: str, value, default: int | None) -> int | None:
 
 
 def _per_head(attn_mask) -> bool:
-    """Whether a mask differs between heads (a heads axis longer than 1)."""
-    if attn_mask is None or is_causal_bias(attn_mask):
+    """Whether a mask differs between heads (a heads axis longer than 1). Torch's causal objects
+    never get here: ``_causal_form`` has turned them into an offset."""
+    if attn_mask is None:
         return False
     shape = attn_mask.shape
     return len(shape) >= 3 and shape[-3] > 1
