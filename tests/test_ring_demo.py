@@ -8,6 +8,7 @@ are found before any process group exists run in this process.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -162,6 +163,21 @@ def test_peak_memory_sees_a_64_mb_tensor_and_not_its_absence():
     with PeakMemory("cpu") as idle:
         pass
     assert 0 <= idle.bytes < 4 * 2**20
+
+
+@pytest.mark.skipif(not CLEAR_REFS_WORKS, reason="needs Linux /proc/self/clear_refs to reset the peak")
+def test_peak_memory_is_not_hidden_by_garbage_collected_inside_the_block():
+    # A 128 MB tensor kept alive only by a reference cycle, as a kept traceback does: resident
+    # until the cycle collector runs. If it ran inside the block, the block's 64 MB would be
+    # paid for by the freed 128 MB and the peak would never rise above the start.
+    cycle = {"tensor": torch.ones(32 * 2**20)}
+    cycle["self"] = cycle
+    del cycle
+    with PeakMemory("cpu") as peak:
+        gc.collect()  # what an automatic collection part way through the block does
+        block = torch.ones(16 * 2**20)
+        del block
+    assert peak.bytes >= 60 * 2**20
 
 
 def test_peak_memory_says_why_when_it_cannot_measure():

@@ -19,11 +19,15 @@ How it is measured:
 - Anything else (another OS, a container that forbids clear_refs, MPS): ``bytes`` stays
   None and ``unavailable`` says why.
 
-On the CPU, memory that was freed before the block but that malloc kept (glibc keeps
-freed chunks below its mmap threshold, tens of MB once large tensors have come and gone)
-is resident already, so the block can reuse it unseen. ``release_freed_memory()`` just
-before the block hands it back to the OS first; in a fresh process there is little to
-hand back.
+Two things before the block can hide the block's own memory, so entering it first calls
+``release_freed_memory()``:
+
+- garbage still waiting for the cycle collector (tensors held by reference cycles, such as
+  a kept traceback) is resident at the start; if the collector ran inside the block, the
+  block could grow by as much as was freed without the peak rising above the start;
+- memory freed before the block but kept by malloc (glibc keeps freed chunks below its
+  mmap threshold, tens of MB once large tensors have come and gone) is resident already,
+  so the block could reuse it unseen (CPU only). ``malloc_trim`` hands it back to the OS.
 """
 
 from __future__ import annotations
@@ -47,8 +51,11 @@ class PeakMemory:
         self.method: str | None = None  # what was measured, in words
         self.unavailable: str | None = None  # why nothing was, when bytes is None
         self._start = 0
+        self.trimmed = False  # CPU: whether malloc's freed memory went back to the OS at the start
 
     def __enter__(self) -> "PeakMemory":
+        # Garbage collected inside the block would offset the block's own growth, on any device.
+        self.trimmed = release_freed_memory()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)  # queued kernels belong to the code before the block
             torch.cuda.reset_peak_memory_stats(self.device)
@@ -59,7 +66,9 @@ class PeakMemory:
                 with open(CLEAR_REFS, "w") as f:
                     f.write("5")  # VmHWM <- VmRSS
                 self._start = status_kb("VmRSS") * 1024
-                self.method = "resident memory of the process (Linux VmHWM)"
+                self.method = "resident memory of the process (Linux VmHWM)" + (
+                    ", garbage collected and freed memory returned to the OS (malloc_trim) first"
+                    if self.trimmed else ", garbage collected first")
             except (OSError, ValueError) as error:
                 self.unavailable = f"no resettable peak resident memory here ({error})"
         else:

@@ -28,7 +28,7 @@ from selfattn.distributed.demo_report import format_json, format_text
 from selfattn.distributed.ring import ring_attention
 from selfattn.distributed.sharding import gather_sequence, shard_lengths, shard_sequence
 from selfattn.errors import DistributedError, OptionError, SelfAttnError
-from selfattn.peak_memory import PeakMemory, release_freed_memory
+from selfattn.peak_memory import PeakMemory
 
 PROG = "selfattn.distributed.demo"
 EXIT_USAGE, EXIT_DISTRIBUTED = 2, 1
@@ -185,17 +185,14 @@ def measure(args, device, dtype, layout: dict) -> tuple[dict, list[torch.Tensor]
     mine = {"rank": torch.distributed.get_rank(), "positions": q.shape[-2], "fwd_bwd_s": None}
     backward = not args.forward_only
     peak = PeakMemory(device)  # around the forward + backward, or the forward alone with --forward-only
-    trimmed = release_freed_memory()  # the full inputs just freed must not hide the block's own memory
     with peak if not backward else contextlib.nullcontext():
         mine["forward_s"], out = timed(device, False, ring_attention, q, k, v, **layout)
     if backward:
         del out
         q, k, v = (t.requires_grad_() for t in (q, k, v))
-        trimmed = release_freed_memory()
         with peak:
             mine["fwd_bwd_s"], out = timed(device, True, _forward_backward, q, k, v, grad_out, **layout)
-    released = ", freed memory first returned to the OS (malloc_trim)" if trimmed and device.type == "cpu" else ""
-    mine.update(peak_bytes=peak.bytes, memory=(peak.method + released) if peak.method else peak.unavailable)
+    mine.update(peak_bytes=peak.bytes, memory=peak.method or peak.unavailable)
     results = [out.detach()] + ([q.grad, k.grad, v.grad] if backward else [])
     gathered = [collective(f"gathering the {what}", gather_sequence, t, load_balance=layout["load_balance"])
                 for what, t in zip(("output", "dQ", "dK", "dV"), results)]
