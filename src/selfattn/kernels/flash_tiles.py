@@ -20,6 +20,8 @@ import torch
 
 from selfattn.kernels.online_softmax import (
     NEG_INF,
+    exp_floor,
+    exp_flush_tiny_,
     online_softmax_finish,
     online_softmax_start,
     online_softmax_update,
@@ -152,20 +154,35 @@ def flash_forward(q, k, v, mask, scale: float, block_q: int, block_k: int, group
     return output, lse
 
 
-def exp_is_bounded(q: torch.Tensor, k: torch.Tensor, scale: float, mask) -> bool:
-    """Whether every finite score s = scale q.k (+ mask) satisfies |s| + log(kv_len) < log(max float) - 8.
+def score_bound(q: torch.Tensor, k: torch.Tensor, scale: float, mask) -> float:
+    """B with |s| <= B for every finite score s = scale q.k (+ mask).   q, k non-empty
 
     Cauchy-Schwarz: |scale q_i . k_j| <= |scale| max_i |q_i| max_j |k_j|. A bool or
     structured mask adds only -inf; a float mask adds its own largest finite magnitude.
-    Then exp of any score, and any row sum, stays a normal finite number.
     """
-    if not q.numel() or not k.numel():
-        return False
     bound = abs(scale) * float(torch.linalg.vector_norm(q, dim=-1).amax()) * float(torch.linalg.vector_norm(k, dim=-1).amax())
     bias = getattr(mask, "largest_bias", None)
-    if bias is not None:
-        bound += bias()
-    return bound + math.log(k.shape[-2]) < math.log(torch.finfo(q.dtype).max) - EXP_MARGIN
+    return bound + bias() if bias is not None else bound
+
+
+def exp_is_bounded(q: torch.Tensor, k: torch.Tensor, scale: float, mask) -> bool:
+    """Whether every finite score s satisfies |s| + log(kv_len) < log(max float) - 8: then exp
+    of any score, and any row sum, stays a normal finite number (``score_bound``)."""
+    if not q.numel() or not k.numel():
+        return False
+    return score_bound(q, k, scale, mask) + math.log(k.shape[-2]) < math.log(torch.finfo(q.dtype).max) - EXP_MARGIN
+
+
+def backward_may_underflow(q: torch.Tensor, k: torch.Tensor, scale: float, mask, lse: torch.Tensor) -> bool:
+    """Whether some S - lse of the backward can fall below ``exp_floor``, so that P = exp(S - lse)
+    needs ``exp_flush_tiny_``: S >= -B (``score_bound``) and lse <= max lse, so S - lse >= -B - max lse.
+    A row that sees no key (lse = -inf) is computed with lse = +inf: always."""
+    floor = exp_floor(lse)
+    if floor is None or not q.numel() or not k.numel() or not lse.numel():
+        return False
+    if not bool(torch.isfinite(lse).all()):
+        return True
+    return score_bound(q, k, scale, mask) + float(lse.amax()) > -floor
 
 
 def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k, group: int = 1, mask_grad=None,
@@ -186,6 +203,7 @@ def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k
     fixed cost is much of the time.
     """
     q_len, kv_len = q.shape[-2], k.shape[-2]
+    flush = backward_may_underflow(q, k, scale, mask, lse)  # else a plain exp: two passes per tile fewer
     if grads is None:
         grads = tuple(torch.zeros(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
     dq, dk, dv = grads
@@ -218,9 +236,13 @@ def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k
             if partial and hasattr(mask, "add_finite"):
                 mask.add_finite(heads_view(probs, r0), (r0, r1), (c0, c1))
             if partial:  # hidden keys: P = 0. Their S - lse is finite but may be large: capped so exp stays finite
-                mask.zero_hidden(heads_view(probs.clamp_max_(hidden_cap(probs.dtype)).exp_(), r0), (r0, r1), (c0, c1))
+                cap = hidden_cap(probs.dtype)
+                weights = exp_flush_tiny_(probs, cap) if flush else probs.clamp_max_(cap).exp_()
+                mask.zero_hidden(heads_view(weights, r0), (r0, r1), (c0, c1))
+            elif flush:  # P = exp(S - lse)
+                exp_flush_tiny_(probs)
             else:
-                probs.exp_()  # P = exp(S - lse)
+                probs.exp_()
             dv_j += torch.bmm(probs.transpose(1, 2), do_i, out=sums.get(dv_j.shape, q_i))  # (bk, G bq) @ (G bq, d_v)
             dp = torch.bmm(do_i, v_j.transpose(1, 2), out=dp_buffer.get(shape, q_i))  # dP = dO V^T
             ds = probs.mul_(dp.sub_(delta_i))  # dS = P * (dP - D), in P's memory
