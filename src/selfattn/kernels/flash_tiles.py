@@ -235,14 +235,10 @@ def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k
             probs = torch.baddbmm(neg_lse_i, q_i, k_j.transpose(1, 2), alpha=scale, out=probs_buffer.get(shape, q_i))
             if partial and hasattr(mask, "add_finite"):
                 mask.add_finite(heads_view(probs, r0), (r0, r1), (c0, c1))
-            if partial:  # hidden keys: P = 0. Their S - lse is finite but may be large: capped so exp stays finite
-                cap = hidden_cap(probs.dtype)
-                weights = exp_flush_tiny_(probs, cap) if flush else probs.clamp_max_(cap).exp_()
-                mask.zero_hidden(heads_view(weights, r0), (r0, r1), (c0, c1))
-            elif flush:  # P = exp(S - lse)
-                exp_flush_tiny_(probs)
-            else:
-                probs.exp_()
+            # P = exp(S - lse). Hidden keys get P = 0; their S - lse is finite but may be large: capped so exp stays finite
+            exp_flush_tiny_(probs, hidden_cap(probs.dtype) if partial else None, flush)
+            if partial:
+                mask.zero_hidden(heads_view(probs, r0), (r0, r1), (c0, c1))
             dv_j += torch.bmm(probs.transpose(1, 2), do_i, out=sums.get(dv_j.shape, q_i))  # (bk, G bq) @ (G bq, d_v)
             dp = torch.bmm(do_i, v_j.transpose(1, 2), out=dp_buffer.get(shape, q_i))  # dP = dO V^T
             ds = probs.mul_(dp.sub_(delta_i))  # dS = P * (dP - D), in P's memory

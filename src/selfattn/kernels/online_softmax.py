@@ -74,7 +74,7 @@ def online_softmax_update(state: OnlineSoftmaxState, scores: torch.Tensor, value
     return BlockUpdate(block_max, rescale, exp, OnlineSoftmaxState(m_new, l_new, acc_new))
 
 
-def exp_flush_tiny_(x: torch.Tensor, cap: float | None = None) -> torch.Tensor:
+def exp_flush_tiny_(x: torch.Tensor, cap: float | None = None, flush: bool = True) -> torch.Tensor:
     """exp(x) in place, where x <= 0 is a score minus the row's max or lse; on the CPU every
     result too small to matter becomes exactly 0.   -> x
 
@@ -87,9 +87,9 @@ def exp_flush_tiny_(x: torch.Tensor, cap: float | None = None) -> torch.Tensor:
     e * exp(floor) is set to 0. What is dropped weighs less than 1e-34 (float32) against the
     row's largest term, about 1: below float32's resolution. Elsewhere (CUDA; float16, whose
     floor would be far too high) a plain exp. cap: clamp from above as well (the backward's
-    hidden keys).
+    hidden keys). flush=False: a plain exp too, for a caller that has proved nothing underflows.
     """
-    floor = exp_floor(x)
+    floor = exp_floor(x) if flush else None
     if floor is None:
         return (x if cap is None else x.clamp_max_(cap)).exp_()
     x.clamp_(min=floor, max=cap).exp_()
