@@ -35,7 +35,6 @@ memory, or what is available less 2 GB if that is smaller).
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import statistics
@@ -188,8 +187,7 @@ def measure_memory_child(impl: str, n: int, causal: bool, pass_: str) -> None:
     backward = pass_ == "fwd+bwd"
     warm_up([impl], [pass_], [causal], n=128)
     qkv, grad_out = make_inputs(n, backward)
-    gc.collect()
-    with PeakMemory("cpu") as peak:  # Linux VmHWM, reset to the current RSS at the start
+    with PeakMemory("cpu") as peak:  # Linux VmHWM, reset to the current RSS at the start (garbage collected first)
         run_once(implementation(impl), qkv, grad_out, {"is_causal": causal}, backward)
     if peak.bytes is None:
         raise RuntimeError(peak.unavailable)  # the parent's table says "failed"
