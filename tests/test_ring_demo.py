@@ -90,8 +90,16 @@ def test_plain_python_is_a_world_of_one():
     assert max(result["max_diff"].values()) < 1e-10
 
 
-def test_torchrun_too_short_sequence_says_so_once():
-    done = launch(TORCHRUN + DEMO + ["--seq-len", "1"])
+# Rank 0 late: torchrun stops every worker when one fails, so rank 1 failing first would kill
+# rank 0 before it printed the only message (it did, once, in a loaded CI run).
+SLOW_RANK_0 = ["-c", "import os, runpy, sys, time\n"
+               "if os.environ['RANK'] == '0':\n    time.sleep(2)\n"
+               "sys.argv[0] = 'selfattn.distributed.demo'\n"
+               "runpy.run_module('selfattn.distributed.demo', run_name='__main__')"]
+
+
+def test_torchrun_too_short_sequence_says_so_once_even_when_rank_0_is_late():
+    done = launch(TORCHRUN + ["--no-python", sys.executable] + SLOW_RANK_0 + ["--seq-len", "1"])
     assert done.returncode != 0  # torchrun reports a failed child with its own exit status
     ours = [line for line in done.stderr.splitlines() if line.startswith("selfattn.distributed.demo: error:")]
     assert ours == ["selfattn.distributed.demo: error: --seq-len 1 is too short for 2 processes: "
@@ -136,12 +144,17 @@ def test_bad_options_are_one_line_and_status_2(argv, message, launched_by_torchr
     assert not torch.distributed.is_initialized()
 
 
-def test_usage_errors_come_from_rank_0_only(launched_by_torchrun, capsys):
+@pytest.mark.parametrize("under_torchrun, status", [(False, 2), (True, 0)])
+def test_usage_errors_come_from_rank_0_only(under_torchrun, status, launched_by_torchrun, monkeypatch, capsys):
     launched_by_torchrun(1, 2)
-    assert demo.main(["--seq-len", "1"]) == 2
+    if under_torchrun:  # torchrun waits for rank 0 (which says it and exits 2) only if the others succeed
+        monkeypatch.setenv("TORCHELASTIC_RUN_ID", "test")
+    else:
+        monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
+    assert demo.main(["--seq-len", "1"]) == status
     with pytest.raises(SystemExit) as exit_:
         demo.main(["--dtype", "int8"])
-    assert exit_.value.code == 2
+    assert exit_.value.code == status
     assert capsys.readouterr() == ("", "")
 
 

@@ -35,7 +35,8 @@ EXIT_USAGE, EXIT_DISTRIBUTED = 2, 1
 EPILOG = """\
 exit status: 0 on success; 2 for a bad option or input (one line on stderr, from rank 0);
 1 when the process group fails (a rank stopped, a timeout): each rank that sees it prints
-one line. Under torchrun, torchrun itself then exits 1 and adds its own failure report.
+one line. Under torchrun, torchrun itself then exits 1 and adds its own failure report;
+the other ranks leave a bad option to rank 0 and exit 0, so that torchrun lets rank 0 say it.
 """
 
 
@@ -43,11 +44,23 @@ class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line on stderr (from rank 0 only) and exit status 2."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n" if _first_rank() else None)
+        if _first_rank():
+            self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+        self.exit(_usage_status_elsewhere())
 
 
 def _first_rank() -> bool:
     return os.environ.get("RANK", "0").strip() in ("0", "")
+
+
+def _usage_status_elsewhere() -> int:
+    """Exit status of a rank other than 0 for an error that every rank has and rank 0 reports.
+
+    torchrun stops every worker as soon as one fails, so a rank that failed before rank 0 had
+    printed would silence the only message. Under torchrun the other ranks therefore exit 0
+    and torchrun waits for rank 0, whose status 2 fails the run; elsewhere they exit 2 too.
+    """
+    return 0 if "TORCHELASTIC_RUN_ID" in os.environ else EXIT_USAGE
 
 
 class _ThisRankError(OptionError):
@@ -87,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     except SelfAttnError as error:
         if _first_rank() or isinstance(error, _ThisRankError):  # the same error on every rank: one says it
             print(f"{PROG}: error: {' '.join(str(error).split())}", file=sys.stderr)
-        return EXIT_USAGE
+            return EXIT_USAGE
+        return _usage_status_elsewhere()
     finally:
         if torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
