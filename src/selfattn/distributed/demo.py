@@ -44,22 +44,24 @@ class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line on stderr (from rank 0 only) and exit status 2."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        if _first_rank():
-            self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
-        self.exit(_usage_status_elsewhere())
+        self.exit(_usage_error(f"{message} (see --help)"))
 
 
 def _first_rank() -> bool:
     return os.environ.get("RANK", "0").strip() in ("0", "")
 
 
-def _usage_status_elsewhere() -> int:
-    """Exit status of a rank other than 0 for an error that every rank has and rank 0 reports.
+def _usage_error(message: str, every_rank: bool = False) -> int:
+    """Say a usage error (rank 0 only, unless every_rank) and return this rank's exit status.
 
-    torchrun stops every worker as soon as one fails, so a rank that failed before rank 0 had
-    printed would silence the only message. Under torchrun the other ranks therefore exit 0
-    and torchrun waits for rank 0, whose status 2 fails the run; elsewhere they exit 2 too.
+    An error that every rank has is said once, by rank 0. torchrun stops every worker as soon
+    as one fails, so a rank that failed before rank 0 had printed would silence the only
+    message: under torchrun the other ranks therefore exit 0 and torchrun waits for rank 0,
+    whose status 2 fails the run; elsewhere they exit 2 too.
     """
+    if every_rank or _first_rank():
+        print(f"{PROG}: error: {' '.join(message.split())}", file=sys.stderr)
+        return EXIT_USAGE
     return 0 if "TORCHELASTIC_RUN_ID" in os.environ else EXIT_USAGE
 
 
@@ -98,10 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: error: {' '.join(str(error).split())}", file=sys.stderr)
         return EXIT_DISTRIBUTED
     except SelfAttnError as error:
-        if _first_rank() or isinstance(error, _ThisRankError):  # the same error on every rank: one says it
-            print(f"{PROG}: error: {' '.join(str(error).split())}", file=sys.stderr)
-            return EXIT_USAGE
-        return _usage_status_elsewhere()
+        return _usage_error(str(error), every_rank=isinstance(error, _ThisRankError))
     finally:
         if torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
