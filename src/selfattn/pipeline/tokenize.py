@@ -17,7 +17,7 @@ def tokenize(sentence: str) -> list[str]:
     """
     if not isinstance(sentence, str):
         raise SentenceError(f"the sentence must be a string, not {type(sentence).__name__}")
-    tokens = sentence.split()
+    tokens = check_text(sentence).split()
     if not tokens:
         raise SentenceError("the sentence is empty: give at least one word")
     return tokens
@@ -40,6 +40,7 @@ def find_query(tokens: list[str], query: str | int | None) -> int:
     if query is None:
         return default_query_index(tokens)
     if isinstance(query, str):
+        check_text(query, "the query", QueryError)
         if query in tokens:
             return tokens.index(query)
         try:
@@ -75,3 +76,18 @@ def quote_tokens(tokens: list[str], limit: int, count: bool = False) -> str:
 def missing_tokens(tokens: list[str], table) -> list[str]:
     """Distinct tokens, in sentence order, that ``table`` has no entry for."""
     return [t for t in dict.fromkeys(tokens) if t not in table]
+
+
+def check_text(text: str, what: str = "the sentence", error: type[SentenceError | QueryError] = SentenceError) -> str:
+    """``text`` itself if it can be written as UTF-8; otherwise ``error`` says where it cannot.
+
+    On Linux, Python turns command-line bytes that are not UTF-8 into lone surrogates
+    (U+DC80 to U+DCFF, PEP 383), which no tokenizer, terminal or file can take.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as failure:
+        code = ord(text[failure.start])
+        what_it_is = f"the byte 0x{code - 0xDC00:02x}, which is not UTF-8" if 0xDC80 <= code <= 0xDCFF else f"U+{code:04X}, a lone surrogate"
+        raise error(f"{what} holds {what_it_is}, at character {failure.start}: give it as UTF-8 text") from None
+    return text
