@@ -97,7 +97,7 @@ def test_non_latin_and_markup_tokens_do_not_crash(run_cli, tmp_path):
         (["--kind", "heatmap", "-o", "{dir}/w.jpg"], "unsupported output extension '.jpg'"),
         (["--kind", "heatmap", "-o", "{dir}/w"], "unsupported output extension no extension"),
         (["--kind", "heatmap", "-o", "{dir}/missing/w.png"], "does not exist"),
-        (["--kind", "heatmap", "-o", "{dir}"], "unsupported output extension"),
+        (["--kind", "heatmap", "-o", "{dir}"], "it is a folder"),
         (["--kind", "heatmap", "--head", "1"], "--head 1 is out of range: this input has 1 head"),
         (["--kind", "heatmap", "--variant", "multihead", "--head", "2"], "--head 2 is out of range: this input has 2 heads (0 to 1)"),
         (["--kind", "heatmap", "--head", "-1"], "--head -1 is out of range"),

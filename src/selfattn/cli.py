@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 from typing import Sequence
 
 from selfattn import __version__
@@ -62,8 +63,37 @@ PLOT_EXAMPLES = """examples:
 """
 
 
+VIEW_EXAMPLES = """examples:
+  selfattn view -o explorer.html                  the seed's example; open it in a browser
+  selfattn view --variant causal -o causal.html   Q/K/V and a causal mask
+  selfattn view "the cat saw the dog" --variant gqa --heads 4 --embed random --dim 8 -o gqa.html
+  selfattn view --model all-MiniLM-L6-v2 --layer 2 --head 5 -o minilm.html
+                                                  a real model: every layer and head
+"""
+
+
+class _Formatter(argparse.HelpFormatter):
+    """Wraps prose to the terminal's width; keeps indented lines (the examples) as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        lines, prose = [], []
+        for line in text.splitlines() + [""]:
+            if line.strip() and not line[0].isspace():
+                prose.append(line)
+                continue
+            if prose:
+                lines += textwrap.wrap(" ".join(prose), width, initial_indent=indent, subsequent_indent=indent)
+                prose = []
+            lines.append(indent + line if line.strip() else "")
+        return "\n".join(lines).rstrip("\n")
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line on stderr and exit status 2."""
+    """argparse, but a usage error is one line on stderr and exit status 2, and help is wrapped."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
@@ -87,10 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     explain.epilog = EXPLAIN_EXAMPLES
-    explain.formatter_class = argparse.RawDescriptionHelpFormatter
     add_input_options(explain)
-    add_view_options(explain, default=None, note=" of --model")
-    explain.add_argument("--precision", type=int, default=4, metavar="N", help="decimals shown, 0 to 10 (default 4)")
+    add_view_options(explain, default=None, needs="needs --model")
+    explain.add_argument("--precision", type=int, default=4, metavar="DIGITS", help="decimals shown, 0 to 10 (default 4)")
     explain.add_argument("--format", choices=["text", "json", "markdown"], default="text", help="output format")
     explain.set_defaults(run=run_explain)
 
@@ -100,7 +129,6 @@ def build_parser() -> argparse.ArgumentParser:
         description="Draw the attention of a sentence as a PNG or SVG picture. Same inputs as explain.",
     )
     plot.epilog = PLOT_EXAMPLES
-    plot.formatter_class = argparse.RawDescriptionHelpFormatter
     add_input_options(plot)
     plot.add_argument("--kind", required=True, choices=PLOT_KINDS, metavar="KIND", help=f"what to draw: {' | '.join(PLOT_KINDS)}")
     plot.add_argument("-o", "--output", required=True, metavar="FILE", help="the picture: .png or .svg")
@@ -125,10 +153,11 @@ def build_parser() -> argparse.ArgumentParser:
             "of a sentence: hover or click a token to see where it looks, with every number of the steps."
         ),
     )
+    view.epilog = VIEW_EXAMPLES
     add_input_options(view)
     view.add_argument("-o", "--output", required=True, metavar="FILE", help="the page: .html")
     add_view_options(view)
-    view.add_argument("--precision", type=int, default=4, metavar="N", help="decimals shown, 0 to 10 (default 4)")
+    view.add_argument("--precision", type=int, default=4, metavar="DIGITS", help="decimals shown, 0 to 10 (default 4)")
     view.set_defaults(run=run_view)
 
     heads = commands.add_parser(
@@ -141,10 +170,9 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     heads.epilog = HEADS_EXAMPLES
-    heads.formatter_class = argparse.RawDescriptionHelpFormatter
     heads.add_argument("sentence", nargs="*", help="the sentence (default: the seed's example)")
     add_model_option(heads)
-    heads.add_argument("--precision", type=int, default=2, metavar="N", help="decimals shown, 0 to 10 (default 2)")
+    heads.add_argument("--precision", type=int, default=2, metavar="DIGITS", help="decimals shown, 0 to 10 (default 2)")
     heads.add_argument("--format", choices=["text", "json", "markdown"], default="text", help="output format")
     heads.set_defaults(run=run_heads)
 
@@ -157,10 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     similarity.epilog = SIMILARITY_EXAMPLES
-    similarity.formatter_class = argparse.RawDescriptionHelpFormatter
     similarity.add_argument("sentences", nargs="+", metavar="SENTENCE", help="two or more sentences, each quoted")
     add_model_option(similarity)
-    similarity.add_argument("--precision", type=int, default=3, metavar="N", help="decimals shown, 0 to 10 (default 3)")
+    similarity.add_argument("--precision", type=int, default=3, metavar="DIGITS", help="decimals shown, 0 to 10 (default 3)")
     similarity.add_argument("--format", choices=["text", "json", "markdown"], default="text", help="output format")
     similarity.set_defaults(run=run_similarity)
     return parser
@@ -169,7 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
 def add_model_option(command: argparse.ArgumentParser, default: str | None = MODEL_NAME) -> None:
     note = f" (default {default})" if default else " instead of the toy embeddings and variants"
     command.add_argument(
-        "--model", default=default, metavar="NAME",
+        "--model", default=default, metavar="MODEL",
         help=f"a pretrained model, installed as a Python package: {MODEL_NAME}{note}",
     )
 
@@ -201,19 +228,19 @@ def add_input_options(command: argparse.ArgumentParser) -> None:
     variant.add_argument(
         "--variant",
         default="simple",
-        metavar="NAME",
+        metavar="VARIANT",
         help="simple | scaled (divide by sqrt(d)) | qkv (learned projections) | causal (+ mask) | "
         "multihead (+ heads, output projection) | gqa (query heads share key/value heads) | "
         "flash (the seed's attention, keys folded in block by block with the online softmax)",
     )
     variant.add_argument("--heads", type=int, metavar="H", help="query heads for multihead (default 2) and gqa (default 4)")
     variant.add_argument("--kv-heads", type=int, metavar="K", help="key/value heads for gqa (default heads / 2)")
-    variant.add_argument("--d-k", type=int, metavar="D", help="width of each head's queries and keys (default d / heads, at least 2)")
-    variant.add_argument("--block-size", type=int, metavar="N", help="keys per block for flash, 1 or more (default 2)")
+    variant.add_argument("--d-k", type=int, metavar="DK", help="width of each head's queries and keys (default d / heads, at least 2)")
+    variant.add_argument("--block-size", type=int, metavar="KEYS", help="keys per block for flash, 1 or more (default 2)")
     variant.add_argument(
         "--positional",
         default="none",
-        metavar="NAME",
+        metavar="ENCODING",
         help="none | sinusoidal | learned (untrained) | rope | alibi (default none)",
     )
     pretrained = command.add_argument_group("pretrained model (instead of the embeddings and variant above)")
@@ -221,10 +248,12 @@ def add_input_options(command: argparse.ArgumentParser) -> None:
     command.add_argument("--query", metavar="TOKEN", help=QUERY_HELP)
 
 
-def add_view_options(command: argparse.ArgumentParser, default: int | None = 0, note: str = "") -> None:
-    shown = f" (default {default if default is not None else 0})"
-    command.add_argument("--layer", type=int, default=default, metavar="L", help=f"the layer{note} to show, from 0{shown}")
-    command.add_argument("--head", type=int, default=default, metavar="H", help=f"the head{note} to show, from 0{shown}")
+def add_view_options(command: argparse.ArgumentParser, default: int | None = 0, needs: str = "") -> None:
+    """--layer and --head. explain uses them only with --model; plot and view also pick a variant's head."""
+    head_needs = needs or "of --model, or of --variant multihead or gqa"
+    command.add_argument("--layer", type=int, default=default, metavar="LAYER",
+                         help="the layer to show, from 0 (default 0); needs --model (the variants have one layer)")
+    command.add_argument("--head", type=int, default=default, metavar="HEAD", help=f"the head to show, from 0 (default 0); {head_needs}")
 
 
 def config_from_args(args: argparse.Namespace, output_format: str):
@@ -321,6 +350,19 @@ def run_similarity(args: argparse.Namespace) -> int:
     return 0
 
 
+def check_text_arguments(args: argparse.Namespace) -> None:
+    """Sentences and queries must be text: bytes that are not UTF-8 are refused before any work."""
+    from selfattn.errors import QueryError
+    from selfattn.pipeline.tokenize import check_text
+
+    if getattr(args, "sentence", None):
+        check_text(" ".join(args.sentence))
+    for index, sentence in enumerate(getattr(args, "sentences", None) or []):
+        check_text(sentence, f"sentence {index + 1}")
+    if getattr(args, "query", None) is not None:
+        check_text(args.query, "the query", QueryError)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -329,10 +371,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     from selfattn.errors import SelfAttnError
 
-    # Greek letters and box drawing must not crash a stdout that cannot encode them.
-    if hasattr(sys.stdout, "reconfigure") and (sys.stdout.encoding or "").lower().replace("-", "") != "utf8":
-        sys.stdout.reconfigure(errors="replace")
+    # Greek letters and box drawing must not crash a stdout that cannot encode them, and a file
+    # name given in bytes that are not UTF-8 prints as those bytes.
+    if hasattr(sys.stdout, "reconfigure"):
+        utf8 = (sys.stdout.encoding or "").lower().replace("-", "") == "utf8"
+        sys.stdout.reconfigure(errors="surrogateescape" if utf8 else "replace")
     try:
+        check_text_arguments(args)
         return args.run(args)
     except SelfAttnError as error:
         message = " ".join(str(error).split())

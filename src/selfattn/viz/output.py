@@ -17,12 +17,13 @@ from selfattn.errors import OutputError
 def check_output_path(path: str | os.PathLike, extensions: tuple[str, ...]) -> Path:
     """The path as a Path, if its extension is one of ``extensions`` and its folder is writable."""
     target = Path(path)
+    wanted = " or ".join(extensions)
+    if target.is_dir() or str(path).endswith(os.sep):
+        raise OutputError(f"cannot write {path}: it is a folder; name a file in it, such as {target / ('attention' + extensions[0])}")
     suffix = target.suffix.lower()
     if suffix not in extensions:
         shown = f"'{target.suffix}'" if target.suffix else "no extension"
-        raise OutputError(f"unsupported output extension {shown} for {target}: use {' or '.join(extensions)}")
-    if target.is_dir():
-        raise OutputError(f"cannot write {target}: it is a folder")
+        raise OutputError(f"unsupported output extension {shown} for {target}: use {wanted}")
     folder = target.parent if str(target.parent) else Path(".")
     if not folder.is_dir():
         raise OutputError(f"cannot write {target}: the folder {folder} does not exist")
