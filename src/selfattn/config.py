@@ -32,6 +32,58 @@ MAX_D_K = 256
 
 @dataclass(frozen=True)
 class ExplainConfig:
+    """What one explanation is asked to do; the CLI's flags, one field each.
+
+    Frozen and validated when built: an unknown name, a value out of range or options
+    that do not belong together raise before any work is done. The sentence and the
+    query are checked later, by ``build_trace``. ``build_trace(config)`` runs it.
+
+    Attributes:
+        sentence: the text to explain. None (default): the seed's sentence,
+            ``SEED_SENTENCE``.
+        embeddings: a file holding the embedding table (see ``load_embedding_file``);
+            only with ``embed="auto"`` and no ``dim``. None: no file.
+        embed: how to build X: "auto" (default; the file if given, random if ``dim`` is
+            given, else the seed's table when it knows every token, else random),
+            "seed" or "random".
+        dim: the width of random embeddings, 1 to 1024. None: 3 for random embeddings.
+        seed: seeds the random embeddings and every untrained weight (projections,
+            learned position table); default 0.
+        query: the query token, or its 0-based position. None: position 1 ("cat" in the
+            seed), or 0 for a one-token sentence.
+        precision: digits after the decimal point in the output, 0 to 10 (default 4).
+        format: "text" (default), "json", "markdown", "html" (the explorer) or "plot".
+        variant: the attention variant, one of ``VARIANTS``; "simple" (default) is the
+            seed's softmax(X X^T) X.
+        heads: query heads, 1 to 16; only for "multihead" and "gqa". None: 2 for
+            multihead, 4 for gqa.
+        kv_heads: key/value heads, 1 to 16; only for "gqa", and ``heads`` must be a
+            multiple of it. None: half the query heads, or 1 if their number is odd.
+        d_k: the width of each head's queries and keys, 1 to 256; only for the variants
+            with projections ("qkv", "causal", "multihead", "gqa"). None: d / heads, at
+            least 2 and, with RoPE, even.
+        positional: the positional encoding: "none" (default), "sinusoidal",
+            "learned", "rope" or "alibi".
+        block_size: keys per block, a positive int; only for "flash". None: 2.
+        model: a pretrained model (all-MiniLM-L6-v2) to explain instead of the
+            variants; it brings its own tokens, embeddings and attention, so
+            ``embeddings``, ``embed``, ``dim``, ``seed``, ``variant``, ``heads``,
+            ``kv_heads``, ``d_k``, ``positional`` and ``block_size`` must keep their
+            defaults. None: no model.
+        layer: with ``model``, the layer to explain, from 0. None: 0.
+        head: with ``model``, the head to explain, from 0. None: 0.
+
+    Raises:
+        OptionError: a field is out of range, unknown, or does not combine with the others.
+        ModelError: ``model`` names no known model.
+
+    Examples:
+        >>> import selfattn as sa
+        >>> config = sa.ExplainConfig(variant="gqa")
+        >>> config.query_heads, config.key_value_heads
+        (4, 2)
+    """
+
     sentence: str | None = None  # None: the seed's sentence
     embeddings: str | None = None  # a file with the embedding table
     embed: str = "auto"  # auto | seed | random
@@ -64,23 +116,55 @@ class ExplainConfig:
 
     @property
     def tokens(self) -> list[str]:
+        """The sentence's tokens (the seed's sentence if none was given); SentenceError if it is empty."""
         return tokenize(SEED_SENTENCE if self.sentence is None else self.sentence)
 
 
     @property
     def query_heads(self) -> int:
+        """The number of query heads: ``heads``, or the variant's default (1 for single-head variants)."""
         return default_heads(self.variant, self.heads, self.kv_heads)[0]
 
     @property
     def key_value_heads(self) -> int:
+        """The number of key/value heads: ``kv_heads`` if given, else half the query heads for gqa (1 if odd), else as many as the query heads."""
         return default_heads(self.variant, self.heads, self.kv_heads)[1]
 
 
 def build_trace(config: ExplainConfig) -> Trace | VariantTrace | ModelTrace:
     """Tokens -> embeddings -> attention, with every intermediate recorded.
 
-    The seed's variant without positional encoding gives the seed's own Trace; every
-    other combination gives a VariantTrace; a pretrained model gives a ModelTrace.
+    The seed's variant ("simple") without positional encoding gives the seed's own
+    ``Trace``; every other combination gives a ``VariantTrace``; a pretrained model
+    gives a ``ModelTrace`` (the model loads once per process).
+
+    Args:
+        config: what to explain.
+
+    Returns:
+        The record for the renderers: ``Trace``, ``VariantTrace`` or ``ModelTrace``.
+
+    Raises:
+        SentenceError: the sentence is empty or has more tokens than ``config.format``
+            shows (without a model: 24 for text and markdown, 512 for json and html,
+            256 for plot; fewer for json and html with several heads).
+        QueryError: the query is not a token of the sentence or out of range.
+        EmbeddingError: the embeddings cannot be built for these tokens or their dot
+            products overflow.
+        OptionError: RoPE meets an odd d_k, or (with a model) the layer or head is out
+            of range.
+        ModelError: the model is not installed or its files do not fit.
+
+    Examples:
+        >>> import selfattn as sa
+        >>> trace = sa.build_trace(sa.ExplainConfig())  # the seed, query "cat"
+        >>> type(trace).__name__, trace.query.token
+        ('Trace', 'cat')
+        >>> trace.context[1].round(decimals=4)
+        tensor([0.4964, 0.6149, 0.5813])
+        >>> trace = sa.build_trace(sa.ExplainConfig(variant="multihead"))
+        >>> type(trace).__name__, trace.n_heads, tuple(trace.weights.shape)
+        ('VariantTrace', 2, (2, 7, 7))
     """
     if config.model is not None:
         from selfattn.models.model_trace import trace_model

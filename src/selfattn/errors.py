@@ -7,40 +7,85 @@ anything else that escapes is our bug and keeps its traceback.
 
 
 class SelfAttnError(ValueError):
-    """Base class: the input or an option is wrong; the message says how."""
+    """Base class of every error a user can cause; catch it to catch them all.
+
+    A ``ValueError``: the input or an option is wrong, and the message says how, in one
+    line. The CLI prints that line and exits with status 2. Raised only as one of the
+    subclasses below.
+    """
 
 
 class SentenceError(SelfAttnError):
-    """The sentence is empty, or too long for the chosen output."""
+    """Raised when the sentence cannot be used.
+
+    It is not a string, it is empty or only whitespace, it holds characters that are
+    not UTF-8, or it has more tokens than the chosen output format shows (for example
+    more than 24 for text and markdown).
+    """
 
 
 class QueryError(SelfAttnError):
-    """The query token is not in the sentence, or its position is out of range."""
+    """Raised when the query does not pick a token of the sentence.
+
+    The query token is not in the sentence (tokens are case-sensitive), its 0-based
+    position is out of range, or it is neither a string nor an int.
+    """
 
 
 class EmbeddingError(SelfAttnError):
-    """An embedding table or file is missing, unreadable or does not fit the tokens."""
+    """Raised when the embeddings X cannot be built or used.
+
+    A token has no vector in the table, a matrix has the wrong number of rows or is not
+    2-D, vectors differ in length, an embeddings file is missing, unreadable or holds
+    something other than finite numbers, or the vectors are so large that their dot
+    products overflow.
+    """
 
 
 class OptionError(SelfAttnError):
-    """An option is out of range or does not combine with another."""
+    """Raised when an option is out of range, unknown, or does not combine with another.
+
+    For example an unknown variant or positional encoding, ``--heads`` with a variant
+    that has one head, or ``--dim`` together with an embeddings file.
+    """
 
 
 class ShapeError(SelfAttnError):
-    """Tensor shapes do not fit together; the message names the shapes involved."""
+    """Raised when tensor shapes do not fit together; the message names the shapes involved.
+
+    For example query and keys with different last dimensions, weights with more
+    columns than there are value rows, or an odd d_head given to RoPE.
+    """
 
 
 class ConfigError(SelfAttnError):
-    """A model or attention configuration cannot be built (e.g. d_model not divisible by heads)."""
+    """Raised when a model or attention configuration cannot be built.
+
+    For example d_model not divisible by the number of heads, heads not divisible by
+    the key/value heads, or a non-positive size.
+    """
 
 
 class OutputError(SelfAttnError):
-    """An output file cannot be written: unsupported extension, missing folder, no permission."""
+    """Raised when an output file cannot be written.
+
+    Its extension is not one the output format supports, the path is a folder, its
+    folder does not exist, or there is no permission to write there.
+    """
 
 
 class ModelError(SelfAttnError):
-    """A pretrained model is unknown, not installed, or its files do not fit what we expect."""
+    """Raised when a pretrained model cannot be used.
+
+    Its name is unknown, its weights or the packages it needs are not installed, or its
+    files do not fit what the loader expects (missing keys, wrong shapes).
+    """
 
 
 class DistributedError(SelfAttnError):
-    """The ranks of a process group disagree about their inputs, or one of them stopped."""
+    """Raised when the ranks of a process group cannot run distributed attention together.
+
+    torch.distributed is not initialised, this process is not a member of the given
+    process group, the ranks disagree about their inputs, or one of them failed or
+    stopped.
+    """

@@ -24,7 +24,29 @@ from selfattn.pipeline.tokenize import find_query
 
 @dataclass(frozen=True)
 class QueryTrace:
-    """One query token's walk through scores, softmax and context (the seed's steps 3-5)."""
+    """One query token's walk through scores, softmax and context (the seed's steps 3-5).
+
+    n is the number of tokens and d the embedding width. Both softmax forms are kept:
+    the naive one to show where it overflows, the stable one for the weights.
+
+    Attributes:
+        index: the query's 0-based position in the sentence (the maths calls it index + 1).
+        token: the query token, ``tokens[index]``.
+        terms: (n, d), x_q[k] * x_j[k]: the terms of each dot product, before summing.
+        scores_loop: (n,), omega_j from one dot product at a time.
+        scores: (n,), omega = X x_q as one matrix-vector product.
+        exp: (n,), exp(omega) in the naive form; may hold inf.
+        exp_sum: (), sum_j exp(omega_j) in the naive form; may be inf.
+        weights_naive: (n,), exp / exp_sum; NaN where the naive form overflowed.
+        max: (), m = max_j omega_j, the stable form's shift.
+        shifted: (n,), omega - m.
+        exp_shifted: (n,), exp(omega - m); the largest is 1.
+        exp_shifted_sum: (), sum_j exp(omega_j - m).
+        weights: (n,), alpha from the stable form; sums to 1.
+        context_terms: (n, d), alpha_j * x_j: the terms of the context vector.
+        context_loop: (d,), z from a running sum over the tokens.
+        context: (d,), z = alpha X as one product.
+    """
 
     index: int  # 0-based position in the code; the maths calls it index + 1
     token: str
@@ -50,20 +72,41 @@ class QueryTrace:
 
     @property
     def scores_loop_vs_matrix(self) -> float:
+        """Largest absolute difference between the loop and the matrix-product scores."""
         return float((self.scores_loop - self.scores).abs().max())
 
     @property
     def naive_vs_stable(self) -> float:
+        """Largest absolute difference between the naive and the stable weights (NaN if the naive form overflowed)."""
         return float((self.weights_naive - self.weights).abs().max())
 
     @property
     def context_loop_vs_matrix(self) -> float:
+        """Largest absolute difference between the running-sum and the matrix-product context vector."""
         return float((self.context_loop - self.context).abs().max())
 
 
 @dataclass(frozen=True)
 class Trace:
-    """Self-attention over a whole sentence, with the query's steps spelled out."""
+    """Self-attention over a whole sentence, with the query's steps spelled out.
+
+    What ``trace_self_attention`` records: the seed's unscaled attention of every token
+    on every token (n tokens, width d), plus one query's walk in ``query``. Renderers
+    read it; they never recompute attention.
+
+    Attributes:
+        tokens: the n tokens of the sentence.
+        embeddings: (n, d), X.
+        source: where X came from.
+        query: the chosen query's steps, one by one.
+        scores: (n, n), Omega = X X^T.
+        row_max: (n,), m_i = max_j omega_ij, the stable softmax's shift per row.
+        exp: (n, n), exp(omega_ij - m_i).
+        exp_sum: (n,), sum_j exp(omega_ij - m_i).
+        weights: (n, n), the softmax of each row of ``scores``.
+        row_sums: (n,), each row of ``weights`` summed (1 up to rounding).
+        context: (n, d), Z = weights X.
+    """
 
     tokens: list[str]
     embeddings: torch.Tensor  # (n, d): X
@@ -79,6 +122,7 @@ class Trace:
 
     @property
     def dim(self) -> int:
+        """The embedding width d."""
         return int(self.embeddings.shape[1])
 
     def _repr_html_(self) -> str:
@@ -104,7 +148,41 @@ def trace_self_attention(
     query: str | int | None = None,
     source: EmbeddingSource | None = None,
 ) -> Trace:
-    """Run the seed's self-attention on X (n, d) and record every intermediate."""
+    """Run the seed's self-attention on X (n, d) and record every intermediate.   n tokens, (n, d) -> Trace
+
+    Z = softmax(X X^T) X, unscaled, computed once with the pipeline's step functions
+    for the whole sentence and once step by step (loops, naive and stable softmax) for
+    the query. X is detached: the trace holds no autograd graph.
+
+    Args:
+        tokens: the n tokens, in sentence order.
+        embeddings: X, (n, d), one row per token.
+        query: the query token, as the token itself (case-sensitive; its first
+            occurrence if repeated) or a 0-based position (int, or a string of digits
+            that is not a token). None: position 1, as the seed picks "cat" (position 0
+            for a one-token sentence).
+        source: where X came from, recorded in the trace. None: "given by the caller".
+
+    Returns:
+        The ``Trace``, with the query's steps in ``trace.query``.
+
+    Raises:
+        QueryError: ``query`` is not a token of the sentence or its position is out of range.
+        EmbeddingError: the dot products X X^T overflow the dtype of X.
+
+    Examples:
+        >>> import selfattn as sa
+        >>> tokens = sa.tokenize(sa.SEED_SENTENCE)
+        >>> trace = sa.trace_self_attention(tokens, sa.seed_embeddings(tokens), query="cat")
+        >>> trace.query.index, trace.query.token
+        (1, 'cat')
+        >>> trace.query.weights.round(decimals=4)
+        tensor([0.0962, 0.1919, 0.1765, 0.1059, 0.0960, 0.1461, 0.1873])
+        >>> trace.query.context.round(decimals=4)
+        tensor([0.4964, 0.6149, 0.5813])
+        >>> trace.weights.shape
+        torch.Size([7, 7])
+    """
     x = embeddings.detach()
     q = find_query(tokens, query)
     all_scores = attention_scores(x, x)  # (n, n)

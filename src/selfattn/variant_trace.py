@@ -34,6 +34,12 @@ from selfattn.positional import sinusoidal_encoding
 from selfattn.trace import check_dot_products
 
 VARIANTS = ("simple", "scaled", "qkv", "causal", "multihead", "gqa", "flash")
+"""The attention variants that ``trace_variant`` and ``ExplainConfig.variant`` accept.
+
+Each adds one idea to the seed: "simple" (the seed), "scaled" (1/sqrt(d)), "qkv"
+(projections), "causal" (a causal mask), "multihead" (heads and W_o), "gqa" (shared
+key/value heads), "flash" (the seed computed block by block with an online softmax).
+"""
 UNSCALED = ("simple", "flash")  # the seed's raw dot products, no 1/sqrt(d)
 PROJECTED = ("qkv", "causal", "multihead", "gqa")  # variants with learned Q/K/V projections
 MULTI_HEAD = ("multihead", "gqa")
@@ -42,7 +48,59 @@ DEFAULT_HEADS = {"multihead": 2, "gqa": 4}
 
 @dataclass(frozen=True)
 class VariantTrace:
-    """One variant run on X (n, d); per-head tensors keep the heads axis first."""
+    """One variant run on X (n, d); per-head tensors keep the heads axis first.
+
+    What ``trace_variant`` records. H is ``n_heads`` (query heads) and K ``n_kv_heads``;
+    both are 1 for the variants without projections, whose queries, keys and values
+    are the inputs themselves (d_k = d_v = d). Renderers read it; they never recompute.
+
+    Attributes:
+        variant: the variant's name, one of ``VARIANTS``.
+        tokens: the n tokens of the sentence.
+        source: where X came from.
+        embeddings: (n, d), X as given.
+        positional: the positional encoding's name ("none", "sinusoidal", "learned",
+            "rope" or "alibi").
+        encoding: (n, d), the table P added to X (sinusoidal, learned); None otherwise.
+        inputs: (n, d), X + P, what attention reads (X itself without an additive encoding).
+        rope_angles: (n, d_k / 2), the rotation angle of each feature pair, with RoPE;
+            None otherwise.
+        alibi_slopes: (H,), each head's slope, with ALiBi; None otherwise.
+        alibi_bias: (H, n, n), -slope * distance, added to the scores, with ALiBi;
+            None otherwise.
+        n_heads: H, the number of query heads.
+        n_kv_heads: K, the number of key/value heads (H except for gqa).
+        d_k: the width of each head's queries and keys.
+        scale: the factor on Q K^T: 1 / sqrt(d_k), or 1 for "simple" and "flash".
+        seed: the seed of the untrained weights.
+        w_q: (d, H d_k), Q = X W_q, for the variants with projections; None otherwise.
+        w_k: (d, K d_k), or None.
+        w_v: (d, K d_k), or None.
+        q_unrotated: (H, n, d_k), the queries before RoPE (the same as ``q`` without it).
+        k_unrotated: (K, n, d_k), the keys before RoPE.
+        q: (H, n, d_k), the queries attention uses.
+        k: (K, n, d_k), the keys.
+        v: (K, n, d_v), the values.
+        mask: (n, n) bool, True = may attend: the causal mask of "causal"; None otherwise.
+        scores_unscaled: (H, n, n), Q K^T.
+        scores: (H, n, n), scale * Q K^T.
+        masked_scores: (H, n, n), the softmax's input: the scores plus the ALiBi bias,
+            -inf where masked.
+        row_max: (H, n), m, the stable softmax's shift per row.
+        exp: (H, n, n), exp(masked_scores - m).
+        exp_sum: (H, n), the row sums of ``exp``.
+        weights: (H, n, n), the attention weights; each row sums to 1.
+        weights_unscaled: (H, n, n), the same softmax without the scale, to show what
+            scaling changes.
+        head_outputs: (H, n, d_v), weights @ V per head.
+        concat: (n, H d_v), the heads side by side, for "multihead" and "gqa"; None otherwise.
+        w_o: (H d_v, d), output = concat W_o, for "multihead" and "gqa"; None otherwise.
+        output: (n, d_out), the new vector of every token: (n, d) after W_o, (n, d_k)
+            for "qkv" and "causal" (the one head's output), (n, d) without projections;
+            for "flash", the result of the block-by-block kernel.
+        query_index: the query's 0-based position.
+        flash: the block-by-block online softmax, for "flash"; None otherwise.
+    """
 
     variant: str
     tokens: list[str]
@@ -85,10 +143,12 @@ class VariantTrace:
 
     @property
     def query_token(self) -> str:
+        """The query token, ``tokens[query_index]``."""
         return self.tokens[self.query_index]
 
     @property
     def projected(self) -> bool:
+        """Whether queries, keys and values come from learned projections (W_q, W_k, W_v)."""
         return self.w_q is not None
 
     @property
@@ -137,9 +197,49 @@ def trace_variant(
     source: EmbeddingSource | None = None,
     block_size: int | None = None,
 ) -> VariantTrace:
-    """Run ``variant`` on X (n, d) and record every step. Options are validated by ExplainConfig.
+    """Run ``variant`` on X (n, d) and record every step.   n tokens, (n, d) -> VariantTrace
 
-    block_size: keys per block for the flash variant (default 2).
+    The arithmetic is that of ``attention_steps`` and ``MultiHeadAttention.steps``;
+    projection weights are untrained, drawn from N(0, 1 / fan_in) with ``seed``. X is
+    detached. Options are validated by ``ExplainConfig``, not here: an unknown
+    ``variant`` or ``positional`` name is not refused, and options that do not apply to
+    the variant are ignored.
+
+    Args:
+        tokens: the n tokens, in sentence order.
+        embeddings: X, (n, d), one row per token.
+        variant: one of ``VARIANTS``; default "scaled".
+        query: the query token (case-sensitive, first occurrence) or its 0-based
+            position. None: position 1 (0 for a one-token sentence).
+        heads: query heads, for "multihead" and "gqa". None: 2 for multihead, 4 for gqa.
+        kv_heads: key/value heads, for "gqa"; must divide ``heads``. None: half the
+            heads (1 if their number is odd).
+        d_k: the width of each head's queries and keys, for the variants with
+            projections. None: d / heads, at least 2 and, with RoPE, even.
+        positional: "none" (default), "sinusoidal", "learned", "rope" or "alibi".
+        seed: seeds the projection weights and the learned position table (default 0).
+        source: where X came from, recorded in the trace. None: "given by the caller".
+        block_size: keys per block for the flash variant. None: 2.
+
+    Returns:
+        The ``VariantTrace`` with every intermediate.
+
+    Raises:
+        QueryError: ``query`` is not a token of the sentence or out of range.
+        EmbeddingError: the dot products of the inputs overflow their dtype.
+        ShapeError: RoPE on an odd width, without projections (odd d).
+        ConfigError: the projected heads cannot be built: ``heads`` not a multiple of
+            ``kv_heads``, or RoPE with an odd ``d_k``.
+        OptionError: ``block_size`` is not a positive int.
+
+    Examples:
+        >>> import selfattn as sa
+        >>> tokens = sa.tokenize(sa.SEED_SENTENCE)
+        >>> trace = sa.trace_variant(tokens, sa.seed_embeddings(tokens), "scaled")
+        >>> round(trace.scale, 4), tuple(trace.weights.shape)
+        (0.5774, (1, 7, 7))
+        >>> trace.output[1].round(decimals=4)  # "cat", with scores divided by sqrt(3)
+        tensor([0.4859, 0.5813, 0.5887])
     """
     x = embeddings.detach()
     n, d = x.shape

@@ -39,6 +39,36 @@ class AttentionConfig:
     widths of the key and value inputs of cross-attention (default d_model).
     positional: only "rope" and "alibi" act inside attention; "sinusoidal" and "learned"
     are added to the embeddings by the model and are accepted here as no-ops.
+
+    Attributes:
+        d_model: width of the query input and of the output, a positive integer.
+        n_heads: number of query heads (default 1).
+        n_kv_heads: number of key/value heads; it must divide n_heads. None (default)
+            means n_heads (plain multi-head attention); 1 is multi-query attention.
+        head_dim: width of each head; None means d_model // n_heads, which then must
+            divide evenly. Give it to use heads of another width.
+        bias: whether the four projections W_q, W_k, W_v, W_o have biases (default True).
+        dropout: chance of dropping each attention weight in training, in [0, 1).
+        kdim: width of the key input (cross-attention); None means d_model.
+        vdim: width of the value input (cross-attention); None means d_model.
+        positional: "none" (default), "sinusoidal", "learned", "rope" or "alibi". With
+            "rope" head_dim must be even.
+        rope_base: the RoPE frequency base, a number > 1 (default 10000).
+        attn_impl: "reference" (default: the full score matrix) or "flash" (the tiled
+            kernel, used where the weights are not asked for; it needs dropout=0).
+
+    Raises:
+        ConfigError: a size is not a positive integer, d_model is not divisible by n_heads
+            (without head_dim), n_heads is not divisible by n_kv_heads, dropout is outside
+            [0, 1), bias is not a bool, positional or attn_impl is unknown, RoPE gets an odd
+            head_dim, rope_base <= 1, or "flash" gets dropout > 0.
+
+    Examples:
+        >>> import selfattn as sa
+        >>> import torch
+        >>> config = sa.AttentionConfig(d_model=8, n_heads=4, n_kv_heads=2)
+        >>> config.head_size, config.kv_heads, config.group_size
+        (2, 2, 2)
     """
 
     d_model: int
@@ -90,10 +120,12 @@ class AttentionConfig:
 
     @property
     def kv_heads(self) -> int:
+        """Number of key/value heads: n_kv_heads, or n_heads when that is None."""
         return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
 
     @property
     def head_size(self) -> int:
+        """Width of each head: head_dim, or d_model // n_heads when that is None."""
         return self.d_model // self.n_heads if self.head_dim is None else self.head_dim
 
     @property
@@ -111,6 +143,32 @@ class TransformerConfig:
     positional: "sinusoidal" / "learned" are added to the input once, at the bottom of
     the stack; "rope" / "alibi" act in every attention layer. bias switches the biases
     of every linear layer and LayerNorm (as torch's ``bias`` does).
+
+    Attributes:
+        d_model: width of the hidden states, a positive integer.
+        n_heads: query heads per attention layer.
+        n_layers: number of blocks in the stack (default 1).
+        n_kv_heads: key/value heads per layer; None (default) means n_heads.
+        d_ff: hidden width of the feed-forward network; None means 4 * d_model.
+        dropout: in [0, 1); drops attention weights, the feed-forward hidden activations
+            and both sub-layer outputs, in training only.
+        bias: biases in every linear layer and LayerNorm (default True).
+        norm_first: True (default) for pre-LN, False for post-LN.
+        activation: the feed-forward activation, "gelu" (exact, default) or "relu".
+        layer_norm_eps: the LayerNorm epsilon, a positive number (default 1e-5).
+        positional: "none" (default), "sinusoidal", "learned", "rope" or "alibi".
+        max_len: rows of the learned positional table, the longest sequence (with any
+            cached tokens) it covers (default 512; used only with "learned").
+        causal: whether the blocks mask later keys when a call gives no is_causal
+            (default False; the mask is aligned bottom-right).
+        head_dim: width of each head; None means d_model // n_heads.
+        rope_base: the RoPE frequency base, a number > 1 (default 10000).
+        attn_impl: "reference" (default) or "flash"; see ``AttentionConfig``.
+
+    Raises:
+        ConfigError: n_layers, d_ff or max_len is not a positive integer, the activation is
+            unknown, layer_norm_eps <= 0, norm_first or causal is not a bool, or the
+            attention part is invalid (see ``AttentionConfig``).
     """
 
     d_model: int
@@ -145,6 +203,7 @@ class TransformerConfig:
 
     @property
     def attention(self) -> AttentionConfig:
+        """The ``AttentionConfig`` that every layer's attention is built from."""
         return AttentionConfig(
             d_model=self.d_model,
             n_heads=self.n_heads,
@@ -159,4 +218,5 @@ class TransformerConfig:
 
     @property
     def ff_size(self) -> int:
+        """Hidden width of the feed-forward network: d_ff, or 4 * d_model when that is None."""
         return 4 * self.d_model if self.d_ff is None else self.d_ff

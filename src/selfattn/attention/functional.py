@@ -56,12 +56,49 @@ def scaled_dot_product_attention(
 ) -> torch.Tensor:
     """O = softmax(Q K^T / sqrt(d) + mask) V.   (..., Hq, q_len, d), (..., Hk, kv_len, d), (..., Hk, kv_len, d_v) -> (..., Hq, q_len, d_v)
 
-    attn_mask: bool (True = may attend) or float (added to the scores), broadcastable to
-    (..., Hq, q_len, kv_len). is_causal: query i sees keys j <= i (aligned top-left, as
-    torch does; see ``selfattn.masks.causal_mask`` for bottom-right). scale defaults to
-    1 / sqrt(d). enable_gqa: key/value may have fewer heads (Hq divisible by Hk); each
-    key/value head serves Hq / Hk consecutive query heads. Dropout is applied to the
-    weights whenever dropout_p > 0, as in torch; modules pass 0 at eval time.
+    Takes the arguments of ``torch.nn.functional.scaled_dot_product_attention`` and gives
+    its results, except that a query row whose keys are all masked gets a zero output,
+    never NaN. The leading axes (...) of query and key/value broadcast.
+
+    Args:
+        query: Q, (..., Hq, q_len, d), a floating-point tensor.
+        key: K, (..., Hk, kv_len, d), the dtype of query; Hk == Hq unless enable_gqa.
+        value: V, (..., Hk, kv_len, d_v), the dtype and leading axes of key.
+        attn_mask: None (every key visible); a bool mask, True = may attend; or a float
+            mask (float32 or the query's dtype) added to the scores. Either broadcasts to
+            (..., Hq, q_len, kv_len). A ``selfattn.masks.StructuredMask`` or torch's
+            ``causal_upper_left`` / ``causal_lower_right`` is made dense first.
+        dropout_p: chance of zeroing each weight, in [0, 1); kept weights are divided by
+            1 - dropout_p. Applied whenever > 0: there is no train/eval switch here.
+        is_causal: query i sees keys j <= i, aligned top-left as in torch (for bottom-right,
+            pass ``selfattn.masks.causal_mask(q_len, kv_len, align="bottom_right")``).
+        scale: the factor on Q K^T; None means 1 / sqrt(d).
+        enable_gqa: let key/value have fewer heads (grouped-query attention): Hq must be a
+            multiple of Hk, and query head h reads key/value head h // (Hq / Hk).
+
+    Returns:
+        The output O, (..., Hq, q_len, d_v), where ... is the broadcast of the leading axes.
+
+    Raises:
+        ShapeError: query, key or value is not a floating-point tensor of 2 or more axes, or
+            their dtypes, d, kv_len, heads or leading axes do not fit; attn_mask has another
+            dtype or does not broadcast to (..., Hq, q_len, kv_len).
+        OptionError: dropout_p is outside [0, 1), or attn_mask comes with is_causal=True.
+
+    Examples:
+        >>> import selfattn as sa
+        >>> import torch
+        >>> q = k = torch.zeros(1, 1, 3, 1)  # equal scores: each row averages the values it sees
+        >>> v = torch.arange(3.0).view(1, 1, 3, 1)
+        >>> sa.scaled_dot_product_attention(q, k, v, is_causal=True).flatten().tolist()
+        [0.0, 0.5, 1.0]
+        >>> hidden = torch.tensor([[False, False, False], [True, True, True], [True, False, False]])
+        >>> sa.scaled_dot_product_attention(q, k, v, attn_mask=hidden).flatten().tolist()
+        [0.0, 1.0, 0.0]
+        >>> out = sa.scaled_dot_product_attention(
+        ...     torch.ones(2, 4, 3, 8), torch.ones(2, 2, 5, 8), torch.ones(2, 2, 5, 6), enable_gqa=True)
+        >>> tuple(out.shape)
+        (2, 4, 3, 6)
     """
     return attention_forward(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, need_weights=False).output
 
@@ -76,7 +113,31 @@ def scaled_dot_product_attention_with_weights(
     scale: float | None = None,
     enable_gqa: bool = False,
 ) -> AttentionOutput:
-    """(O, A): the output and the attention weights A (..., Hq, q_len, kv_len) that made it."""
+    """(O, A): the output and the attention weights A (..., Hq, q_len, kv_len) that made it.
+
+    A = softmax(scale Q K^T + mask) (after dropout), O = A V. The same inputs, checks and
+    results as ``scaled_dot_product_attention``; this form also returns A, for plots and tests.
+
+    Args:
+        query: Q, (..., Hq, q_len, d), a floating-point tensor.
+        key: K, (..., Hk, kv_len, d); Hk == Hq unless enable_gqa.
+        value: V, (..., Hk, kv_len, d_v).
+        attn_mask: None, bool (True = may attend) or float (added to the scores),
+            broadcastable to (..., Hq, q_len, kv_len); see ``scaled_dot_product_attention``.
+        dropout_p: chance of zeroing each weight, in [0, 1); applied whenever > 0.
+        is_causal: query i sees keys j <= i (top-left).
+        scale: the factor on Q K^T; None means 1 / sqrt(d).
+        enable_gqa: let key/value have fewer heads than query (Hq a multiple of Hk).
+
+    Returns:
+        A named tuple ``(output, weights)``: output (..., Hq, q_len, d_v) and weights
+            (..., Hq, q_len, kv_len). Each row of weights sums to 1 before dropout; a row
+            with no visible key is all zeros.
+
+    Raises:
+        ShapeError: the tensors or the mask do not fit (see ``scaled_dot_product_attention``).
+        OptionError: dropout_p is outside [0, 1), or attn_mask comes with is_causal=True.
+    """
     return attention_forward(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
 
 
@@ -136,7 +197,35 @@ def attention_steps(
     scale: float | None = None,
     enable_gqa: bool = False,
 ) -> AttentionSteps:
-    """The same computation as ``scaled_dot_product_attention``, returning every intermediate."""
+    """S, S', A, O of one call.   (..., Hq, q_len, d), (..., Hk, kv_len, d), (..., Hk, kv_len, d_v) -> AttentionSteps
+
+    S = scale Q K^T, S' = S masked, A = softmax(S'), O = A V: the computation of
+    ``scaled_dot_product_attention``, always through the plain (not in-place) steps, with
+    every intermediate kept for tracing and plots.
+
+    Args:
+        query: Q, (..., Hq, q_len, d), a floating-point tensor.
+        key: K, (..., Hk, kv_len, d); Hk == Hq unless enable_gqa.
+        value: V, (..., Hk, kv_len, d_v).
+        attn_mask: None, bool (True = may attend) or float (added to the scores),
+            broadcastable to (..., Hq, q_len, kv_len); see ``scaled_dot_product_attention``.
+        dropout_p: chance of zeroing each weight, in [0, 1); applied whenever > 0.
+        is_causal: query i sees keys j <= i (top-left).
+        scale: the factor on Q K^T; None means 1 / sqrt(d).
+        enable_gqa: let key/value have fewer heads than query (Hq a multiple of Hk); the
+            steps then hold the key/value heads repeated, Hq of them.
+
+    Returns:
+        A named tuple ``AttentionSteps(scale, scores, masked_scores, softmax, weights, output)``:
+            the scale used (float); S and S' (..., Hq, q_len, kv_len), S' with -inf where a
+            bool mask hides a key or the float mask added; the stable softmax's parts
+            (``SoftmaxParts``: shift, shifted, exp, total, weights); A after dropout
+            (..., Hq, q_len, kv_len); and O (..., Hq, q_len, d_v).
+
+    Raises:
+        ShapeError: the tensors or the mask do not fit (see ``scaled_dot_product_attention``).
+        OptionError: dropout_p is outside [0, 1), or attn_mask comes with is_causal=True.
+    """
     attn_mask = from_causal_bias(attn_mask, query)
     check_attention_inputs(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
     if enable_gqa:

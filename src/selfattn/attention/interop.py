@@ -32,7 +32,29 @@ def from_torch(mha: nn.MultiheadAttention) -> MultiHeadAttention:
     Heads, dropout, bias, kdim/vdim, dtype, device and train/eval mode carry over. The
     tensors are copied, so later changes to ``mha`` do not reach the result. Learned
     extra key/value rows (``add_bias_kv``) and ``add_zero_attn`` have no counterpart
-    here and are refused with ``ConfigError``.
+    here and are refused with ``ConfigError``. The result takes our inputs: batch first,
+    masks True = may attend (``TorchStyleMultiheadAttention`` keeps torch's interface).
+
+    Args:
+        mha: the torch module to copy.
+
+    Returns:
+        A new ``MultiHeadAttention`` that computes what ``mha`` computes.
+
+    Raises:
+        ConfigError: mha is not an ``nn.MultiheadAttention``, or it was built with
+            add_bias_kv=True or add_zero_attn=True.
+
+    Examples:
+        >>> import selfattn as sa
+        >>> import torch
+        >>> theirs = torch.nn.MultiheadAttention(8, 2, batch_first=True).eval()
+        >>> ours = sa.from_torch(theirs)
+        >>> x = torch.randn(2, 5, 8)
+        >>> hidden = torch.tensor([[False] * 5, [False] * 3 + [True] * 2])  # torch: True = padding
+        >>> expected, _ = theirs(x, x, x, key_padding_mask=hidden)
+        >>> torch.allclose(ours(x, attn_mask=sa.padding_mask([5, 3])), expected, atol=1e-5)
+        True
     """
     if not isinstance(mha, nn.MultiheadAttention):
         raise ConfigError(f"from_torch expects a torch.nn.MultiheadAttention, got {type(mha).__name__}")
@@ -85,6 +107,33 @@ def torch_masks_to_ours(
     (batch, kv_len), bool True = padding (inverted) or float (added), spread over heads
     and query rows. Both bool: their logical and. Otherwise bool becomes 0 / -inf and
     the masks are summed in ``dtype``.
+
+    Args:
+        attn_mask: torch's attention mask, (q_len, kv_len) or (batch * n_heads, q_len,
+            kv_len); bool True = may NOT attend, or float (added). None: none.
+        key_padding_mask: torch's padding mask, (batch, kv_len); bool True = padding, or
+            float (added). None: none.
+        batch: batch size N of the attention call.
+        n_heads: number of heads H.
+        q_len: number of queries L.
+        kv_len: number of keys S.
+        dtype: the float dtype that float masks are converted to and summed in.
+
+    Returns:
+        One mask in our convention (bool True = may attend, or float added), broadcastable
+            as (1 or batch, 1 or H, q_len, kv_len); None when both masks are None.
+
+    Raises:
+        ShapeError: a mask is not a tensor, is neither bool nor floating point, or has a
+            shape other than those above.
+
+    Examples:
+        >>> import selfattn as sa
+        >>> import torch
+        >>> padding = torch.tensor([[False, False, True]])  # torch: True = padding
+        >>> mask = sa.torch_masks_to_ours(None, padding, batch=1, n_heads=2, q_len=2, kv_len=3, dtype=torch.float32)
+        >>> tuple(mask.shape), mask.int().tolist()
+        ((1, 1, 1, 3), [[[[1, 1, 0]]]])
     """
     ours_attn = ours_padding = None
     if attn_mask is not None:
@@ -124,9 +173,22 @@ class TorchStyleMultiheadAttention(nn.Module):
     (N, L, E), (N, S, kdim), (N, S, vdim) -> (N, L, E), weights  [batch_first=True]
     (L, E), (S, kdim), (S, vdim) -> (L, E), weights               [unbatched]
     Masks follow torch's conventions and are translated by ``torch_masks_to_ours``.
+    ``embed_dim``, ``num_heads``, ``head_dim``, ``kdim`` and ``vdim`` are read from
+    ``inner``, as torch's attributes of those names.
+
+    Args:
+        inner: the module that does the work (its weights are used, not copied); plain
+            multi-head attention only: no grouped-query heads, no RoPE or ALiBi.
+        batch_first: whether batched inputs are (N, L, E) instead of torch's default
+            (L, N, E).
+
+    Raises:
+        ConfigError: inner is not a ``MultiHeadAttention``, or it has grouped-query heads
+            or positional "rope" / "alibi".
     """
 
     def __init__(self, inner: MultiHeadAttention, batch_first: bool = False) -> None:
+        """Wrap ``inner``; the class docstring describes the arguments."""
         super().__init__()
         if not isinstance(inner, MultiHeadAttention):
             raise ConfigError(f"inner must be a selfattn MultiHeadAttention, got {type(inner).__name__}")
@@ -142,7 +204,18 @@ class TorchStyleMultiheadAttention(nn.Module):
 
     @classmethod
     def from_torch(cls, mha: nn.MultiheadAttention) -> TorchStyleMultiheadAttention:
-        """A drop-in for ``mha``: its weights copied (see ``from_torch``), its batch_first kept."""
+        """A drop-in for ``mha``: its weights copied (see ``from_torch``), its batch_first kept.
+
+        Args:
+            mha: the torch module to replace.
+
+        Returns:
+            A ``TorchStyleMultiheadAttention`` with mha's weights, settings and batch_first.
+
+        Raises:
+            ConfigError: mha is not an ``nn.MultiheadAttention``, or it uses add_bias_kv or
+                add_zero_attn.
+        """
         return cls(from_torch(mha), batch_first=mha.batch_first)
 
     def forward(
@@ -161,6 +234,28 @@ class TorchStyleMultiheadAttention(nn.Module):
         ``is_causal`` is only torch's promise that ``attn_mask`` is already causal: the
         mask given is always the one applied, so a truthful hint changes nothing. As in
         torch, is_causal=True without an attn_mask is refused (``OptionError`` here).
+
+        Args:
+            query: (L, N, E), or (N, L, E) with batch_first, or (L, E) unbatched.
+            key: (S, N, kdim), (N, S, kdim) or (S, kdim), the layout of query.
+            value: (S, N, vdim), (N, S, vdim) or (S, vdim), the layout of query.
+            key_padding_mask: torch's (N, S) mask, or (S,) unbatched; bool True = padding,
+                or float (added). None: none.
+            need_weights: return the attention weights as the second element (default True).
+            attn_mask: torch's (L, S) or (N * H, L, S) mask; bool True = may NOT attend, or
+                float (added). None: none.
+            average_attn_weights: average the weights over the heads (default True).
+            is_causal: torch's hint that attn_mask is causal; it needs attn_mask.
+
+        Returns:
+            The pair (Y, A): Y in the layout of query, (L, N, E), (N, L, E) or (L, E); A
+                (N, L, S) averaged, (N, H, L, S) per head, without N for unbatched input, or
+                None when need_weights=False.
+
+        Raises:
+            OptionError: is_causal=True without attn_mask.
+            ShapeError: the inputs are not all 3-D or all 2-D, disagree on batch size or S,
+                have the wrong widths, or a mask has the wrong shape or dtype.
         """
         if is_causal and attn_mask is None:
             raise OptionError(

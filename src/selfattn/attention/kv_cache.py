@@ -14,7 +14,25 @@ from selfattn.errors import ShapeError
 
 
 class KVCache:
-    """Keys and values seen so far by one attention layer: (batch, kv_heads, length, head_dim)."""
+    """Keys and values seen so far by one attention layer: (batch, kv_heads, length, head_dim).
+
+    Starts empty and takes no arguments. Pass one to ``MultiHeadAttention`` (``cache=``)
+    or one per layer to ``Transformer`` (``Transformer.new_caches``); each call appends
+    its new keys and values. ``key`` and ``value`` hold the whole history, or None while
+    empty. One cache belongs to one layer and one sequence batch.
+
+    Examples:
+        >>> import selfattn as sa
+        >>> import torch
+        >>> cache = sa.KVCache()
+        >>> k, v = cache.append(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4))  # a 3-token prompt
+        >>> k, v = cache.append(torch.ones(1, 2, 1, 4), torch.ones(1, 2, 1, 4))  # one new token
+        >>> cache.length, tuple(k.shape)
+        (4, (1, 2, 4, 4))
+        >>> cache.reset()
+        >>> cache
+        KVCache(length=0)
+    """
 
     def __init__(self) -> None:
         self.key: torch.Tensor | None = None
@@ -26,7 +44,23 @@ class KVCache:
         return 0 if self.key is None else int(self.key.shape[-2])
 
     def append(self, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """K = [K_past; K_new], V = [V_past; V_new].   (batch, Hkv, new, d) -> (batch, Hkv, past + new, d)"""
+        """K = [K_past; K_new], V = [V_past; V_new].   (batch, Hkv, new, d) -> (batch, Hkv, past + new, d)
+
+        The first call stores the tensors as they are; later calls concatenate along the
+        length axis and replace the stored tensors.
+
+        Args:
+            key: the new keys, (batch, kv_heads, new, head_dim).
+            value: the new values, (batch, kv_heads, new, d_v), with the key's length.
+
+        Returns:
+            The pair (K, V) of all cached keys and values, (batch, kv_heads, past + new,
+                head_dim) and (batch, kv_heads, past + new, d_v).
+
+        Raises:
+            ShapeError: key or value is not 4-D, they disagree on batch, heads or length,
+                or they do not fit the cached tensors (batch, heads, widths, dtype, device).
+        """
         if key.dim() != 4 or value.dim() != 4 or key.shape[:-1] != value.shape[:-1]:
             raise ShapeError(
                 f"keys and values must be (batch, kv_heads, length, head_dim) with the same length: "
@@ -51,6 +85,7 @@ class KVCache:
         return self.key, self.value
 
     def reset(self) -> None:
+        """Forget every cached key and value (length becomes 0)."""
         self.key = self.value = None
 
     def __repr__(self) -> str:

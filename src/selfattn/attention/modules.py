@@ -30,9 +30,19 @@ class SelfAttention(nn.Module):
 
     (..., seq, d_in) -> (..., seq, d_v). The seed's next step: the same three lines, but
     queries, keys and values are three different linear views of the embeddings.
+
+    Args:
+        d_in: width of the input embeddings X.
+        d_k: width of the queries and keys (the columns of W_q and W_k).
+        d_v: width of the values and of the output; None means d_k.
+        bias: whether the three projections have biases (default False, as in the seed).
+
+    Raises:
+        ConfigError: a width is not a positive integer, or bias is not a bool.
     """
 
     def __init__(self, d_in: int, d_k: int, d_v: int | None = None, bias: bool = False) -> None:
+        """Create the projections W_q, W_k, W_v; the class docstring describes the arguments."""
         super().__init__()
         AttentionConfig(d_model=d_in, head_dim=d_k, bias=bias)  # validates the sizes
         d_v = d_k if d_v is None else d_v
@@ -44,6 +54,22 @@ class SelfAttention(nn.Module):
     def forward(
         self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, is_causal: bool = False, need_weights: bool = False
     ):
+        """Z = softmax(X W_q (X W_k)^T / sqrt(d_k) + mask) X W_v.   (..., seq, d_in) -> (..., seq, d_v)
+
+        Args:
+            x: the embeddings X, (batch, seq, d_in) or (seq, d_in).
+            attn_mask: None, bool (True = may attend) or float (added to the scores),
+                broadcastable to (..., seq, seq).
+            is_causal: token i sees only tokens j <= i.
+            need_weights: also return the attention weights.
+
+        Returns:
+            Z, (..., seq, d_v); with need_weights=True the pair (Z, A), A (..., seq, seq).
+
+        Raises:
+            ShapeError: x is not (batch, seq, d_in) or (seq, d_in), or the mask does not fit.
+            OptionError: attn_mask comes with is_causal=True.
+        """
         check_width(x, self.w_q.in_features, "x")
         out = attention_forward(
             self.w_q(x), self.w_k(x), self.w_v(x), attn_mask=attn_mask, is_causal=is_causal, need_weights=need_weights
@@ -51,6 +77,22 @@ class SelfAttention(nn.Module):
         return (out.output, out.weights) if need_weights else out.output
 
     def steps(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, is_causal: bool = False) -> AttentionSteps:
+        """The computation of ``forward`` with every intermediate.   (..., seq, d_in) -> AttentionSteps
+
+        Args:
+            x: the embeddings X, (batch, seq, d_in) or (seq, d_in).
+            attn_mask: None, bool (True = may attend) or float, broadcastable to (..., seq, seq).
+            is_causal: token i sees only tokens j <= i.
+
+        Returns:
+            ``AttentionSteps`` of ``selfattn.attention_steps`` on Q = X W_q, K = X W_k,
+                V = X W_v: the scale, scores and masked scores (..., seq, seq), the softmax
+                parts, the weights and Z (..., seq, d_v).
+
+        Raises:
+            ShapeError: x is not (batch, seq, d_in) or (seq, d_in), or the mask does not fit.
+            OptionError: attn_mask comes with is_causal=True.
+        """
         check_width(x, self.w_q.in_features, "x")
         q, k, v = self.w_q(x), self.w_k(x), self.w_v(x)  # (..., seq, d_k), (..., seq, d_k), (..., seq, d_v)
         return attention_steps(q, k, v, attn_mask=attn_mask, is_causal=is_causal)
@@ -73,6 +115,43 @@ class MultiHeadAttention(nn.Module):
 
     (batch, q_len, d_model) [, (batch, kv_len, kdim), (batch, kv_len, vdim)] -> (batch, q_len, d_model).
     Unbatched (seq, d_model) inputs work too. Dropout acts on the weights in training only.
+    The parameters are ``w_q``, ``w_k``, ``w_v`` and ``w_o`` (``nn.Linear``); the settings
+    are kept, validated, as ``config`` (an ``AttentionConfig``).
+
+    Args:
+        d_model: width of the query input and of the output.
+        n_heads: number of query heads H (default 1).
+        n_kv_heads: number of key/value heads; it must divide n_heads. None (default) means
+            n_heads; fewer gives grouped-query attention, 1 multi-query attention.
+        bias: whether W_q, W_k, W_v and W_o have biases (default True).
+        dropout: chance of dropping each attention weight in training, in [0, 1).
+        head_dim: width of each head; None means d_model // n_heads.
+        kdim: width of the key input, for cross-attention; None means d_model.
+        vdim: width of the value input, for cross-attention; None means d_model.
+        positional: "none" (default), or "rope" (rotate queries and keys by position) or
+            "alibi" (add a per-head distance bias); "sinusoidal" and "learned" are accepted
+            and do nothing here (a model adds them to its input).
+        rope_base: the RoPE frequency base (default 10000).
+        attn_impl: "reference" (default) or "flash": the tiled kernel for calls that do
+            not ask for the weights.
+        config: a ready ``AttentionConfig``; when given, every argument above is ignored.
+
+    Raises:
+        ConfigError: the arguments do not make a valid ``AttentionConfig`` (for example
+            d_model not divisible by n_heads, or n_heads not divisible by n_kv_heads).
+
+    Examples:
+        >>> import selfattn as sa
+        >>> import torch
+        >>> mha = sa.MultiHeadAttention(d_model=8, n_heads=4, n_kv_heads=2)
+        >>> y, weights = mha(torch.randn(2, 5, 8), is_causal=True, need_weights=True)
+        >>> tuple(y.shape), tuple(weights.shape)
+        ((2, 5, 8), (2, 4, 5, 5))
+        >>> bool((weights.triu(diagonal=1) == 0).all())  # no query sees a later key
+        True
+        >>> cross = sa.MultiHeadAttention(8, 2, kdim=6, vdim=3)
+        >>> tuple(cross(torch.randn(2, 4, 8), torch.randn(2, 7, 6), torch.randn(2, 7, 3)).shape)
+        (2, 4, 8)
     """
 
     def __init__(
@@ -91,6 +170,7 @@ class MultiHeadAttention(nn.Module):
         attn_impl: str = "reference",
         config: AttentionConfig | None = None,
     ) -> None:
+        """Create the four projections; the class docstring describes the arguments."""
         super().__init__()
         if config is None:
             config = AttentionConfig(
@@ -105,11 +185,30 @@ class MultiHeadAttention(nn.Module):
 
     @classmethod
     def from_config(cls, config: AttentionConfig) -> MultiHeadAttention:
+        """A new module with freshly initialised weights, built from a configuration.
+
+        Args:
+            config: the validated settings (see ``AttentionConfig``).
+
+        Returns:
+            The ``MultiHeadAttention`` for ``config``.
+        """
         return cls(config.d_model, config=config)
 
     @classmethod
     def from_torch(cls, mha: nn.Module) -> MultiHeadAttention:
-        """A copy of a ``torch.nn.MultiheadAttention``'s weights in our module (see ``attention.interop``)."""
+        """A copy of a ``torch.nn.MultiheadAttention``'s weights in our module (see ``attention.interop``).
+
+        Args:
+            mha: the torch module to copy.
+
+        Returns:
+            A ``MultiHeadAttention`` with the same heads, dropout, bias and weights.
+
+        Raises:
+            ConfigError: mha is not an ``nn.MultiheadAttention``, or it uses add_bias_kv or
+                add_zero_attn.
+        """
         from selfattn.attention.interop import from_torch
 
         return from_torch(mha)
@@ -127,11 +226,33 @@ class MultiHeadAttention(nn.Module):
     ):
         """Y, or (Y, weights (batch, H, q_len, kv_len)) with need_weights=True (no batch axis if unbatched).
 
-        attn_mask: ours (bool True = may attend, or float added), broadcastable to
-        (batch, H, q_len, kv_len); a 3-D mask is read as (batch, q_len, kv_len), not as
-        nn.MultiheadAttention's (batch * heads, q_len, kv_len) (see ``interop.torch_masks_to_ours``).
-        is_causal: the queries are the last q_len positions of the keys (bottom-right).
-        cache: a KVCache that this call extends with its keys and values.
+        Y = concat(head_1 .. head_H) W_o, head_h = softmax(Q_h K_g(h)^T / sqrt(head_dim) + mask) V_g(h).
+
+        Args:
+            query: (batch, q_len, d_model), or (q_len, d_model) without a batch axis.
+            key: (batch, kv_len, kdim); None means query (self-attention).
+            value: (batch, kv_len, vdim); None means key.
+            attn_mask: None, bool (True = may attend) or float (added to the scores),
+                broadcastable to (batch, H, q_len, kv_len); a 3-D mask is read as
+                (batch, q_len, kv_len), not as nn.MultiheadAttention's
+                (batch * heads, q_len, kv_len) (see ``interop.torch_masks_to_ours``). With a
+                cache, kv_len counts the cached keys too. Applied together with is_causal.
+            is_causal: hide later keys, aligned bottom-right: the queries are the last q_len
+                positions of the keys, so query i sees keys j <= kv_len - q_len + i.
+            cache: a ``KVCache`` that this call extends, in place, with its keys (after
+                RoPE) and values; attention then covers the cached keys and the new ones.
+            need_weights: also return the attention weights (this always takes the
+                reference path, also with attn_impl="flash").
+
+        Returns:
+            Y, (batch, q_len, d_model); with need_weights=True the pair (Y, weights),
+                weights (batch, H, q_len, kv_len). Unbatched input gives (q_len, d_model) and
+                (H, q_len, kv_len).
+
+        Raises:
+            ShapeError: an input is not (batch, seq, width) or (seq, width) with the widths
+                above, the inputs disagree on batch axis, batch size or kv_len, the mask
+                does not broadcast, or the cache holds keys of another shape.
         """
         if self.config.attn_impl == "flash" and not need_weights:
             return self._flash_forward(query, key, value, attn_mask, is_causal, cache)
@@ -158,7 +279,29 @@ class MultiHeadAttention(nn.Module):
         is_causal: bool = False,
         cache: KVCache | None = None,
     ) -> MultiHeadSteps:
-        """Run attention and return every intermediate (the projections, each head, the concat)."""
+        """Run attention and return every intermediate (the projections, each head, the concat).
+
+        Always the reference computation (``attention_steps``), whatever attn_impl says.
+
+        Args:
+            query: (batch, q_len, d_model), or (q_len, d_model) without a batch axis.
+            key: (batch, kv_len, kdim); None means query.
+            value: (batch, kv_len, vdim); None means key.
+            attn_mask: as in ``forward``.
+            is_causal: hide later keys, aligned bottom-right (as in ``forward``).
+            cache: a ``KVCache`` to extend with this call's keys and values, in place.
+
+        Returns:
+            ``MultiHeadSteps(q, k, v, mask, attention, concat, output)``: q (batch, H, q_len,
+                head_dim) after RoPE; k, v (batch, Hkv, kv_len, head_dim), cached keys
+                included; the one mask applied (bool, float or None); the ``AttentionSteps``
+                of the heads (batch, H, ...); concat (batch, q_len, H * head_dim); output
+                (batch, q_len, d_model). For unbatched input only concat and output drop
+                the batch axis.
+
+        Raises:
+            ShapeError: the inputs, the mask or the cache do not fit (as in ``forward``).
+        """
         heads = self._heads(query, key, value, attn_mask, is_causal, cache)
         steps = attention_steps(
             heads.q, heads.k, heads.v, attn_mask=heads.mask, dropout_p=self._dropout_p, enable_gqa=self._gqa

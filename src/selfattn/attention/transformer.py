@@ -41,9 +41,21 @@ class FeedForward(nn.Module):
     (..., d_model) -> (..., d_model), through a hidden width d_ff. Dropout acts on the
     hidden activations in training only. ``linear1`` / ``linear2`` carry the names of
     ``torch.nn.TransformerEncoderLayer`` so weights copy one to one.
+
+    Args:
+        d_model: width of the input and the output.
+        d_ff: hidden width (the columns of W_1).
+        activation: "gelu" (default, the exact erf form) or "relu".
+        dropout: chance of dropping each hidden activation in training, in [0, 1).
+        bias: whether both linear layers have biases (default True).
+
+    Raises:
+        ConfigError: a width is not a positive integer, the activation is unknown, or
+            dropout is outside [0, 1).
     """
 
     def __init__(self, d_model: int, d_ff: int, activation: str = "gelu", dropout: float = 0.0, bias: bool = True) -> None:
+        """Create the two linear layers; the class docstring describes the arguments."""
         super().__init__()
         TransformerConfig(d_model, 1, d_ff=d_ff, activation=activation, dropout=dropout, bias=bias)  # validates
         self.activation = activation
@@ -52,6 +64,14 @@ class FeedForward(nn.Module):
         self.linear2 = nn.Linear(d_ff, d_model, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """FFN(x) = act(x W_1 + b_1) W_2 + b_2.   (..., d_model) -> (..., d_model)
+
+        Args:
+            x: (..., d_model), any number of leading axes.
+
+        Returns:
+            FFN(x), (..., d_model).
+        """
         hidden = _ACTIVATIONS[self.activation](self.linear1(x))  # (..., d_ff)
         return self.linear2(self.dropout(hidden))  # (..., d_ff) -> (..., d_model)
 
@@ -65,9 +85,15 @@ class TransformerBlock(nn.Module):
     (batch, seq, d_model) -> (batch, seq, d_model), or (seq, d_model) -> (seq, d_model).
     Pre-LN:  x = x + Drop(Attn(LN1(x))); x = x + Drop(FFN(LN2(x))).
     Post-LN: x = LN1(x + Drop(Attn(x))); x = LN2(x + Drop(FFN(x))).
+    The parts are ``attention`` (``MultiHeadAttention``), ``feed_forward``, ``norm1``,
+    ``norm2``, ``dropout1`` and ``dropout2``.
+
+    Args:
+        config: the block's settings; norm_first picks pre-LN or post-LN.
     """
 
     def __init__(self, config: TransformerConfig) -> None:
+        """Create the block's layers; the class docstring describes the argument."""
         super().__init__()
         self.config = config
         d, eps = config.d_model, config.layer_norm_eps
@@ -89,10 +115,23 @@ class TransformerBlock(nn.Module):
     ):
         """x', or (x', weights (batch, H, q_len, kv_len)) with need_weights=True.
 
-        attn_mask: bool, True = may attend, broadcastable to (batch, H, q_len, kv_len).
-        is_causal defaults to config.causal; the causal mask is aligned bottom-right, so
-        with a cache the new tokens see every cached one. Unbatched input gives weights
-        (H, q_len, kv_len).
+        Args:
+            x: (batch, seq, d_model), or (seq, d_model) without a batch axis.
+            attn_mask: None, bool (True = may attend) or float (added to the scores),
+                broadcastable to (batch, H, q_len, kv_len); kv_len counts cached keys.
+            is_causal: hide later keys; None (default) means config.causal. The mask is
+                aligned bottom-right, so with a cache the new tokens see every cached one.
+            cache: a ``KVCache`` for this layer, extended in place with this call's keys
+                and values.
+            need_weights: also return the attention weights.
+
+        Returns:
+            x', the shape of x; with need_weights=True the pair (x', weights), weights
+                (batch, H, q_len, kv_len), or (H, q_len, kv_len) for unbatched input.
+
+        Raises:
+            ShapeError: x is not (batch, seq, d_model) or (seq, d_model), or the mask or the
+                cache does not fit.
         """
         check_width(x, self.config.d_model, "x")
         causal = self.config.causal if is_causal is None else is_causal
@@ -119,7 +158,17 @@ class TransformerBlock(nn.Module):
 
 
 class TransformerOutput(NamedTuple):
-    """What ``Transformer`` returns. Without a batch axis in the input, none in the output."""
+    """What ``Transformer`` returns. Without a batch axis in the input, none in the output.
+
+    Attributes:
+        last_hidden_state: (batch, seq, d_model), the last layer's output, after the final
+            LayerNorm in a pre-LN stack.
+        hidden_states: with output_hidden_states=True, n_layers + 1 tensors (batch, seq,
+            d_model): the input with its positions added, then each layer's output (before
+            the final norm); else None.
+        attentions: with output_attentions=True, n_layers tensors (batch, H, q_len, kv_len),
+            each layer's attention weights; else None.
+    """
 
     last_hidden_state: torch.Tensor  # (batch, seq, d_model): after the final norm (pre-LN)
     hidden_states: tuple[torch.Tensor, ...] | None  # n_layers + 1 of (batch, seq, d_model)
@@ -136,9 +185,27 @@ class Transformer(nn.Module):
     hidden_states: the input after the positions were added, then each layer's output
     (before ``norm``). With ``caches`` (one KVCache per layer, see ``new_caches``) the
     input continues a sequence of caches[0].length earlier tokens.
+
+    Args:
+        config: the stack's settings (layers, widths, norm order, positions, causal).
+
+    Examples:
+        >>> import selfattn as sa
+        >>> import torch
+        >>> model = sa.Transformer(sa.TransformerConfig(d_model=8, n_heads=2, n_layers=2, causal=True))
+        >>> out = model(torch.randn(1, 5, 8), output_attentions=True)
+        >>> tuple(out.last_hidden_state.shape), len(out.attentions), tuple(out.attentions[0].shape)
+        ((1, 5, 8), 2, (1, 2, 5, 5))
+        >>> out.hidden_states is None
+        True
+        >>> caches = model.new_caches()  # decode piece by piece: a prompt, then one token
+        >>> _ = model(torch.randn(1, 4, 8), caches=caches)
+        >>> tuple(model(torch.randn(1, 1, 8), caches=caches).last_hidden_state.shape), caches[0].length
+        ((1, 1, 8), 5)
     """
 
     def __init__(self, config: TransformerConfig) -> None:
+        """Create the layers; the class docstring describes the argument."""
         super().__init__()
         self.config = config
         self.position_embedding = (
@@ -150,7 +217,11 @@ class Transformer(nn.Module):
         )
 
     def new_caches(self) -> list[KVCache]:
-        """One empty KVCache per layer, for decoding a sequence piece by piece."""
+        """One empty KVCache per layer, for decoding a sequence piece by piece.
+
+        Returns:
+            A list of n_layers empty ``KVCache`` objects, to pass as ``caches``.
+        """
         return [KVCache() for _ in self.layers]
 
     def forward(
@@ -163,6 +234,26 @@ class Transformer(nn.Module):
         output_attentions: bool = False,
         output_hidden_states: bool = False,
     ) -> TransformerOutput:
+        """Run every block over x (positions added first).   (batch, seq, d_model) -> TransformerOutput
+
+        Args:
+            x: the embeddings, (batch, seq, d_model) or (seq, d_model).
+            attn_mask: None, bool (True = may attend) or float (added), broadcastable to
+                (batch, H, seq, kv_len), the same for every layer; kv_len = past + seq.
+            is_causal: hide later keys (bottom-right); None (default) means config.causal.
+            caches: None, or one ``KVCache`` per layer (``new_caches``), all of the same
+                length; each is extended in place, and x continues the cached sequence.
+            output_attentions: also return each layer's attention weights.
+            output_hidden_states: also return the hidden states between the layers.
+
+        Returns:
+            A ``TransformerOutput``; shapes lose the batch axis when x has none.
+
+        Raises:
+            ShapeError: x is not (batch, seq, d_model) or (seq, d_model); caches is not a
+                list of one KVCache per layer, or they hold different lengths; a learned
+                positional table is too short for the positions; the mask does not fit.
+        """
         check_width(x, self.config.d_model, "x")
         past = self._past_length(caches)
         unbatched = x.dim() == 2

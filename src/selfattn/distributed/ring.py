@@ -58,7 +58,60 @@ def ring_attention(
     ``shard_sequence(x, load_balance=...)``; the same ``load_balance`` must be given here,
     it says which global positions each rank holds. Ranks may hold different numbers of
     positions as long as they follow that split. Differentiable in query, key and value;
-    the gradients equal those of single-process attention on the full sequence.
+    the gradients equal those of single-process attention on the full sequence, and the
+    backward, too, must run on every rank.
+
+    Each rank holds the queries, keys and values of the same positions (its shard); the
+    key/value shards pass once around the ring (twice with the backward), so no rank ever
+    holds more than two of them. Before anything is sent the ranks compare their inputs:
+    a wrong input on one rank, or ranks that disagree, end every rank with the same error.
+
+    Args:
+        query: (..., n, d) this rank's queries, floating point; n, this rank's number of
+            positions, may differ between ranks as the layout's split does.
+        key: (..., n, d) the keys of the same positions, same leading axes and dtype
+            (shared key/value heads must be repeated first: no GQA, no broadcasting).
+        value: (..., n, d_v) the values of the same positions.
+        group: the torch.distributed process group to run on; None: the default (whole
+            world) group. torch.distributed must be initialised.
+        is_causal: a causal mask over the global positions: position i sees j <= i.
+        scale: factor applied to Q K^T; None means 1 / sqrt(d).
+        load_balance: the layout of the shards: True, zigzag (rank r holds chunks r and
+            2P-1-r of 2P, which evens out the causal work); False, contiguous. It must
+            match the shards; every rank must give the same value.
+
+    Returns:
+        (..., n, d_v) this rank's rows of the attention output over the whole sequence,
+            in the query's dtype and in the shard's order (``gather_sequence`` or
+            ``unshard_sequence`` put the rows together).
+
+    Raises:
+        DistributedError: torch.distributed is not initialised, or this process is not
+            in ``group``; any rank's inputs are wrong (not floating-point tensors of at
+            least 2 dimensions, differing dtypes or sizes, query and key leading axes
+            that differ, an empty shard, a non-bool is_causal or load_balance, a scale
+            that is not a finite number) or the ranks disagree on the batch/head axes, d,
+            d_v, dtype, device type, is_causal, load_balance, scale or whether gradients
+            are wanted, which every rank raises alike; or a transfer fails (another rank
+            stopped, or the process group timed out).
+        ShapeError: is_causal=True and the ranks' lengths are not the layout's split of
+            their total (shards not made by ``shard_sequence`` with this load_balance).
+
+    Examples:
+        Under ``torchrun --nproc_per_node=4 script.py``, in script.py:
+
+            import torch
+            import torch.distributed as dist
+            from selfattn.distributed import gather_sequence, ring_attention, shard_sequence
+
+            dist.init_process_group("gloo")  # "nccl" on GPUs
+            torch.manual_seed(0)  # the same full tensors on every rank
+            q, k, v = (torch.randn(1, 8, 4096, 64) for _ in range(3))  # (batch, heads, seq, d)
+            q, k, v = (shard_sequence(t).requires_grad_() for t in (q, k, v))  # (1, 8, 1024, 64) per rank
+            out = ring_attention(q, k, v, is_causal=True)  # (1, 8, 1024, 64): this rank's rows
+            out.sum().backward()  # dQ, dK, dV of this rank's shard
+            full = gather_sequence(out)  # (1, 8, 4096, 64) on every rank, for checking
+            dist.destroy_process_group()
     """
     ring = Ring(group)
     local_problem = _local_problem(query, key, value, is_causal, scale, load_balance)

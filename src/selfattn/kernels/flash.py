@@ -63,12 +63,81 @@ def flash_attention(
 ):
     """O = softmax(scale Q K^T + mask) V, tile by tile.   (..., Hq, q_len, d), (..., Hk, kv_len, d), (..., Hk, kv_len, d_v)
 
-    Returns O (..., Hq, q_len, d_v), or (O, lse) with return_lse=True, lse (..., Hq, q_len)
-    being log sum_j exp(s_ij) of each row (natural log; -inf for a row with no visible key).
-    is_causal: top-left aligned, as torch; pass ``torch.nn.attention.bias.causal_lower_right``
-    as attn_mask for bottom-right. block_q / block_k: tile sizes (default 512 x 512).
-    Differentiable in query, key, value (and a float mask); the backward pass recomputes
-    the tiles instead of storing them.
+    The result of ``selfattn.scaled_dot_product_attention`` without dropout, computed over
+    tiles of block_q query rows x block_k keys with the online softmax, so the
+    q_len x kv_len score matrix never exists. Tiles that the mask hides entirely are not
+    computed. Differentiable in query, key, value and a float mask; the backward
+    recomputes each tile's weights from the lse instead of storing them.
+
+    Args:
+        query: (..., Hq, q_len, d) queries, floating point; (q_len, d) alone is enough.
+            The leading axes broadcast against those of key and value.
+        key: (..., Hk, kv_len, d) keys, the dtype of query. Hk equals Hq or broadcasts
+            to it, unless enable_gqa.
+        value: (..., Hk, kv_len, d_v) values; its leading axes and kv_len are key's.
+        attn_mask: None (every key visible), or one of: a bool tensor broadcastable to
+            (..., Hq, q_len, kv_len), True = may attend; a float tensor (float32 or the
+            query's dtype) of that shape, added to the scores (-inf hides a key; it may
+            require grad); a structured mask from ``selfattn.masks`` (``CausalMask``,
+            ``SlidingWindowMask``, ``PaddingMask``, ``DocumentMask``, ``DenseMask`` and
+            their ``&`` / ``|``, e.g. ``sliding_window_mask(..., structured=True)``), whose
+            batch/head axes may repeat over the inputs' but not add to them; or torch's
+            ``causal_upper_left`` / ``causal_lower_right`` from
+            ``torch.nn.attention.bias``. Whatever the mask, tiles it hides completely are
+            skipped; structured and torch causal masks are never made dense.
+        is_causal: query i sees keys j <= i, aligned top-left as torch's ``is_causal``
+            (also when q_len != kv_len: row i sees keys 0 .. i). For bottom-right
+            alignment (the queries are the last q_len positions) pass
+            ``causal_lower_right(q_len, kv_len)`` or
+            ``causal_mask(q_len, kv_len, align="bottom_right", structured=True)`` as
+            attn_mask instead. Cannot be combined with attn_mask.
+        scale: factor applied to Q K^T; None means 1 / sqrt(d).
+        enable_gqa: grouped-query attention: key and value have Hk heads, Hq a multiple
+            of Hk, and query heads g G .. g G + G - 1 (G = Hq / Hk) share key/value
+            head g. K and V are not repeated, unless the mask differs between heads.
+        block_q: query rows per tile, a positive int. None: 512 without a mask; with a
+            mask the cheapest of 512, 256 and 128 by an estimate (visible area plus a fixed
+            cost per tile). The backward takes at most 64 rows per tile.
+        block_k: keys per tile, a positive int; None chooses it as for block_q.
+        return_lse: also return the log-sum-exp of every row.
+
+    Returns:
+        O (..., Hq, q_len, d_v) in the query's dtype, the leading axes broadcast; with
+            return_lse=True the pair (O, lse), lse (..., Hq, q_len) in the same dtype, where
+            lse_i = log sum_j exp(s_ij) over the keys row i sees, s_ij = scale q_i . k_j
+            (+ mask_ij), natural log. It is the log of the softmax's denominator, so
+            P_ij = exp(s_ij - lse_i) (``attention_probs_from_lse``), and results over
+            disjoint sets of keys merge exactly. lse carries no gradient. A row that sees
+            no key gives zeros in O, lse = -inf, and zero gradients.
+
+    Raises:
+        ShapeError: the inputs do not fit: not floating-point tensors of at least 2
+            dimensions, different dtypes, d or kv_len differ, leading axes that do not
+            broadcast, Hq not a multiple of Hk with enable_gqa; or the mask has another
+            dtype, does not broadcast, or (structured or torch causal) is for another
+            q_len x kv_len.
+        OptionError: attn_mask and is_causal=True together; block_q or block_k not a
+            positive int.
+
+    Examples:
+        >>> import selfattn as sa
+        >>> import torch
+        >>> g = torch.Generator().manual_seed(0)
+        >>> q, k, v = torch.randn(3, 2, 4, 7, 8, generator=g, dtype=torch.float64).unbind(0)  # (batch, heads, seq, d)
+        >>> out, lse = sa.flash_attention(q, k, v, is_causal=True, block_q=3, block_k=2, return_lse=True)
+        >>> tuple(out.shape), tuple(lse.shape)
+        ((2, 4, 7, 8), (2, 4, 7))
+        >>> torch.allclose(out, sa.scaled_dot_product_attention(q, k, v, is_causal=True))
+        True
+        >>> window = sa.sliding_window_mask(7, left=2, structured=True)  # a rule, never a 7 x 7 tensor
+        >>> reference = sa.scaled_dot_product_attention(q, k, v, attn_mask=window.dense())
+        >>> torch.allclose(sa.flash_attention(q, k, v, attn_mask=window, block_q=2, block_k=2), reference)
+        True
+        >>> hidden = torch.ones(7, 7, dtype=torch.bool)
+        >>> hidden[3] = False  # query 3 may see no key
+        >>> out, lse = sa.flash_attention(q, k, v, attn_mask=hidden, return_lse=True)
+        >>> bool((out[..., 3, :] == 0).all()), lse[0, 0, 3].item()
+        (True, -inf)
     """
     causal_offset, attn_mask = _causal_form(attn_mask, is_causal, query, key)
     output, lse = flash_with_offset(query, key, value, attn_mask, causal_offset, scale, enable_gqa, block_q, block_k)

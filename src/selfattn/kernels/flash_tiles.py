@@ -38,8 +38,32 @@ _tile_log: list | None = None  # (pass, row start, key start) of every tile comp
 
 @contextlib.contextmanager
 def count_tiles():
-    """Record every tile the kernel computes: ``with count_tiles() as tiles: ...`` then
-    ``tiles`` lists ("forward" | "backward", row start, key start). For tests and explanations."""
+    """Record every tile the kernel computes: ``with count_tiles() as tiles: ...``.   -> [(pass, row start, key start)]
+
+    For tests and explanations: it shows which tiles a mask lets the kernel skip. Every
+    tile that ``flash_attention`` (and ring attention, which runs the same tile loops)
+    computes inside the ``with`` block, forward and backward, is appended to the list.
+    A nested ``count_tiles`` records into its own list only and the outer one resumes
+    when it ends. The list is module-wide state: do not count in two threads at once.
+
+    Yields:
+        The list being filled, one tuple (pass, row start, key start) per tile in the
+            order computed: pass is "forward" or "backward", row start the first query row
+            of the tile (the backward's row blocks are at most 64 rows) and key start its
+            first key.
+
+    Examples:
+        >>> import selfattn as sa
+        >>> import torch
+        >>> from selfattn.kernels.flash_tiles import count_tiles
+        >>> q = torch.randn(1, 2, 6, 4)  # (batch, heads, seq, d)
+        >>> with count_tiles() as tiles:
+        ...     _ = sa.flash_attention(q, q, q, is_causal=True, block_q=2, block_k=2)
+        >>> len(tiles)  # of the 3 x 3 tiles, the 3 above the diagonal are never computed
+        6
+        >>> tiles[:3]
+        [('forward', 0, 0), ('forward', 2, 0), ('forward', 2, 2)]
+    """
     global _tile_log
     outer, _tile_log = _tile_log, []
     try:

@@ -37,10 +37,56 @@ def attention_probs_from_lse(
     P_ij = exp(scale q_i . k_j + mask_ij - lse_i).   query (..., Hq, q_len, d), key (..., Hk, kv_len, d),
     lse (..., Hq, q_len) -> (..., len(heads), len(rows), kv_len)
 
-    rows / heads: an index, a list of indices, or None for all. Only the chosen rows'
-    scores are computed, so looking at a few rows of a 100k-token sequence costs a few
-    100k-long vectors, not the whole matrix. Pass the same mask, is_causal, scale and
-    enable_gqa as the forward call. Rows that saw no key (lse = -inf) give zeros.
+    Only the chosen rows' scores are computed, so looking at a few rows of a 100k-token
+    sequence costs a few 100k-long vectors, not the whole matrix. Give the same mask,
+    is_causal, scale and enable_gqa as the forward call that made lse; the weights are
+    exact only then.
+
+    Args:
+        query: (..., Hq, q_len, d) the queries of the forward call; (q_len, d) is enough.
+        key: (..., Hk, kv_len, d) its keys; the leading axes broadcast against query's.
+        lse: (..., Hq, q_len) the lse the forward call returned (``flash_attention(...,
+            return_lse=True)``); its shape must be the query's without the last axis.
+        rows: the query rows to rebuild: an int, a list of ints (negative ones count
+            from the end; the output keeps their order), or None for every row. An int
+            still gives a rows axis of length 1.
+        heads: the query heads to rebuild, in the same forms; None for every head. Only
+            for inputs with a heads axis.
+        attn_mask: the forward call's mask: None, a bool tensor (True = may attend), a
+            float tensor added to the scores, a structured mask from ``selfattn.masks``,
+            or torch's ``causal_upper_left`` / ``causal_lower_right``.
+        is_causal: the forward call's is_causal (top-left: row i sees keys j <= i).
+        scale: the forward call's scale; None means 1 / sqrt(d).
+        enable_gqa: the forward call's enable_gqa (Hq a multiple of Hk; query heads
+            g G .. g G + G - 1 share key head g).
+
+    Returns:
+        P (..., len(heads), len(rows), kv_len) in the query's dtype; (len(rows), kv_len)
+            for inputs (q_len, d) without a heads axis. Each row sums to 1 over
+            the keys it sees, hidden keys get exactly 0, and a row that saw no key
+            (lse = -inf) is all zeros.
+
+    Raises:
+        ShapeError: query and key do not fit together (dtypes, d, leading axes, GQA head
+            counts), or the mask does not fit them.
+        OptionError: lse has the wrong shape; rows or heads are not indices or out of
+            range; heads is given for inputs without a heads axis; attn_mask and
+            is_causal=True together.
+
+    Examples:
+        >>> import selfattn as sa
+        >>> import torch
+        >>> g = torch.Generator().manual_seed(0)
+        >>> q, k, v = torch.randn(3, 1, 2, 6, 4, generator=g, dtype=torch.float64).unbind(0)  # (batch, heads, seq, d)
+        >>> out, lse = sa.flash_attention(q, k, v, is_causal=True, return_lse=True)
+        >>> probs = sa.attention_probs_from_lse(q, k, lse, rows=[0, 5], heads=1, is_causal=True)
+        >>> tuple(probs.shape)
+        (1, 1, 2, 6)
+        >>> weights = sa.scaled_dot_product_attention_with_weights(q, k, v, is_causal=True).weights
+        >>> torch.allclose(probs, weights[:, 1:2, [0, 5]])
+        True
+        >>> probs[0, 0, 0].tolist()  # row 0 sees only key 0
+        [1.0, 0.0, 0.0, 0.0, 0.0, 0.0]
     """
     causal_offset, attn_mask = _causal_form(attn_mask, is_causal, query, key)
     structured = isinstance(attn_mask, StructuredMask)

@@ -14,6 +14,7 @@ from selfattn.errors import OptionError, ShapeError
 from selfattn.masks.structured import NEG_INF, StructuredMask, block_bounds, states_from
 
 ALIGNMENTS = ("top_left", "bottom_right")
+"""Where query row i sits on the key axis: top-left pos(i) = i, bottom-right pos(i) = kv_len - q_len + i."""
 _FAR = 1 << 60  # "no limit" for a band side, far beyond any length
 
 
@@ -30,6 +31,29 @@ class SlidingWindowMask(StructuredMask):
 
     left = w - 1, right = 0 is the causal window of w keys (Mistral); left = right = w lets
     a query see w keys on each side (Longformer's local attention). None: no limit on that side.
+
+    Args:
+        q_len: number of query rows.
+        kv_len: number of keys; None means q_len.
+        left: how many earlier keys each query sees, an integer >= 0, or None (no limit).
+        right: how many later keys each query sees (default 0), or None (no limit).
+        align: "bottom_right" (default: offset = kv_len - q_len) or "top_left" (offset 0).
+
+    Raises:
+        OptionError: left or right is not an integer >= 0 or None, or align is unknown.
+        ShapeError: q_len or kv_len is not an integer >= 0.
+
+    Examples:
+        >>> import selfattn as sa
+        >>> import torch
+        >>> from selfattn.masks import BLOCK_STATE_NAMES, SlidingWindowMask
+        >>> mask = SlidingWindowMask(6, left=1)  # each query sees itself and the key before
+        >>> mask.dense()[:3].int().tolist()
+        [[1, 0, 0, 0, 0, 0], [1, 1, 0, 0, 0, 0], [0, 1, 1, 0, 0, 0]]
+        >>> mask.block_states(2, 2).tolist()  # 2 = PARTIAL, 0 = EMPTY: a kernel skips 4 of 9 blocks
+        [[2, 0, 0], [2, 2, 0], [0, 2, 2]]
+        >>> [BLOCK_STATE_NAMES[s] for s in mask.block_states(2, 2)[0].tolist()]
+        ['partial', 'empty', 'empty']
     """
 
     def __init__(self, q_len: int, kv_len: int | None = None, *, left: int | None, right: int | None = 0,
@@ -46,11 +70,30 @@ class SlidingWindowMask(StructuredMask):
         return (_FAR if self.left is None else self.left), (_FAR if self.right is None else self.right)
 
     def allowed(self, rows, cols):
+        """M[i, j] = (pos(i) - left <= j <= pos(i) + right) for the given rows and keys.
+
+        Args:
+            rows: query row indices, int64 (r,).
+            cols: key indices, int64 (c,).
+
+        Returns:
+            A bool tensor (r, c), True = may attend.
+        """
         left, right = self._sides
         pos = (rows + self.offset)[:, None]  # (r, 1)
         return (cols[None, :] >= pos - left) & (cols[None, :] <= pos + right)  # (r, c)
 
     def block_states(self, block_q, block_k, q_len=None):
+        """EMPTY / FULL / PARTIAL per block, in closed form from the band's edges.
+
+        Args:
+            block_q: query rows per block.
+            block_k: keys per block.
+            q_len: ignored: this mask knows its rows.
+
+        Returns:
+            int8 (ceil(q_len / block_q), ceil(kv_len / block_k)).
+        """
         left, right = self._sides
         r0, r1 = (t[:, None] + self.offset for t in block_bounds(self.q_len, block_q))  # positions of the block's rows
         c0, c1 = (t[None, :] for t in block_bounds(self.kv_len, block_k))
@@ -59,10 +102,30 @@ class SlidingWindowMask(StructuredMask):
         return states_from(empty, full)
 
     def apply(self, scores, rows, cols):
+        """scores += 0 / -inf band bias for the tile, in place.
+
+        Args:
+            scores: the tile's scores, (..., r1 - r0, c1 - c0).
+            rows: the tile's rows (r0, r1).
+            cols: the tile's keys (c0, c1).
+
+        Returns:
+            scores, masked.
+        """
         # Tiles at the same distance from the diagonal share a pattern: one cached 0/-inf bias each.
         return scores.add_(band_bias(*self._tile_key(rows, cols), scores.dtype, scores.device))
 
     def zero_hidden(self, values, rows, cols):
+        """values *= 0 / 1 band pattern for the tile, in place (``values`` must be finite).
+
+        Args:
+            values: the tile's values, (..., r1 - r0, c1 - c0).
+            rows: the tile's rows (r0, r1).
+            cols: the tile's keys (c0, c1).
+
+        Returns:
+            values, with the hidden pairs zeroed.
+        """
         return values.mul_(band_keep(*self._tile_key(rows, cols), values.dtype, values.device))
 
     def _tile_key(self, rows, cols) -> tuple[int, int, int, int, int]:
@@ -71,7 +134,19 @@ class SlidingWindowMask(StructuredMask):
 
 
 class CausalMask(SlidingWindowMask):
-    """M[i, j] = (j <= pos(i)): no query sees a later key.   (q_len, kv_len); top-left as torch's is_causal."""
+    """M[i, j] = (j <= pos(i)): no query sees a later key.   (q_len, kv_len); top-left as torch's is_causal.
+
+    A ``SlidingWindowMask`` with no left limit and right = 0.
+
+    Args:
+        q_len: number of query rows.
+        kv_len: number of keys; None means q_len.
+        align: "top_left" (default, pos(i) = i) or "bottom_right" (pos(i) = kv_len - q_len + i).
+
+    Raises:
+        OptionError: align is unknown.
+        ShapeError: q_len or kv_len is not an integer >= 0.
+    """
 
     def __init__(self, q_len: int, kv_len: int | None = None, *, align: str = "top_left") -> None:
         super().__init__(q_len, kv_len, left=None, right=0, align=align)
@@ -99,7 +174,19 @@ def band_bias(rows: int, cols: int, diagonal: int, left: int, right: int, dtype:
 
 
 class PaddingMask(StructuredMask):
-    """M[b, 0, 0, j] = (j < length_b): padded keys are hidden.   (batch, 1, 1, kv_len)"""
+    """M[b, 0, 0, j] = (j < length_b): padded keys are hidden.   (batch, 1, 1, kv_len)
+
+    The same for every query row (q_len is None); lead is (batch, 1).
+
+    Args:
+        key_lengths: real keys per batch element, a 1-D sequence or tensor of integers >= 0.
+        kv_len: the padded length; None means the longest of key_lengths.
+        device: where the lengths tensor is put; None keeps a tensor's device.
+
+    Raises:
+        ShapeError: key_lengths is not a 1-D list of integers >= 0, kv_len is not an
+            integer >= 0, or a length exceeds kv_len.
+    """
 
     def __init__(self, key_lengths, kv_len: int | None = None, *, device=None) -> None:
         lengths = torch.as_tensor(key_lengths, device=device)
@@ -120,10 +207,32 @@ class PaddingMask(StructuredMask):
         self.lengths, self.q_len, self.kv_len, self.lead = lengths, None, kv_len, (len(lengths), 1)
 
     def allowed(self, rows, cols):
+        """M[b, 0, 0, j] = (j < length_b) for the given keys.
+
+        Args:
+            rows: query row indices (r,); unused, every row is the same.
+            cols: key indices, int64 (c,).
+
+        Returns:
+            A bool tensor (batch, 1, 1, c).
+        """
         lengths = self.lengths.to(cols.device)
         return (cols[None, :] < lengths[:, None])[:, None, None, :]  # (batch, 1, 1, c)
 
     def block_states(self, block_q, block_k, q_len=None):
+        """EMPTY / FULL / PARTIAL per block, over all batch elements (from the shortest and longest length).
+
+        Args:
+            block_q: query rows per block.
+            block_k: keys per block.
+            q_len: number of query rows to split, required (this mask does not know it).
+
+        Returns:
+            int8 (ceil(q_len / block_q), ceil(kv_len / block_k)).
+
+        Raises:
+            OptionError: q_len is None.
+        """
         n_rows = len(block_bounds(self._rows(q_len), block_q)[0])
         c0, c1 = block_bounds(self.kv_len, block_k)
         longest = int(self.lengths.max()) if self.lengths.numel() else 0
@@ -138,6 +247,26 @@ class DocumentMask(StructuredMask):
     ``lengths`` are the documents' lengths in order (they tile the sequence); give
     ``kv_lengths`` when the keys of each document differ in number from its queries.
     The block-diagonal mask of flash-attention's varlen calls and xformers' BlockDiagonalMask.
+
+    Args:
+        lengths: each document's number of queries, in order; q_len is their sum.
+        kv_lengths: each document's number of keys, in the same order; None means lengths.
+
+    Raises:
+        ShapeError: lengths or kv_lengths is not a non-empty 1-D list of integers >= 0, or
+            the two list different numbers of documents.
+
+    Examples:
+        >>> import selfattn as sa
+        >>> import torch
+        >>> from selfattn.masks import CausalMask, DocumentMask
+        >>> mask = DocumentMask([2, 2])
+        >>> mask.dense().int().tolist()
+        [[1, 1, 0, 0], [1, 1, 0, 0], [0, 0, 1, 1], [0, 0, 1, 1]]
+        >>> mask.block_states(2, 2).tolist()  # 1 = FULL, 0 = EMPTY
+        [[1, 0], [0, 1]]
+        >>> (mask & CausalMask(4)).block_states(2, 2).tolist()  # 2 = PARTIAL
+        [[2, 0], [0, 2]]
     """
 
     def __init__(self, lengths, kv_lengths=None) -> None:
@@ -151,9 +280,28 @@ class DocumentMask(StructuredMask):
         self.kv_doc = torch.repeat_interleave(docs, self.kv_lengths)  # (kv_len,)
 
     def allowed(self, rows, cols):
+        """M[i, j] = (document(i) == document(j)) for the given rows and keys.
+
+        Args:
+            rows: query row indices, int64 (r,).
+            cols: key indices, int64 (c,).
+
+        Returns:
+            A bool tensor (r, c).
+        """
         return self.q_doc.to(rows.device)[rows][:, None] == self.kv_doc.to(cols.device)[cols][None, :]
 
     def block_states(self, block_q, block_k, q_len=None):
+        """EMPTY / FULL / PARTIAL per block, from each document's rows and keys per block.
+
+        Args:
+            block_q: query rows per block.
+            block_k: keys per block.
+            q_len: ignored: this mask knows its rows.
+
+        Returns:
+            int8 (ceil(q_len / block_q), ceil(kv_len / block_k)).
+        """
         # Visible pairs in a block = sum over documents of (its rows in the block) x (its keys in the block).
         docs = len(self.q_lengths)
         rows, keys = _per_block_counts(self.q_doc, block_q, docs), _per_block_counts(self.kv_doc, block_k, docs)  # (n_r, docs), (n_c, docs)

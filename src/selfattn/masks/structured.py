@@ -25,13 +25,32 @@ import torch
 
 from selfattn.errors import OptionError, ShapeError
 
-EMPTY, FULL, PARTIAL = 0, 1, 2
+# One name per line, so that griffe (the API reference) sees each constant and its docstring.
+EMPTY = 0
+"""Block state: no pair in the block may attend; a tiled kernel skips the block."""
+FULL = 1
+"""Block state: every pair in the block may attend; no mask is needed there."""
+PARTIAL = 2
+"""Block state: some pairs may attend; the block is computed and masked."""
 BLOCK_STATE_NAMES = {EMPTY: "empty", FULL: "full", PARTIAL: "partial"}
+"""Block state -> its name: {EMPTY: "empty", FULL: "full", PARTIAL: "partial"}."""
 NEG_INF = float("-inf")
 
 
 class StructuredMask:
-    """A bool mask (True = may attend) of shape (*lead, q_len, kv_len); q_len None: the same for every row."""
+    """A bool mask (True = may attend) of shape (*lead, q_len, kv_len); q_len None: the same for every row.
+
+    The base of every structured mask, not used on its own. A subclass sets the three
+    attributes and writes ``allowed`` and ``block_states``; ``dense``, ``tile``, ``apply``
+    and ``zero_hidden`` follow from ``allowed`` (subclasses may override them for speed).
+    ``a & b`` is an ``AndMask``, ``a | b`` an ``OrMask``; a bool tensor on either side is
+    wrapped as a ``DenseMask``.
+
+    Attributes:
+        q_len: number of query rows, or None when every row is the same (``PaddingMask``).
+        kv_len: number of keys.
+        lead: leading (batch, head) axes of the mask, () when it is the same for all.
+    """
 
     q_len: int | None
     kv_len: int
@@ -39,28 +58,74 @@ class StructuredMask:
 
     @property
     def shape(self) -> tuple[int, ...]:
+        """The shape of the dense form: (*lead, q_len or 1, kv_len)."""
         return (*self.lead, 1 if self.q_len is None else self.q_len, self.kv_len)
 
     def allowed(self, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
-        """The mask at query positions ``rows`` (r,) and key positions ``cols`` (c,).   -> bool (*lead, r or 1, c)"""
+        """The mask at query positions ``rows`` (r,) and key positions ``cols`` (c,).   -> bool (*lead, r or 1, c)
+
+        Args:
+            rows: query row indices, int64 (r,).
+            cols: key indices, int64 (c,).
+
+        Returns:
+            A bool tensor (*lead, r, c), or (*lead, 1, c) when q_len is None; True = may attend.
+        """
         raise NotImplementedError
 
     def block_states(self, block_q: int, block_k: int, q_len: int | None = None) -> torch.Tensor:
-        """EMPTY / FULL / PARTIAL per (row block, key block).   -> int8 (ceil(q_len / bq), ceil(kv_len / bk))"""
+        """EMPTY / FULL / PARTIAL per (row block, key block).   -> int8 (ceil(q_len / bq), ceil(kv_len / bk))
+
+        A block is EMPTY or FULL only if it is so for every batch element and head. The
+        last blocks may be shorter when the block sizes do not divide the lengths.
+
+        Args:
+            block_q: query rows per block.
+            block_k: keys per block.
+            q_len: number of query rows to split, needed only when the mask's q_len is None.
+
+        Returns:
+            int8 (ceil(q_len / block_q), ceil(kv_len / block_k)) of EMPTY, FULL and PARTIAL.
+        """
         raise NotImplementedError
 
     def dense(self, device=None) -> torch.Tensor:
-        """The whole mask as a bool tensor.   -> (*lead, q_len, kv_len)"""
+        """The whole mask as a bool tensor.   -> (*lead, q_len, kv_len)
+
+        Args:
+            device: where the tensor is made; None is torch's default device.
+
+        Returns:
+            A bool tensor of ``shape`` (q_len axis 1 when q_len is None), True = may attend.
+        """
         rows = torch.arange(1 if self.q_len is None else self.q_len, device=device)
         return self.allowed(rows, torch.arange(self.kv_len, device=device))
 
     def tile(self, rows: tuple[int, int], cols: tuple[int, int], device=None) -> torch.Tensor:
-        """The mask on rows [r0, r1) and keys [c0, c1).   -> bool (*lead, r1 - r0 or 1, c1 - c0)"""
+        """The mask on rows [r0, r1) and keys [c0, c1).   -> bool (*lead, r1 - r0 or 1, c1 - c0)
+
+        Args:
+            rows: the tile's rows (r0, r1), end excluded.
+            cols: the tile's keys (c0, c1), end excluded.
+            device: where the tile is made; None is torch's default device.
+
+        Returns:
+            A bool tensor (*lead, r1 - r0, c1 - c0), with a row axis of 1 when q_len is None.
+        """
         r = torch.arange(*rows, device=device) if self.q_len is not None else torch.zeros(1, dtype=torch.long, device=device)
         return self.allowed(r, torch.arange(*cols, device=device))
 
     def apply(self, scores: torch.Tensor, rows: tuple[int, int], cols: tuple[int, int]) -> torch.Tensor:
-        """scores[..., i, j] = -inf where the tile hides (i, j), in place.   scores (..., r1 - r0, c1 - c0)"""
+        """scores[..., i, j] = -inf where the tile hides (i, j), in place.   scores (..., r1 - r0, c1 - c0)
+
+        Args:
+            scores: the tile's scores, (..., r1 - r0, c1 - c0), overwritten.
+            rows: the tile's rows (r0, r1).
+            cols: the tile's keys (c0, c1).
+
+        Returns:
+            scores, masked.
+        """
         tile = self.tile(rows, cols, scores.device)
         return scores.masked_fill_(tile.logical_not_(), NEG_INF)
 
@@ -69,11 +134,27 @@ class StructuredMask:
 
         ``values`` must be finite. A multiplication, because on CPU masked_fill_ costs
         about 20x more (measured: 24 ms against 1 ms for 2M floats).
+
+        Args:
+            values: the tile's values (e.g. exp of the scores), (..., r1 - r0, c1 - c0), overwritten.
+            rows: the tile's rows (r0, r1).
+            cols: the tile's keys (c0, c1).
+
+        Returns:
+            values, with the hidden pairs set to 0.
         """
         return values.mul_(self.tile(rows, cols, values.device))
 
     def check_size(self, q_len: int, kv_len: int) -> None:
-        """ShapeError unless this mask fits attention of q_len queries over kv_len keys."""
+        """ShapeError unless this mask fits attention of q_len queries over kv_len keys.
+
+        Args:
+            q_len: number of queries of the attention call (any, when the mask's q_len is None).
+            kv_len: number of keys of the attention call.
+
+        Raises:
+            ShapeError: the lengths differ from the mask's.
+        """
         if kv_len != self.kv_len or (self.q_len is not None and q_len != self.q_len):
             raise ShapeError(f"the mask is for q_len x kv_len = {self.shape[-2]} x {self.kv_len}, but the inputs are {q_len} x {kv_len}")
 
@@ -110,7 +191,24 @@ def states_from(empty: torch.Tensor, full: torch.Tensor) -> torch.Tensor:
 def states_of_dense(mask: torch.Tensor, block_q: int, block_k: int, q_len: int | None = None) -> torch.Tensor:
     """Block states of a bool (True = visible) or float (-inf = hidden, 0 = untouched) mask tensor, by reduction.
 
-    A float block is EMPTY when all -inf, FULL when all exactly 0 (nothing to add).
+    A float block is EMPTY when all -inf, FULL when all exactly 0 (nothing to add). The
+    leading axes are reduced too: a block is EMPTY or FULL only if it is for all of them.
+
+    Args:
+        mask: a dense mask (..., q_len or 1, kv_len), bool or float.
+        block_q: query rows per block.
+        block_k: keys per block.
+        q_len: number of query rows, used when the mask has a row axis of 1 (None: 1).
+
+    Returns:
+        int8 (ceil(q_len / block_q), ceil(kv_len / block_k)) of EMPTY, FULL and PARTIAL.
+
+    Examples:
+        >>> import selfattn as sa
+        >>> import torch
+        >>> from selfattn.masks import states_of_dense
+        >>> states_of_dense(sa.causal_mask(4), 2, 2).tolist()  # 0 EMPTY, 1 FULL, 2 PARTIAL
+        [[2, 0], [1, 2]]
     """
     visible = mask if mask.dtype == torch.bool else mask != NEG_INF
     untouched = mask if mask.dtype == torch.bool else mask == 0
@@ -154,7 +252,17 @@ def as_structured(mask) -> StructuredMask:
 
 
 class DenseMask(StructuredMask):
-    """A bool tensor (*lead, q_len or 1, kv_len) as a structured mask; its block states come from reduction."""
+    """A bool tensor (*lead, q_len or 1, kv_len) as a structured mask; its block states come from reduction.
+
+    A row axis of 1 means the same for every row (q_len None). Tiles are views of the
+    tensor, so they stay on its device.
+
+    Args:
+        mask: the bool tensor, True = may attend, at least 2-D (kept, not copied).
+
+    Raises:
+        ShapeError: mask is not a bool tensor with at least 2 axes.
+    """
 
     def __init__(self, mask: torch.Tensor) -> None:
         if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.dim() < 2:
@@ -165,20 +273,70 @@ class DenseMask(StructuredMask):
         self.lead = tuple(mask.shape[:-2])
 
     def allowed(self, rows, cols):
+        """The tensor's entries at the given rows and keys.
+
+        Args:
+            rows: query row indices, int64 (r,); unused when q_len is None.
+            cols: key indices, int64 (c,).
+
+        Returns:
+            A bool tensor (*lead, r or 1, c).
+        """
         m = self.mask.to(rows.device)
         m = m if self.q_len is None else m.index_select(-2, rows)
         return m.index_select(-1, cols)
 
     def tile(self, rows, cols, device=None):
+        """The tensor's slice for rows [r0, r1) and keys [c0, c1), a view.
+
+        Args:
+            rows: the tile's rows (r0, r1).
+            cols: the tile's keys (c0, c1).
+            device: unused: the view stays on the tensor's device.
+
+        Returns:
+            A bool view (*lead, r1 - r0 or 1, c1 - c0).
+        """
         return mask_slice(self.mask, rows, cols)
 
     def apply(self, scores, rows, cols):
+        """scores[..., i, j] = -inf where the tile hides (i, j), in place.
+
+        Args:
+            scores: the tile's scores, (..., r1 - r0, c1 - c0).
+            rows: the tile's rows (r0, r1).
+            cols: the tile's keys (c0, c1).
+
+        Returns:
+            scores, masked.
+        """
         return scores.masked_fill_(~self.tile(rows, cols), NEG_INF)
 
     def block_states(self, block_q, block_k, q_len=None):
+        """EMPTY / FULL / PARTIAL per block, by reducing the tensor (``states_of_dense``).
+
+        Args:
+            block_q: query rows per block.
+            block_k: keys per block.
+            q_len: number of query rows, needed only when the tensor's row axis is 1.
+
+        Returns:
+            int8 (ceil(q_len / block_q), ceil(kv_len / block_k)).
+
+        Raises:
+            OptionError: q_len is None and the tensor's row axis is 1.
+        """
         return states_of_dense(self.mask, block_q, block_k, self._rows(q_len))
 
     def dense(self, device=None):
+        """The wrapped tensor itself (moved when device is given).
+
+        Args:
+            device: where to move it; None keeps it where it is.
+
+        Returns:
+            The bool tensor (*lead, q_len or 1, kv_len).
+        """
         return self.mask if device is None else self.mask.to(device)
 
 
@@ -216,22 +374,85 @@ class _Combined(StructuredMask):
 
 
 class AndMask(_Combined):
-    """Visible where every mask allows: causal & sliding window, documents & causal, padding & anything."""
+    """Visible where every mask allows: causal & sliding window, documents & causal, padding & anything.
 
-    combine = staticmethod(torch.logical_and)
+    ``a & b`` builds one. Block states come from the parts' states; where two or more
+    parts are PARTIAL the tile itself is looked at, so the answer stays exact.
+
+    Args:
+        *masks: structured masks or bool tensors (wrapped as ``DenseMask``) of the same
+            q_len (or None) and kv_len, with leading axes that broadcast.
+
+    Raises:
+        ShapeError: the masks differ in q_len or kv_len, their leading axes do not
+            broadcast, or one is neither a structured mask nor a bool tensor of 2+ axes.
+    """
+
+    @staticmethod
+    def combine(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """a AND b elementwise: visible where both allow.
+
+        Args:
+            a: a bool tile or mask.
+            b: a bool tile or mask that broadcasts with a.
+
+        Returns:
+            The bool tensor a & b.
+        """
+        return torch.logical_and(a, b)
 
     @staticmethod
     def join(stack):
+        """The AND of the parts' block states, and where it cannot be told from them.
+
+        Args:
+            stack: the parts' block states, int8 (n_masks, n_row_blocks, n_key_blocks).
+
+        Returns:
+            The pair (states, unsure) of int8 (n_row_blocks, n_key_blocks), EMPTY if any part is
+                EMPTY, FULL if all are FULL, else PARTIAL; and a bool grid that marks the
+                blocks (not EMPTY) where two or more parts are PARTIAL.
+        """
         empty, full = (stack == EMPTY).any(0), (stack == FULL).all(0)
         return states_from(empty, full), ((stack == PARTIAL).sum(0) >= 2) & ~empty
 
 
 class OrMask(_Combined):
-    """Visible where any mask allows (e.g. a window plus a few global tokens)."""
+    """Visible where any mask allows (e.g. a window plus a few global tokens).
 
-    combine = staticmethod(torch.logical_or)
+    ``a | b`` builds one; block states are found as for ``AndMask``, exactly.
+
+    Args:
+        *masks: structured masks or bool tensors, as for ``AndMask``.
+
+    Raises:
+        ShapeError: the masks do not fit together (as for ``AndMask``).
+    """
+
+    @staticmethod
+    def combine(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """a OR b elementwise: visible where either allows.
+
+        Args:
+            a: a bool tile or mask.
+            b: a bool tile or mask that broadcasts with a.
+
+        Returns:
+            The bool tensor a | b.
+        """
+        return torch.logical_or(a, b)
 
     @staticmethod
     def join(stack):
+        """The OR of the parts' block states, and where it cannot be told from them.
+
+        Args:
+            stack: the parts' block states, int8 (n_masks, n_row_blocks, n_key_blocks).
+
+        Returns:
+            The pair (states, unsure) of int8 (n_row_blocks, n_key_blocks), EMPTY if all parts are
+                EMPTY, FULL if any is FULL, else PARTIAL; and a bool grid that marks the
+                blocks (not FULL) where two or more parts are PARTIAL.
+        """
         empty, full = (stack == EMPTY).all(0), (stack == FULL).any(0)
         return states_from(empty, full), ((stack == PARTIAL).sum(0) >= 2) & ~full

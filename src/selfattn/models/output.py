@@ -11,13 +11,20 @@ import torch
 class ModelOutput:
     """One forward pass over a padded batch.
 
-    tokens: WordPiece tokens per text ([CLS] ... [SEP], no padding).
-    input_ids, attention_mask: (batch, seq); attention_mask is 1 for real tokens, 0 for padding.
-    last_hidden_state: (batch, seq, d).
-    hidden_states: n_layers + 1 tensors (batch, seq, d): the embeddings, then each layer; or None.
-    attentions: n_layers tensors (batch, heads, seq, seq), the weights of every head; or None.
     Padding keys get exactly zero weight. Rows of padding queries are computed too (they
-    attend to the real tokens) but mean nothing; slice them off with ``lengths``.
+    attend to the real tokens) but mean nothing; slice them off with ``lengths``. In
+    Jupyter the output shows itself as the interactive attention explorer of its first text.
+
+    Attributes:
+        tokens: the WordPiece tokens of each text ([CLS] ... [SEP], no padding).
+        input_ids: (batch, seq) int64 token ids, padded to the longest text.
+        attention_mask: (batch, seq) int64, 1 for real tokens and 0 for padding.
+        last_hidden_state: (batch, seq, d) the last layer's output.
+        hidden_states: n_layers + 1 tensors (batch, seq, d): the embeddings, then each
+            layer's output; None unless asked for (``output_hidden_states=True``).
+        attentions: n_layers tensors (batch, heads, seq, seq), the weights of every head,
+            rows = queries, columns = keys; None unless asked for (``output_attentions=True``).
+        model_name: the name of the model that made it ("" when not given).
     """
 
     tokens: list[list[str]]

@@ -44,7 +44,26 @@ Table = torch.Tensor | dict[str, torch.Tensor]
 
 
 def load_embedding_file(path: str | os.PathLike) -> torch.Tensor | dict[str, torch.Tensor]:
-    """Read an embedding table: a matrix (n, d) with one row per token, or a mapping token -> vector (d,)."""
+    """Read an embedding table: a matrix (n, d) with one row per token, or a mapping token -> vector (d,).
+
+    The extension, in any case, picks the reader: .json, .csv, .npy, .pt/.pth or
+    .safetensors (the module docstring says what each may hold). Nothing is unpickled.
+    Whether the table fits a sentence (row count, missing tokens) is left to ``embed``.
+
+    Args:
+        path: the file to read.
+
+    Returns:
+        A float32 matrix (n, d), row i for the sentence's i-th token; or a dict
+        token -> float32 vector (d,). Every value is finite and d >= 1 is the same for
+        every vector.
+
+    Raises:
+        EmbeddingError: the file is missing, a folder, unreadable or empty; its extension
+            is not supported; or its content is damaged, not a table of real numbers,
+            ragged, empty, or holds a value that is not finite in float32. The message
+            starts with the file's name.
+    """
     where = f"embeddings file {os.fspath(path)!r}"
     file = Path(path)
     suffix = file.suffix.lower()

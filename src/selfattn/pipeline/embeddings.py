@@ -20,8 +20,8 @@ from selfattn.errors import EmbeddingError, OptionError
 from selfattn.pipeline.tokenize import missing_tokens, quote_tokens
 
 SEED_SENTENCE = "The cat sat on the warm mat"
+"""The seed's example sentence: seven tokens, every one of them in ``SEED_TABLE``."""
 
-# The seed's hand-made embeddings, token -> (x1, x2, x3). Case matters: "The" != "the".
 SEED_TABLE: dict[str, tuple[float, float, float]] = {
     "The": (0.41, 0.12, 0.73),
     "cat": (0.58, 0.91, 0.44),
@@ -31,6 +31,11 @@ SEED_TABLE: dict[str, tuple[float, float, float]] = {
     "warm": (0.82, 0.53, 0.29),
     "mat": (0.61, 0.85, 0.47),
 }
+"""The seed's hand-made 3-dimensional embeddings: token -> (x1, x2, x3).
+
+One entry per distinct token of ``SEED_SENTENCE`` (7 of them); case matters, so "The" and
+"the" are two entries. Made by hand, not trained.
+"""
 
 MIN_DIM, MAX_DIM = 1, 1024
 EMBED_METHODS = ("auto", "seed", "random")
@@ -38,7 +43,17 @@ EMBED_METHODS = ("auto", "seed", "random")
 
 @dataclass(frozen=True)
 class EmbeddingSource:
-    """Where the vectors of X came from, so every output can say so."""
+    """Where the vectors of X came from, so every output can say so.
+
+    Attributes:
+        kind: "seed", "random", "file", or "given" (passed in directly by the caller).
+        trained: whether the vectors were learned; False for every source here.
+        description: one line for people, such as "the seed's hand-made 3-dimensional table".
+        seed: the random seed, for random vectors; None otherwise.
+        path: the file the table was read from, for kind "file"; None otherwise.
+        note: why this source was chosen when it was not asked for (the seed's table
+            lacks a token, so random vectors are used); None otherwise.
+    """
 
     kind: str  # "seed", "random", "file", or "given" (passed in directly)
     trained: bool  # False for all three here: none of them was learned
@@ -51,8 +66,27 @@ class EmbeddingSource:
 def embed(tokens: list[str], table: Mapping[str, torch.Tensor | tuple | list] | torch.Tensor) -> torch.Tensor:
     """X[i] = table[tokens[i]]: look up each token's vector.   n tokens -> (n, d)
 
-    ``table`` is a mapping token -> vector, or already a matrix (n, d) in sentence order,
-    whose row count must match the number of tokens.
+    Args:
+        tokens: the n tokens, in sentence order; a repeated token gets the same vector
+            each time.
+        table: a mapping token -> vector (d,) (tensor, tuple or list of numbers), looked
+            up case-sensitively; or already a matrix (n, d) in sentence order, with one
+            row per token.
+
+    Returns:
+        X, shape (n, d), float32. A float32 matrix ``table`` comes back as it is, not copied.
+
+    Raises:
+        EmbeddingError: a token has no entry in the mapping, the mapping's vectors are
+            not all 1-D and of one length (or there are no tokens to look up), or the
+            matrix is not 2-D or its row count differs from the number of tokens.
+
+    Examples:
+        >>> import selfattn as sa
+        >>> sa.embed(["a", "b", "a"], {"a": [1.0, 0.0], "b": [0.0, 2.0]})
+        tensor([[1., 0.],
+                [0., 2.],
+                [1., 0.]])
     """
     if isinstance(table, torch.Tensor):
         if table.dim() != 2:
@@ -77,12 +111,47 @@ def embed(tokens: list[str], table: Mapping[str, torch.Tensor | tuple | list] | 
 
 
 def seed_embeddings(tokens: list[str]) -> torch.Tensor:
-    """The seed's 3-dimensional vectors for tokens drawn from its table.   n tokens -> (n, 3)"""
+    """The seed's 3-dimensional vectors for tokens drawn from its table.   n tokens -> (n, 3)
+
+    Args:
+        tokens: the n tokens; each must be a key of ``SEED_TABLE`` (case-sensitive).
+
+    Returns:
+        X, shape (n, 3), float32, row i the vector of ``tokens[i]``.
+
+    Raises:
+        EmbeddingError: a token is not in the seed's table.
+
+    Examples:
+        >>> import selfattn as sa
+        >>> x = sa.seed_embeddings(sa.tokenize(sa.SEED_SENTENCE))
+        >>> x.shape
+        torch.Size([7, 3])
+        >>> x[1]  # "cat"
+        tensor([0.5800, 0.9100, 0.4400])
+    """
     return embed(tokens, SEED_TABLE)
 
 
 def random_embeddings(tokens: list[str], dim: int, seed: int = 0) -> torch.Tensor:
-    """Untrained vectors x ~ N(0, 1)^dim, fixed by (token, seed, dim).   n tokens -> (n, dim)"""
+    """Untrained vectors x ~ N(0, 1)^dim, fixed by (token, seed, dim).   n tokens -> (n, dim)
+
+    Each distinct token draws its vector from its own generator, seeded by a hash of
+    (seed, dim, token), so "cat" gets the same vector in every sentence and a token's
+    vector does not depend on its neighbours. Not affected by torch's global seed.
+
+    Args:
+        tokens: the n tokens; repeated tokens get the same vector.
+        dim: the width d of each vector, an int from 1 to 1024.
+        seed: picks another set of vectors; the same seed gives the same vectors.
+
+    Returns:
+        X, shape (n, dim), float32.
+
+    Raises:
+        OptionError: ``dim`` is not an int from 1 to 1024.
+        EmbeddingError: ``tokens`` is empty.
+    """
     check_dim(dim)
     table = {}
     for token in dict.fromkeys(tokens):
@@ -123,10 +192,31 @@ def resolve_embeddings(
     dim: int | None = None,
     seed: int = 0,
 ) -> tuple[torch.Tensor, EmbeddingSource]:
-    """Choose and build X for the tokens, returning it with a record of its source.
+    """Choose and build X for the tokens, returning it with a record of its source.   n tokens -> (n, d)
 
-    method "auto" (default): a file if ``path`` is given, random if ``dim`` is given,
-    else the seed's table when it knows every token, else random vectors of width 3.
+    With method "auto": the file if ``path`` is given, random vectors of width ``dim``
+    if ``dim`` is given, else the seed's table when it knows every token, else random
+    vectors of width 3 (and the source's ``note`` says which tokens were missing).
+
+    Args:
+        tokens: the n tokens of the sentence.
+        method: "auto" (default), "seed" (the seed's table) or "random" (see
+            ``random_embeddings``).
+        path: an embeddings file (see ``load_embedding_file``); only with method "auto"
+            and without ``dim``. None: no file.
+        dim: the width of random vectors, 1 to 1024; with method "seed" only 3 is
+            accepted. None: 3 for random vectors.
+        seed: the seed of random vectors (default 0); recorded only for them.
+
+    Returns:
+        X, shape (n, d), float32, and the ``EmbeddingSource`` that says where it came from.
+
+    Raises:
+        OptionError: an unknown ``method``, a ``dim`` out of range, a ``seed`` that is not
+            an int, or options that exclude each other (``path`` with ``dim`` or with a
+            method other than "auto").
+        EmbeddingError: the file cannot be read or does not fit the tokens, or method
+            "seed" meets a token the seed's table lacks.
     """
     check_embedding_options(method, path, dim, seed)
     if path is not None:

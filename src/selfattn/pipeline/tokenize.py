@@ -13,7 +13,27 @@ from selfattn.errors import QueryError, SentenceError
 def tokenize(sentence: str) -> list[str]:
     """Split a sentence on whitespace: "The cat sat" -> ["The", "cat", "sat"].
 
-    Raises SentenceError for an empty or whitespace-only sentence.
+    Word-level tokens, as in the seed: any run of whitespace separates two tokens,
+    punctuation stays attached to its word ("mat." is one token) and case is kept
+    ("The" and "the" are different tokens).
+
+    Args:
+        sentence: the text to split.
+
+    Returns:
+        The tokens in sentence order, at least one.
+
+    Raises:
+        SentenceError: ``sentence`` is not a string, is empty or only whitespace, or
+            holds characters that cannot be written as UTF-8 (such as bytes from the
+            command line that were not UTF-8).
+
+    Examples:
+        >>> import selfattn as sa
+        >>> sa.tokenize("The cat sat on the warm mat")
+        ['The', 'cat', 'sat', 'on', 'the', 'warm', 'mat']
+        >>> sa.tokenize("  Hello,   world. ")
+        ['Hello,', 'world.']
     """
     if not isinstance(sentence, str):
         raise SentenceError(f"the sentence must be a string, not {type(sentence).__name__}")
@@ -87,7 +107,8 @@ def check_text(text: str, what: str = "the sentence", error: type[SentenceError 
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as failure:
-        code = ord(text[failure.start])
-        what_it_is = f"the byte 0x{code - 0xDC00:02x}, which is not UTF-8" if 0xDC80 <= code <= 0xDCFF else f"U+{code:04X}, a lone surrogate"
-        raise error(f"{what} holds {what_it_is}, at character {failure.start}: give it as UTF-8 text") from None
+        code, where = ord(text[failure.start]), f"at character {failure.start}"
+        if 0xDC80 <= code <= 0xDCFF:
+            raise error(f"{what} is not UTF-8 text (the byte 0x{code - 0xDC00:02x} {where}): give it in UTF-8") from None
+        raise error(f"{what} is not valid text (a lone surrogate U+{code:04X} {where}): give it in UTF-8") from None
     return text

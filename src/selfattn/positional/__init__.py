@@ -24,7 +24,17 @@ BIASED = "alibi"
 
 
 def check_positional(name: str | None) -> str:
-    """Return ``name`` if it is a known positional encoding; None means "none"."""
+    """Return ``name`` if it is a known positional encoding; None means "none".
+
+    Args:
+        name: one of ``POSITIONAL_NAMES``, or None.
+
+    Returns:
+        ``name``, or "none" for None.
+
+    Raises:
+        OptionError: ``name`` is not a known positional encoding.
+    """
     if name is None:
         return "none"
     if name not in POSITIONAL_NAMES:

@@ -30,7 +30,23 @@ def alibi_slopes(n_heads: int) -> torch.Tensor:
     two below n, take the m slopes for m heads, then fill the remaining n - m heads
     with every other slope (the 1st, 3rd, 5th, ...) of the 2m-head sequence. Those
     fall between the first m, so the list is not monotone; it is exactly what
-    trained ALiBi checkpoints (BLOOM, MPT) expect, head for head.
+    trained ALiBi checkpoints (BLOOM, MPT) expect, head for head. One head gets 1/256.
+
+    Args:
+        n_heads: the number of attention heads, at least 1.
+
+    Returns:
+        The slopes m_h, (n_heads,), float64, head 0 first.
+
+    Raises:
+        ShapeError: ``n_heads`` is below 1.
+
+    Examples:
+        >>> import selfattn as sa
+        >>> sa.alibi_slopes(4).tolist()
+        [0.25, 0.0625, 0.015625, 0.00390625]
+        >>> sa.alibi_slopes(3).tolist()  # 2 heads' slopes, then one from the 4-head list
+        [0.0625, 0.00390625, 0.25]
     """
     if n_heads < 1:
         raise ShapeError(f"n_heads must be >= 1, got {n_heads}")
@@ -57,6 +73,27 @@ def alibi_bias(
     the causal part, this is the paper's m_h (j - pos_q(i)). The upper part mirrors it;
     a causal mask removes it anyway, and a non-causal model gets a symmetric penalty.
     If q_len > kv_len the first queries get negative positions; the formula still holds.
+    The diagonal (distance 0) holds -0.0.
+
+    Args:
+        n_heads: the number of heads, at least 1.
+        q_len: the number of queries, at least 0.
+        kv_len: the number of keys, at least 0.
+        dtype: the result's dtype (default float32); computed in float64 first.
+        device: where to build the bias. None: the default device.
+        slopes: the slopes m_h, (n_heads,), any dtype. None: ``alibi_slopes(n_heads)``.
+
+    Returns:
+        The bias to add to the scores, (n_heads, q_len, kv_len).
+
+    Raises:
+        ShapeError: ``n_heads`` is below 1, ``q_len`` or ``kv_len`` is negative, or
+            ``slopes`` is not (n_heads,).
+
+    Examples:
+        >>> import selfattn as sa
+        >>> sa.alibi_bias(2, 1, 4).tolist()  # one query, at key position 3
+        [[[-0.1875, -0.125, -0.0625, -0.0]], [[-0.01171875, -0.0078125, -0.00390625, -0.0]]]
     """
     if n_heads < 1:
         raise ShapeError(f"n_heads must be >= 1, got {n_heads}")

@@ -20,6 +20,14 @@ class LearnedPositionalEmbedding(torch.nn.Module):
 
     Pass a seeded ``torch.Generator`` to get the same untrained table on every run,
     independent of the global random state.
+
+    Args:
+        max_len: the number of positions the table holds, at least 1.
+        d_model: the width of each position vector, at least 1.
+        generator: draws the initial table. None: torch's global random state.
+
+    Raises:
+        ConfigError: ``max_len`` or ``d_model`` is below 1.
     """
 
     def __init__(self, max_len: int, d_model: int, *, generator: torch.Generator | None = None) -> None:
@@ -38,6 +46,17 @@ class LearnedPositionalEmbedding(torch.nn.Module):
 
         With a KV cache, offset is the number of tokens already seen, so the new
         tokens get the rows for their true positions.
+
+        Args:
+            n_positions: how many rows to return, at least 0.
+            offset: the first position, at least 0 (default 0).
+
+        Returns:
+            P, (n_positions, d_model): a slice of ``weight``, so gradients reach the table.
+
+        Raises:
+            ShapeError: ``n_positions`` or ``offset`` is negative, or the positions go
+                past ``max_len``.
         """
         if n_positions < 0:
             raise ShapeError(f"n_positions must be >= 0, got {n_positions}")

@@ -26,6 +26,26 @@ def rope_angles(
 
     Computed in float64: the product of a large position and a small frequency
     needs the extra digits before cos/sin. Returned in ``dtype`` (float64 by default).
+
+    Args:
+        positions: the position p of each token, (seq,), any real or integer dtype.
+        d_head: the width of a head's queries and keys; even and at least 2.
+        base: sets the frequencies theta_i = base^(-2i/d_head); default 10000, as in
+            the paper.
+        dtype: the result's dtype (default float64).
+
+    Returns:
+        The angles p theta_i, (seq, d_head // 2): column i turns the feature pair (2i, 2i+1).
+
+    Raises:
+        ShapeError: ``positions`` is not 1-D, or ``d_head`` is odd or below 2.
+        OptionError: ``base`` is not above 0.
+
+    Examples:
+        >>> import selfattn as sa
+        >>> import torch
+        >>> sa.rope_angles(torch.arange(3), 4).tolist()
+        [[0.0, 0.0], [1.0, 0.01], [2.0, 0.02]]
     """
     if positions.dim() != 1:
         raise ShapeError(f"positions must be 1-D (seq,), got {tuple(positions.shape)}")
@@ -48,6 +68,28 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor | None = None, base: flo
     their q/k projection rows permuted before use with the other.
     Default positions are 0 .. seq-1; pass e.g. arange(cached, cached + seq) for new
     tokens behind a KV cache. The result keeps x's dtype and is differentiable in x.
+
+    Args:
+        x: queries or keys, (..., seq, d_head), d_head even.
+        positions: the position of each of the seq rows, (seq,). None: 0 .. seq-1.
+        base: sets the frequencies theta_i = base^(-2i/d_head); default 10000.
+
+    Returns:
+        x with each feature pair turned by its angle, (..., seq, d_head), in x's dtype.
+
+    Raises:
+        ShapeError: ``x`` has fewer than 2 dimensions, d_head is odd (or 0), or
+            ``positions`` is not (seq,).
+        OptionError: ``base`` is not above 0.
+
+    Examples:
+        >>> import selfattn as sa
+        >>> import torch
+        >>> x = torch.tensor([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0]])  # one pair, three positions
+        >>> sa.apply_rope(x).round(decimals=4)  # turned by 0, 1 and 2 radians
+        tensor([[ 1.0000,  0.0000],
+                [ 0.5403,  0.8415],
+                [-0.4161,  0.9093]])
     """
     if x.dim() < 2:
         raise ShapeError(f"x must be (..., seq, d_head), got {tuple(x.shape)}")

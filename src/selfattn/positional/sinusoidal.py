@@ -32,6 +32,30 @@ def sinusoidal_encoding(
     final sine column without its cosine partner. Angles are formed in float64 and
     only the finished table is cast, because pos * omega in float32 loses digits
     once pos is in the thousands, and sin of a rounded angle is visibly off.
+
+    Args:
+        n_positions: how many positions (rows), at least 0.
+        d_model: the width of each row, at least 1; the same as the embeddings', since
+            the table is added to them.
+        base: sets the frequencies omega_i = base^(-2i/d_model); default 10000, as in
+            the paper.
+        offset: the first position (default 0), at least 0.
+        dtype: the result's dtype (default float32).
+        device: where to build the table. None: the default device.
+
+    Returns:
+        PE, (n_positions, d_model): row r encodes position offset + r.
+
+    Raises:
+        ShapeError: ``n_positions`` is negative or ``d_model`` is below 1.
+        OptionError: ``offset`` is negative or ``base`` is not above 0.
+
+    Examples:
+        >>> import selfattn as sa
+        >>> sa.sinusoidal_encoding(3, 4).round(decimals=4)
+        tensor([[ 0.0000,  1.0000,  0.0000,  1.0000],
+                [ 0.8415,  0.5403,  0.0100,  1.0000],
+                [ 0.9093, -0.4161,  0.0200,  0.9998]])
     """
     if n_positions < 0:
         raise ShapeError(f"n_positions must be >= 0, got {n_positions}")
