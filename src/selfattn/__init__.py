@@ -1,9 +1,36 @@
 """selfattn: transformer self-attention from scratch, every step explained with real numbers.
 
-Axis order everywhere: (batch, heads, seq, d_head); see ``selfattn.shapes``.
+The public API by task (``import selfattn as sa``; each name loads on first use, so the
+``selfattn`` command answers ``--help`` without importing torch). Arguments, shapes and
+examples: ``help(sa.NAME)``, or the API reference (docs/reference.md; ``make docs``
+builds the site). Axis order everywhere: (batch, heads, seq, d_head); masks are bool,
+True = may attend.
 
-The public names below load lazily, so ``selfattn --help`` does not pay for importing
-torch.
+The seed, step by step    tokenize, seed_embeddings, embed, random_embeddings,
+                          load_embedding_file, attention_scores, softmax (softmax_stable,
+                          softmax_naive, softmax_parts), context_vectors, self_attention
+Every intermediate        trace_self_attention -> Trace; trace_variant -> VariantTrace;
+                          ExplainConfig + build_trace (what `selfattn explain` runs)
+Attention functions       scaled_dot_product_attention (torch's signature),
+                          scaled_dot_product_attention_with_weights, attention_steps
+Long sequences            flash_attention (tiled, exact, O(N) memory, with backward),
+                          attention_probs_from_lse (exact weights of chosen rows)
+Modules                   MultiHeadAttention (GQA, cross-attention, RoPE, ALiBi, flash),
+                          SelfAttention, KVCache, Transformer, TransformerBlock,
+                          FeedForward; configs AttentionConfig, TransformerConfig
+To and from torch.nn      from_torch, TorchStyleMultiheadAttention, torch_masks_to_ours
+Masks                     causal_mask, causal_top_left, causal_bottom_right,
+                          sliding_window_mask, padding_mask, user_mask, combine_masks;
+                          rules the kernel skips tiles with: selfattn.masks
+Positions                 sinusoidal_encoding, LearnedPositionalEmbedding, apply_rope,
+                          rope_angles, alibi_slopes, alibi_bias
+A pretrained model        load_pretrained("all-MiniLM-L6-v2") -> BertModel -> ModelOutput
+Across processes          ring_attention; sharding helpers in selfattn.distributed
+Errors                    SelfAttnError (a ValueError) and its subclasses ConfigError,
+                          SentenceError, QueryError, EmbeddingError, OptionError,
+                          ShapeError, ModelError, DistributedError
+
+The command line: ``selfattn explain | plot | view | heads | similarity`` (``--help`` on each).
 """
 
 from __future__ import annotations
