@@ -432,3 +432,31 @@ def test_kv_cache_refuses_keys_that_do_not_fit():
     with pytest.raises(ShapeError, match="torch.float64"):
         cache.append(torch.zeros(1, 2, 1, 4, dtype=torch.float64), torch.zeros(1, 2, 1, 4, dtype=torch.float64))
     assert cache.length == 3
+
+
+@pytest.mark.parametrize("impl", ["reference", "flash"])
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_structured_masks_match_torch_multihead_attention_given_the_dense_mask(impl, is_causal):
+    """A rule from selfattn.masks in the module; torch's module gets the same mask as a matrix."""
+    from selfattn.attention.interop import from_torch
+    from selfattn.masks import DocumentMask, SlidingWindowMask
+
+    torch.manual_seed(0)
+    torch_mha = torch.nn.MultiheadAttention(16, 4, batch_first=True)
+    copied = from_torch(torch_mha)
+    ours = MultiHeadAttention.from_config(dataclasses.replace(copied.config, attn_impl=impl)).eval()
+    ours.load_state_dict(copied.state_dict())
+    x = 4 * torch.randn(2, 9, 16)  # large inputs: weights far from uniform
+    rule = SlidingWindowMask(9, left=2, right=1) & DocumentMask([4, 5])
+    allowed = rule.dense() & (torch.ones(9, 9, dtype=torch.bool).tril() if is_causal else True)
+    expected, _ = torch_mha(x, x, x, attn_mask=~allowed, need_weights=False)  # torch: True = hidden
+    got = ours(x, attn_mask=rule, is_causal=is_causal)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("mask", [torch.ones(5, 5, dtype=torch.int64).tril(), torch.ones(5, 5, dtype=torch.uint8), [[True]]])
+def test_masks_that_are_neither_bool_nor_float_are_refused(mask):
+    """Added as a bias, a 0/1 integer mask would hide nothing; torch's SDPA refuses it too."""
+    mha = MultiHeadAttention(8, 2)
+    with pytest.raises(ShapeError, match="attn_mask must be"):
+        mha(torch.randn(1, 5, 8), attn_mask=mask)

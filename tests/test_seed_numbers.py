@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 import torch
 
 from seed_reference import (
@@ -122,3 +123,21 @@ def test_cli_text_prints_every_seed_number(run_cli):
     assert "sum of exp(ω) = 20.2676" in out
     # The 7x7 score table row for "cat" is printed in order.
     assert "cat        0.6682   1.3581   1.2746   0.7640   0.6660   1.0855   1.3341" in out
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (lambda sa, x: sa.trace_variant(TOKENS, x, "bogus"), "OptionError", "unknown variant 'bogus'"),
+        (lambda sa, x: sa.trace_variant(TOKENS, x, "qkv", positional="spiral"), "OptionError", "unknown positional encoding"),
+        (lambda sa, x: sa.trace_variant(TOKENS, x[:5], "scaled"), "EmbeddingError", "5 rows but the sentence has 7 tokens"),
+        (lambda sa, x: sa.trace_self_attention(TOKENS, x[:, None]), "EmbeddingError", "must be 2-D"),
+        (lambda sa, x: sa.trace_self_attention(TOKENS, x.tolist()), "EmbeddingError", "must be a tensor"),
+    ],
+)
+def test_traces_refuse_unknown_names_and_embeddings_that_do_not_fit(seed_x, call, error, match):
+    """A name that does not exist is an error, never another variant run silently."""
+    import selfattn as sa
+
+    with pytest.raises(getattr(sa, error), match=match):
+        call(sa, seed_x)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from selfattn.errors import EmbeddingError
-from selfattn.pipeline.embeddings import EmbeddingSource
+from selfattn.pipeline.embeddings import EmbeddingSource, check_matrix
 from selfattn.pipeline.steps import (
     attention_scores,
     attention_scores_loop,
@@ -183,7 +183,7 @@ def trace_self_attention(
         >>> trace.weights.shape
         torch.Size([7, 7])
     """
-    x = embeddings.detach()
+    x = check_matrix(tokens, embeddings).detach()
     q = find_query(tokens, query)
     all_scores = attention_scores(x, x)  # (n, n)
     check_dot_products(all_scores, x)

@@ -26,11 +26,12 @@ from selfattn.attention.functional import attention_steps
 from selfattn.attention.modules import MultiHeadAttention
 from selfattn.flash_trace import FlashTrace, trace_flash
 from selfattn.masks import causal_mask, combine_masks
-from selfattn.pipeline.embeddings import EmbeddingSource
+from selfattn.errors import OptionError
+from selfattn.pipeline.embeddings import EmbeddingSource, check_matrix
 from selfattn.pipeline.steps import attention_scores
 from selfattn.pipeline.tokenize import find_query
 from selfattn.positional import LearnedPositionalEmbedding, alibi_bias, alibi_slopes, apply_rope, rope_angles
-from selfattn.positional import sinusoidal_encoding
+from selfattn.positional import check_positional, sinusoidal_encoding
 from selfattn.trace import check_dot_products
 
 VARIANTS = ("simple", "scaled", "qkv", "causal", "multihead", "gqa", "flash")
@@ -201,9 +202,8 @@ def trace_variant(
 
     The arithmetic is that of ``attention_steps`` and ``MultiHeadAttention.steps``;
     projection weights are untrained, drawn from N(0, 1 / fan_in) with ``seed``. X is
-    detached. Options are validated by ``ExplainConfig``, not here: an unknown
-    ``variant`` or ``positional`` name is not refused, and options that do not apply to
-    the variant are ignored.
+    detached. An unknown ``variant`` or ``positional`` name is refused; options that do
+    not apply to the variant are ignored here (``ExplainConfig`` refuses them).
 
     Args:
         tokens: the n tokens, in sentence order.
@@ -225,6 +225,8 @@ def trace_variant(
         The ``VariantTrace`` with every intermediate.
 
     Raises:
+        OptionError: ``variant`` or ``positional`` is not a known name.
+        EmbeddingError: ``embeddings`` is not (n, d) with one row per token.
         QueryError: ``query`` is not a token of the sentence or out of range.
         EmbeddingError: the dot products of the inputs overflow their dtype.
         ShapeError: RoPE on an odd width, without projections (odd d).
@@ -241,7 +243,10 @@ def trace_variant(
         >>> trace.output[1].round(decimals=4)  # "cat", with scores divided by sqrt(3)
         tensor([0.4859, 0.5813, 0.5887])
     """
-    x = embeddings.detach()
+    if variant not in VARIANTS:
+        raise OptionError(f"unknown variant {variant!r}: choose one of {', '.join(VARIANTS)}")
+    check_positional(positional)
+    x = check_matrix(tokens, embeddings).detach()
     n, d = x.shape
     q_index = find_query(tokens, query)
     heads, kv_heads = default_heads(variant, heads, kv_heads)

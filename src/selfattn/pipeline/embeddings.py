@@ -89,14 +89,7 @@ def embed(tokens: list[str], table: Mapping[str, torch.Tensor | tuple | list] | 
                 [1., 0.]])
     """
     if isinstance(table, torch.Tensor):
-        if table.dim() != 2:
-            raise EmbeddingError(f"an embedding matrix must be 2-D (tokens x dim), got shape {tuple(table.shape)}")
-        if table.shape[0] != len(tokens):
-            raise EmbeddingError(
-                f"the embedding matrix has {table.shape[0]} rows but the sentence has {len(tokens)} "
-                f"tokens: give one row per token, in sentence order"
-            )
-        return table.to(torch.float32)
+        return check_matrix(tokens, table).to(torch.float32)
     missing = missing_tokens(tokens, table)
     if missing:
         raise EmbeddingError(
@@ -160,6 +153,24 @@ def random_embeddings(tokens: list[str], dim: int, seed: int = 0) -> torch.Tenso
         generator = torch.Generator().manual_seed(int.from_bytes(digest[:8], "little"))
         table[token] = torch.randn(dim, generator=generator)
     return embed(tokens, table)
+
+
+def check_matrix(tokens: list[str], matrix) -> torch.Tensor:
+    """``matrix`` itself if it is X for ``tokens``: a 2-D tensor with one row per token.
+
+    Raises:
+        EmbeddingError: it is not a tensor, not 2-D, or has another number of rows.
+    """
+    if not isinstance(matrix, torch.Tensor):
+        raise EmbeddingError(f"the embeddings must be a tensor (tokens x dim), got {type(matrix).__name__}")
+    if matrix.dim() != 2:
+        raise EmbeddingError(f"an embedding matrix must be 2-D (tokens x dim), got shape {tuple(matrix.shape)}")
+    if matrix.shape[0] != len(tokens):
+        raise EmbeddingError(
+            f"the embedding matrix has {matrix.shape[0]} rows but the sentence has {len(tokens)} "
+            f"tokens: give one row per token, in sentence order"
+        )
+    return matrix
 
 
 def check_dim(dim: int) -> None:
