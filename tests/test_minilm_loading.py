@@ -93,10 +93,27 @@ def test_batches_pad_to_the_longest_text_with_zeros():
 
 
 @needs_model
-@pytest.mark.parametrize("bad", [None, 3, [], ["ok", 3], {"a": 1}, b"bytes"])
+@pytest.mark.parametrize("bad", [None, 3, [], ["ok", 3], {"a": 1}, b"bytes", "caf\udcff", ["ok", "caf\udcff"]])
 def test_bad_texts_are_refused_clearly(bad):
     with pytest.raises(SentenceError):
         ours().tokenize(bad)
+
+
+@needs_model
+def test_run_refuses_input_it_would_misread():
+    """Left padding would be masked as if it were on the right, and too many ids overrun the positions."""
+    from selfattn.errors import ShapeError
+    from selfattn.models.tokenizer import Encoded
+
+    model = ours()
+    ids = torch.tensor([[101, 1996, 102], [0, 101, 102]])
+    with pytest.raises(ShapeError, match="real tokens .* first"):
+        model.run(Encoded([["a"], ["b"]], ids, torch.tensor([[1, 1, 1], [0, 1, 1]])))
+    with pytest.raises(ShapeError, match="both be"):
+        model.run(Encoded([["a"]], ids[:1], torch.ones(1, 2, dtype=torch.long)))
+    long = torch.full((1, 513), 1996)
+    with pytest.raises(SentenceError, match="513 tokens; this model has 512 positions"):
+        model.run(Encoded([["a"]], long, torch.ones_like(long)))
 
 
 @needs_model

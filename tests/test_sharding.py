@@ -215,3 +215,9 @@ def test_merge_of_rows_masked_on_one_or_both_sides():
     want = torch.tensor([[1.0, 2.0], [5.0, 6.0], [0.0, 0.0], [0.25 * 3.0 + 0.75, 0.25 * -1.0 + 0.75]], dtype=torch.float64)
     torch.testing.assert_close(out, want, atol=1e-12, rtol=1e-12)  # exp(lse - merged) loses ~800 eps
     torch.testing.assert_close(lse, torch.tensor([0.5, -2.0, NEG_INF, 800.0 + math.log(4.0)], dtype=torch.float64))
+
+
+@pytest.mark.parametrize("world_size", [0, -1, 2.0, True])
+def test_shard_lengths_refuses_a_world_without_ranks(world_size):
+    with pytest.raises(OptionError, match="world_size"):
+        shard_lengths(8, world_size)

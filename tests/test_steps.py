@@ -125,4 +125,8 @@ def test_shape_errors_name_the_shapes():
         attention_scores_loop(torch.zeros(2, 3), torch.zeros(4, 3))
     with pytest.raises(ShapeError):
         context_vector_loop(torch.zeros(3), torch.zeros(4, 3))
+    with pytest.raises(ShapeError, match=r"weights \(3,\), values \(2,\)"):
+        context_vectors(torch.ones(3), torch.ones(2))  # a vector of values: was an IndexError
+    with pytest.raises(ShapeError, match=r"X must be \(\.\.\., n, d\).*\(3,\)"):
+        self_attention(torch.ones(3))
     assert issubclass(ShapeError, ValueError)

@@ -108,6 +108,7 @@ def shard_lengths(seq_len: int, world_size: int, load_balance: bool = True) -> l
         >>> shard_lengths(37, 4)  # zigzag chunks 5,5,5,5,5,4,4,4
         [9, 9, 9, 10]
     """
+    _check_layout(seq_len, 0, world_size)  # world_size 0 would give no ranks, not an error
     return [sum(end - start for start, end in shard_positions(seq_len, r, world_size, load_balance)) for r in range(world_size)]
 
 

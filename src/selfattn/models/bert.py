@@ -19,7 +19,7 @@ from torch import nn
 
 from selfattn.attention.config import TransformerConfig
 from selfattn.attention.transformer import Transformer
-from selfattn.errors import ModelError
+from selfattn.errors import ModelError, SentenceError, ShapeError
 from selfattn.masks import padding_mask
 from selfattn.models.files import model_folder, model_spec, read_json
 from selfattn.models.output import ModelOutput
@@ -234,8 +234,14 @@ class BertModel(nn.Module):
 
         Returns:
             A ``ModelOutput`` for the batch, as from ``forward``.
+
+        Raises:
+            SentenceError: seq is longer than the model's positions.
+            ShapeError: input_ids and attention_mask differ in shape, or a row of the
+                mask has padding before a real token.
         """
         ids, real = encoded.input_ids, encoded.attention_mask
+        check_encoded(ids, real, self.config.max_position_embeddings)
         x = self.embeddings(ids)  # (batch, seq, d)
         keys = None  # without padding there is nothing to mask
         if not bool(real.all()):
@@ -328,6 +334,17 @@ def load_weights(model: BertModel, state: dict[str, torch.Tensor]) -> None:
             if tensor.shape != ours[name].shape:
                 raise ModelError(f"{theirs} has shape {tuple(tensor.shape)}, {name} needs {tuple(ours[name].shape)}")
             ours[name].copy_(tensor)
+
+
+def check_encoded(ids: torch.Tensor, real: torch.Tensor, positions: int) -> None:
+    """ids and mask (batch, seq) that ``run`` can read: within the positions, padding on the right."""
+    if ids.dim() != 2 or ids.shape != real.shape:
+        raise ShapeError(f"input_ids and attention_mask must both be (batch, seq): {tuple(ids.shape)} and {tuple(real.shape)}")
+    if ids.shape[1] > positions:
+        raise SentenceError(f"the input has {ids.shape[1]} tokens; this model has {positions} positions, so at most {positions}")
+    lengths = real.sum(dim=1, keepdim=True)  # (batch, 1)
+    if not torch.equal(real.bool(), torch.arange(ids.shape[1], device=real.device) < lengths):
+        raise ShapeError("attention_mask must hold each row's real tokens (1) first and its padding (0) after them")
 
 
 def load_pretrained(name: str = "all-MiniLM-L6-v2") -> BertModel:

@@ -294,7 +294,7 @@ def context_vectors(weights: torch.Tensor, values: torch.Tensor) -> torch.Tensor
         >>> sa.context_vectors(torch.tensor([0.25, 0.75]), torch.tensor([[1.0, 0.0], [0.0, 2.0]]))
         tensor([0.2500, 1.5000])
     """
-    if weights.shape[-1] != values.shape[-2]:
+    if values.dim() < 2 or weights.shape[-1] != values.shape[-2]:
         raise ShapeError(
             f"weights must have one column per value row: weights {tuple(weights.shape)}, "
             f"values {tuple(values.shape)}"
@@ -340,6 +340,9 @@ def self_attention(x: torch.Tensor) -> torch.Tensor:
     Returns:
         Z, (..., n, d): row i is the context vector of token i.
 
+    Raises:
+        ShapeError: ``x`` is a single vector, not (..., n, d).
+
     Examples:
         >>> import selfattn as sa
         >>> x = sa.seed_embeddings(sa.tokenize(sa.SEED_SENTENCE))
@@ -349,6 +352,8 @@ def self_attention(x: torch.Tensor) -> torch.Tensor:
         >>> z[1].round(decimals=4)  # the context vector of "cat"
         tensor([0.4964, 0.6149, 0.5813])
     """
+    if x.dim() < 2:
+        raise ShapeError(f"X must be (..., n, d), one row per token, got shape {tuple(x.shape)}")
     scores = attention_scores(x, x)  # (..., n, n)
     weights = softmax(scores)  # (..., n, n), rows sum to 1
     return context_vectors(weights, x)  # (..., n, d)
