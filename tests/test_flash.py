@@ -590,3 +590,30 @@ def test_differentiating_twice_is_refused_not_wrong():
     (grad_q,) = torch.autograd.grad(flash_attention(q, k, v), q, grad_out, create_graph=True)
     with pytest.raises(RuntimeError, match="once_differentiable|does not require grad"):
         grad_q.sum().backward()
+
+
+def plain_torch_weights(query, key, mask=None):
+    """softmax(q k^T / sqrt(d) + mask) in plain torch, as the independent reference."""
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.softmax(scores, dim=-1)
+
+
+def test_probs_from_lse_takes_a_mask_of_one_row_of_keys():
+    torch.manual_seed(0)
+    query, key, value = 3 * torch.randn(1, 2, 4, 8), torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 8)
+    keys = torch.tensor([True, True, False, True, False])  # (kv_len,): the same keys for every row
+    _, lse = flash_attention(query, key, value, attn_mask=keys, return_lse=True)
+    probs = attention_probs_from_lse(query, key, lse, attn_mask=keys, rows=[0, 3])
+    torch.testing.assert_close(probs, plain_torch_weights(query, key, keys)[..., [0, 3], :], atol=1e-6, rtol=1e-6)
+
+
+def test_probs_from_lse_takes_the_lse_of_broadcast_inputs():
+    """A query without a batch axis against batched keys: flash_attention's lse has the broadcast shape."""
+    torch.manual_seed(1)
+    query, key, value = 3 * torch.randn(3, 5, 8), torch.randn(2, 3, 6, 8), torch.randn(2, 3, 6, 8)
+    _, lse = flash_attention(query, key, value, return_lse=True)
+    assert lse.shape == (2, 3, 5)
+    probs = attention_probs_from_lse(query, key, lse, heads=[2])
+    torch.testing.assert_close(probs, plain_torch_weights(query, key)[..., [2], :, :], atol=1e-6, rtol=1e-6)

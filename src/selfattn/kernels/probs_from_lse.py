@@ -93,8 +93,6 @@ def attention_probs_from_lse(
     check_attention_inputs(query, key, key, None if structured else attn_mask, 0.0, False, enable_gqa)
     if structured:
         attn_mask.check_size(query.shape[-2], key.shape[-2])
-    if lse.shape != query.shape[:-1]:
-        raise OptionError(f"lse must have the shape of the query without its last axis, {tuple(query.shape[:-1])}; got {tuple(lse.shape)}")
     n_heads, q_len = query.shape[-3] if query.dim() >= 3 else 1, query.shape[-2]
     row_index = _indices("rows", rows, q_len, query.device)
     if query.dim() < 3:
@@ -107,7 +105,11 @@ def attention_probs_from_lse(
         key, _ = expand_kv_heads(key, key, n_heads)
     if scale is None:
         scale = 1.0 / math.sqrt(query.shape[-1])
+    own_shape = query.shape[:-1]
     query, key = _broadcast_leading(query, key, key, 1)[:2]
+    if lse.shape not in (own_shape, query.shape[:-1]):  # flash_attention's lse has the broadcast shape
+        also = f" or, broadcast against the key, {tuple(query.shape[:-1])}" if query.shape[:-1] != own_shape else ""
+        raise OptionError(f"lse must have the shape of the query without its last axis, {tuple(own_shape)}{also}; got {tuple(lse.shape)}")
     lse = lse.expand(query.shape[:-1])
     if head_index is not None:
         query, key, lse = query[..., head_index, :, :], key[..., head_index, :, :], lse[..., head_index, :]
@@ -117,7 +119,7 @@ def attention_probs_from_lse(
         row_index_of_mask = slice(None) if structured else row_index
         if mask.dim() >= 3 and head_index is not None and mask.shape[-3] > 1:
             mask = mask[..., head_index, :, :]
-        mask = mask[..., row_index_of_mask, :] if mask.shape[-2] > 1 else mask
+        mask = mask[..., row_index_of_mask, :] if mask.dim() >= 2 and mask.shape[-2] > 1 else mask  # (kv_len,): every row
         scores = scores.masked_fill(~mask, NEG_INF) if mask.dtype == torch.bool else scores + mask.to(scores.dtype)
     if causal_offset is not None:
         visible = torch.arange(key.shape[-2], device=key.device)[None, :] <= row_index[:, None] + causal_offset
