@@ -4,7 +4,8 @@ Fences by language:
 - ``python``: run in order, one namespace per page. A bare expression whose comment
   starts with a Python literal (``probs.shape  # (1, 2, 3, 4096)``, ``len(tiles)  # 22``)
   claims a value: the test compares it (a tensor's shape against a tuple).
-  ``python torchrun`` blocks run under torchrun instead (tests/test_docs.py).
+  A block whose fence names torchrun (``python title="...: torchrun ..."``) runs under
+  torchrun instead (tests/test_docs.py).
 - ``sh``: every line that starts with ``selfattn `` is a command to run; anything else
   (make, pip, torchrun, benchmarks) is not run here.
 - ``console``: ``$ selfattn ...`` lines followed by an excerpt of what they print; the
