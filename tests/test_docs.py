@@ -143,7 +143,9 @@ def test_the_site_builds_strictly_with_every_page(built_site):
     for page in PAGES[1:]:
         html = (built_site / page.relative_to(ROOT / "docs")).with_suffix(".html")
         assert html.is_file(), page
-        assert "```" not in html.read_text(), f"{page}: a code fence did not render (an info string or indent it cannot read)"
+        text = html.read_text()
+        assert "```" not in text, f"{page}: a code fence did not render (an info string or indent it cannot read)"
+        assert "\\|" not in text, f"{page}: an escaped | shows its backslash (write the choices without a pipe)"
 
 
 def test_the_site_loads_nothing_from_the_network(built_site):
