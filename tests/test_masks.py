@@ -360,3 +360,10 @@ def test_combined_mask_in_attention_equals_torch_with_the_same_parts():
     combined = combine_masks(causal, padding, bias, dtype=torch.float64)
     ours = scaled_dot_product_attention(query, key, value, attn_mask=combined)
     torch.testing.assert_close(ours, expected, atol=1e-12, rtol=1e-10)
+
+
+@pytest.mark.parametrize("bad", [torch.ones(3, 3, dtype=torch.int64), torch.ones(3, 3, dtype=torch.uint8), [[True]]])
+def test_combine_masks_refuses_masks_that_are_neither_bool_nor_float(bad):
+    """Summed as a bias, a 0/1 integer mask would hide nothing next to a causal mask."""
+    with pytest.raises(ShapeError, match="each mask must be"):
+        combine_masks(bad, causal_mask(3))

@@ -21,7 +21,7 @@ from selfattn.attention.config import AttentionConfig
 from selfattn.attention.functional import AttentionSteps, attention_forward, attention_steps
 from selfattn.attention.kv_cache import KVCache
 from selfattn.errors import ShapeError
-from selfattn.masks import StructuredMask, causal_mask, combine_masks
+from selfattn.masks import causal_mask, check_mask_kind, combine_masks
 from selfattn.positional import alibi_bias, apply_rope
 
 
@@ -408,17 +408,10 @@ class MultiHeadAttention(nn.Module):
         bias = None
         if self.config.positional == "alibi":
             bias = alibi_bias(self.config.n_heads, q_len, kv_len, dtype=q.dtype, device=q.device)  # (H, q_len, kv_len)
-        if isinstance(attn_mask, torch.Tensor):
-            if attn_mask.dtype != torch.bool and not attn_mask.is_floating_point():
-                # Added as a bias, a 0/1 mask would hide nothing: refuse it rather than guess.
-                raise ShapeError(
-                    f"attn_mask must be bool (True = may attend) or float (added to the scores), got "
-                    f"{str(attn_mask.dtype).removeprefix('torch.')}: for a 0/1 mask pass mask.bool()"
-                )
-            if attn_mask.dim() == 3:
+        if attn_mask is not None:
+            check_mask_kind(attn_mask)
+            if isinstance(attn_mask, torch.Tensor) and attn_mask.dim() == 3:
                 attn_mask = attn_mask[:, None]  # (batch, q_len, kv_len) -> (batch, 1, q_len, kv_len)
-        elif attn_mask is not None and not isinstance(attn_mask, StructuredMask):
-            raise ShapeError(f"attn_mask must be a tensor or a mask from selfattn.masks, got {type(attn_mask).__name__}")
         return combine_masks(attn_mask, causal, bias, dtype=q.dtype)
 
 

@@ -12,6 +12,7 @@ from selfattn.masks.builders import (
     causal_bottom_right,
     causal_mask,
     causal_top_left,
+    check_mask_kind,
     combine_masks,
     document_mask,
     padding_mask,
@@ -36,6 +37,6 @@ from selfattn.masks.structured import (
 __all__ = [
     "ALIGNMENTS", "AndMask", "BLOCK_STATE_NAMES", "CausalMask", "DenseMask", "DocumentMask", "EMPTY", "FULL", "OrMask",
     "PARTIAL", "PaddingMask", "SlidingWindowMask", "StructuredMask", "causal_bottom_right", "causal_mask",
-    "causal_top_left", "combine_masks", "document_mask", "padding_mask", "query_positions", "sliding_window_mask",
+    "causal_top_left", "check_mask_kind", "combine_masks", "document_mask", "padding_mask", "query_positions", "sliding_window_mask",
     "states_of_dense", "to_additive", "user_mask",
 ]

@@ -285,6 +285,28 @@ def to_additive(mask: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch
     return zeros.masked_fill(~mask, float("-inf"))
 
 
+def check_mask_kind(mask, what: str = "attn_mask") -> None:
+    """``mask`` must be a structured mask, or a bool (True = may attend) or float tensor.
+
+    Args:
+        mask: the mask to check.
+        what: how the message names it.
+
+    Raises:
+        ShapeError: it is anything else, an integer tensor included.
+    """
+    if isinstance(mask, StructuredMask):
+        return
+    if not isinstance(mask, torch.Tensor):
+        raise ShapeError(f"{what} must be a tensor or a mask from selfattn.masks, got {type(mask).__name__}")
+    if mask.dtype != torch.bool and not mask.is_floating_point():
+        # Added as a bias, a 0/1 mask would hide nothing: refuse it rather than guess.
+        raise ShapeError(
+            f"{what} must be bool (True = may attend) or float (added to the scores), got "
+            f"{str(mask.dtype).removeprefix('torch.')}: for a 0/1 mask pass mask.bool()"
+        )
+
+
 def combine_masks(*masks: torch.Tensor | None, dtype: torch.dtype = torch.float32) -> torch.Tensor | None:
     """One mask that allows only what every mask allows; float masks (biases) add up.
 
@@ -302,8 +324,10 @@ def combine_masks(*masks: torch.Tensor | None, dtype: torch.dtype = torch.float3
             shape (a single mask comes back as it is).
 
     Raises:
-        ShapeError: a float mask is combined with a structured one, or structured masks
-            of different sizes are combined.
+        ShapeError: a mask is neither a bool or float tensor nor a structured mask (an
+            integer 0/1 mask would be summed as a bias, hiding nothing); a float mask is
+            combined with a structured one, or structured masks of different sizes are
+            combined.
 
     Examples:
         >>> import selfattn as sa
@@ -314,6 +338,8 @@ def combine_masks(*masks: torch.Tensor | None, dtype: torch.dtype = torch.float3
         [[0.5, -inf], [0.0, 0.0]]
     """
     present = [mask for mask in masks if mask is not None]
+    for mask in present:
+        check_mask_kind(mask, "each mask")
     if not present:
         return None
     if any(isinstance(mask, StructuredMask) for mask in present):
