@@ -17,6 +17,7 @@ from selfattn.pipeline.steps import (
     attention_scores_loop,
     context_vector_loop,
     context_vectors,
+    plain_division,
     softmax_parts,
 )
 from selfattn.pipeline.tokenize import find_query
@@ -43,6 +44,9 @@ class QueryTrace:
         exp_shifted: (n,), exp(omega - m); the largest is 1.
         exp_shifted_sum: (), sum_j exp(omega_j - m).
         weights: (n,), alpha from the stable form; sums to 1.
+        scores_sum: (), sum_j omega_j, the denominator of plain division.
+        plain_division: (n,), omega_j / sum omega: what dividing by the sum, without
+            softmax's exponential, would give; inf, -inf or NaN where the sum is 0.
         context_terms: (n, d), alpha_j * x_j: the terms of the context vector.
         context_loop: (d,), z from a running sum over the tokens.
         context: (d,), z = alpha X as one product.
@@ -61,6 +65,8 @@ class QueryTrace:
     exp_shifted: torch.Tensor  # (n,): exp(omega - m)
     exp_shifted_sum: torch.Tensor  # ()
     weights: torch.Tensor  # (n,): alpha, from the stable form
+    scores_sum: torch.Tensor  # (): sum_j omega_j
+    plain_division: torch.Tensor  # (n,): omega_j / sum omega, softmax's naive rival
     context_terms: torch.Tensor  # (n, d): alpha_j * x_j
     context_loop: torch.Tensor  # (d,): z from a running sum
     context: torch.Tensor  # (d,): z = alpha X as one product
@@ -69,6 +75,19 @@ class QueryTrace:
     def naive_overflows(self) -> bool:
         """True when the naive softmax gives inf or NaN on these scores."""
         return not bool(torch.isfinite(self.weights_naive).all())
+
+    @property
+    def plain_division_fails(self) -> list[str]:
+        """Why omega / sum omega gives no weights here: "zero sum", "negative weight", "negative sum" (empty if it works).
+
+        A zero sum divides by zero; a weight below 0 is no share of anything; a negative
+        sum reverses the order, so the smallest score gets the largest weight.
+        """
+        total = float(self.scores_sum)
+        if total == 0:
+            return ["zero sum"]
+        reasons = ["negative weight"] if bool((self.plain_division < 0).any()) else []
+        return reasons + (["negative sum"] if total < 0 else [])
 
     @property
     def scores_loop_vs_matrix(self) -> float:
@@ -207,6 +226,8 @@ def trace_self_attention(
         exp_shifted=stable.exp,
         exp_shifted_sum=stable.total.squeeze(-1),
         weights=weights,
+        scores_sum=scores.sum(),
+        plain_division=plain_division(scores),
         context_terms=weights[:, None] * x,  # (n, 1) * (n, d) -> (n, d)
         context_loop=context_vector_loop(weights, x),
         context=context_vectors(weights, x),

@@ -1,7 +1,7 @@
 """Render a Trace as one JSON object with full-precision numbers.
 
 Stable keys (later features add keys, these stay): tokens, embeddings, query {index,
-token, scores, exp, exp_sum, weights, context}, scores, weights, context. JSON has no
+token, scores, exp, exp_sum, weights, plain_division, context}, scores, weights, context. JSON has no
 infinity or NaN, so those are written as the strings "inf", "-inf" and "nan".
 """
 
@@ -63,6 +63,9 @@ def trace_to_dict(trace: Trace) -> dict[str, Any]:
                 "weights": qt.weights,
                 "weights_naive": qt.weights_naive,
                 "naive_overflow": qt.naive_overflows,
+                "scores_sum": float(qt.scores_sum),
+                "plain_division": qt.plain_division,
+                "plain_division_fails": qt.plain_division_fails,
                 "stable": {
                     "max": float(qt.max),
                     "shifted": qt.shifted,

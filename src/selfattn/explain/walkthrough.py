@@ -138,8 +138,17 @@ def _softmax(doc: Document, trace: Trace, p: int) -> None:
             "and add up to 1: raise e to each score, add those up, and divide each one by the total. "
             "Because of the exponential, a score a little higher than the rest gets a clearly larger weight."
         ),
-        _per_token_table(trace, p, ["ω", "exp(ω)", "α = exp(ω) / sum"], [qt.scores, qt.exp, qt.weights_naive]),
-        Lines([f"sum of exp(ω) = {fmt(qt.exp_sum, p)}", f"sum of α      = {fmt(qt.weights_naive.sum(), p)}"]),
+        _per_token_table(
+            trace, p, ["ω", "exp(ω)", "α = exp(ω) / sum", "ω / Σω"], [qt.scores, qt.exp, qt.weights_naive, qt.plain_division]
+        ),
+        Lines(
+            [
+                f"sum of exp(ω) = {fmt(qt.exp_sum, p)}",
+                f"sum of α      = {fmt(qt.weights_naive.sum(), p)}",
+                f"sum of ω      = {fmt(qt.scores_sum, p)}",
+            ]
+        ),
+        _plain_division(trace, p),
         Heading("The stable form", level=2),
         Paragraph(
             f"exp grows very fast: in float32 it overflows to inf once a score passes about "
@@ -170,6 +179,36 @@ def _softmax(doc: Document, trace: Trace, p: int) -> None:
     order = sorted(range(len(trace.tokens)), key=lambda j: -float(qt.weights[j]))
     top = ", ".join(f"'{_label(trace, j)}' {100 * float(qt.weights[j]):.{max(p - 2, 0)}f}%" for j in order[:3])
     doc.add(Paragraph(f"'{_label(trace, q)}' puts the most weight on {top}."))
+
+
+def _plain_division(trace: Trace, p: int) -> Paragraph | Note:
+    """Why not ω / Σω: what plain division gives on these scores, and when it breaks."""
+    qt = trace.query
+    fails = qt.plain_division_fails
+    rule = (
+        "The last column, ω / Σω, is the plain way to make scores add up to 1. It fails where softmax "
+        "cannot, because exp(ω) > 0: a negative score gets a negative weight, a sum of 0 divides by zero, "
+        "and a negative sum turns the order round."
+    )
+    if not fails:
+        q = qt.index
+        return Paragraph(
+            f"{rule} Here every score is positive, so it works: "
+            f"'{_label(trace, q)}' gets {fmt(qt.plain_division[q], p)}, softmax {fmt(qt.weights[q], p)}."
+        )
+    said = []
+    if "zero sum" in fails:
+        said.append(f"the scores add up to {fmt(qt.scores_sum, p)}, so every ω / Σω is inf, -inf or nan")
+    if "negative weight" in fails:
+        j = int(qt.plain_division.argmin())
+        said.append(f"'{_label(trace, j)}' gets {fmt(qt.plain_division[j], p)}, a negative weight")
+    if "negative sum" in fails:
+        j = int(qt.plain_division.argmax())
+        said.append(
+            f"the scores add up to {fmt(qt.scores_sum, p)} < 0, so the largest plain weight, "
+            f"{fmt(qt.plain_division[j], p)}, goes to '{_label(trace, j)}' (score {fmt(qt.scores[j], p)})"
+        )
+    return Note(f"{rule} On these scores plain division breaks: " + "; ".join(said) + ".", warning=True)
 
 
 def _context(doc: Document, trace: Trace, p: int) -> None:

@@ -245,6 +245,35 @@ def softmax_stable(scores: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return softmax_parts(scores, dim, stable=True).weights
 
 
+def plain_division(scores: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """w_j = omega_j / sum_k omega_k: the scores divided by their sum, no exponential.   (..., n) -> (..., n)
+
+    The obvious way to make scores add up to 1, kept to show why attention uses softmax
+    instead. It only gives weights when every score is positive: a negative score gets
+    a negative weight, a sum of 0 divides by zero (inf, -inf, or NaN for a zero score),
+    and a negative sum flips every sign, so the largest score gets the smallest weight.
+
+    Args:
+        scores: omega, (..., n).
+        dim: the axis to divide along (default -1, the keys).
+
+    Returns:
+        w, the shape of ``scores``; it sums to 1 along ``dim`` wherever the sum of the
+        scores is not 0, and holds inf, -inf or NaN where it is.
+
+    Examples:
+        >>> import selfattn as sa
+        >>> import torch
+        >>> sa.plain_division(torch.tensor([1.0, 3.0]))
+        tensor([0.2500, 0.7500])
+        >>> sa.plain_division(torch.tensor([2.0, -1.0]))  # a negative weight
+        tensor([ 2., -1.])
+        >>> sa.plain_division(torch.tensor([1.0, -1.0, 0.0]))  # the sum is 0
+        tensor([inf, -inf, nan])
+    """
+    return scores / scores.sum(dim=dim, keepdim=True)  # (..., n) / (..., 1)
+
+
 def softmax(scores: torch.Tensor, dim: int = -1, stable: bool = True) -> torch.Tensor:
     """alpha = softmax(omega) along ``dim``: the stable form unless ``stable=False``.   (..., n) -> (..., n)
 
