@@ -13,6 +13,9 @@ Fences by language:
   line ``...`` standing for lines left out.
 - Commands in code spans of the prose and tables (`` `selfattn explain --variant causal` ``)
   run too, unless they are a bare command name (`` `selfattn plot` ``) or hold a placeholder (``FILE``, ``[SENTENCE]``, ``a | b``).
+- ``json title="NAME.json"`` (or any fence with a title naming a file, outside python):
+  a file the page asks the reader to save; the tests write it into the folder the
+  commands run in, so a command that reads ``NAME.json`` reads exactly what the page shows.
 - ``text`` and anything else: shown, not run (benchmark tables, outputs of long runs).
 """
 
@@ -50,6 +53,21 @@ def blocks(page: Path, language: str | None = None) -> list[Block]:
         if language is None or block.language == language:
             found.append(block)
     return found
+
+
+SAVED_AS = re.compile(r'title="([\w.-]+\.\w+)"')
+
+
+def saved_files() -> dict[str, str]:
+    """{file name: contents} of every block that asks the reader to save it, over all the pages."""
+    files: dict[str, str] = {}
+    for page in PAGES:
+        for block in blocks(page):
+            name = SAVED_AS.fullmatch(block.info)
+            if name and block.language not in ("python", "sh", "console"):
+                assert name.group(1) not in files, f"{block.page}:{block.line}: two pages save {name.group(1)}"
+                files[name.group(1)] = block.body
+    return files
 
 
 def shell_commands(block: Block) -> list[list[str]]:

@@ -16,7 +16,17 @@ import sys
 from pathlib import Path
 
 import pytest
-from doc_blocks import PAGES, ROOT, blocks, console_sessions, inline_commands, missing_from_output, run_python, shell_commands
+from doc_blocks import (
+    PAGES,
+    ROOT,
+    blocks,
+    console_sessions,
+    inline_commands,
+    missing_from_output,
+    run_python,
+    saved_files,
+    shell_commands,
+)
 
 import selfattn
 from selfattn import distributed, masks
@@ -28,9 +38,11 @@ def page_id(page: Path) -> str:
 
 @pytest.fixture
 def in_scratch_folder(tmp_path, monkeypatch):
-    """Commands run in an empty folder, with the embeddings file the guides name."""
+    """Commands run in an empty folder, with the embeddings file the guides name and the files the pages show."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "table.json").write_text(json.dumps({"my": [0.1, 0.9, 0.3], "own": [0.7, 0.2, 0.5], "words": [0.4, 0.4, 0.8]}))
+    for name, body in saved_files().items():
+        (tmp_path / name).write_text(body)
     return tmp_path
 
 
