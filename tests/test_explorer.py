@@ -27,13 +27,15 @@ from selfattn.viz.explorer import (
 )
 from selfattn.viz.explorer_data import explorer_data, rounded
 
-MAX_WIDTH = 12  # px per unit of weight, as documented in explorer.js
+# A line's width and opacity, as documented in explorer.js: r = weight / the row's largest weight,
+# width = MIN_WIDTH + (MAX_WIDTH - MIN_WIDTH) r px, opacity = MIN_OPACITY + (1 - MIN_OPACITY) r.
+MIN_WIDTH, MAX_WIDTH, MIN_OPACITY = 0.5, 8, 0.15
 VIEWPORT = {"width": 1200, "height": 900}
 
 LINES_JS = """els => els.map(e => ({
     query: Number(e.dataset.query), key: Number(e.dataset.key), head: Number(e.dataset.head),
     weight: Number(e.dataset.weight), width: Number(e.getAttribute("stroke-width")),
-    stroke: e.getAttribute("stroke")}))"""
+    opacity: Number(e.getAttribute("stroke-opacity")), stroke: e.getAttribute("stroke")}))"""
 
 
 @pytest.fixture(scope="module")
@@ -92,11 +94,14 @@ def assert_lines_match(page, weights_row: list[float], precision: int, head: int
     drawn = [line for line in lines(page) if line["head"] == head]
     expected = {j: round(w, precision) for j, w in enumerate(weights_row) if round(w, precision) != 0}
     assert sorted(line["key"] for line in drawn) == sorted(expected), "one line per key with nonzero weight"
+    largest = max(expected.values())
     for line in drawn:
         if query is not None:
             assert line["query"] == query
         assert line["weight"] == pytest.approx(expected[line["key"]], abs=1e-12)
-        assert line["width"] == pytest.approx(line["weight"] * MAX_WIDTH, abs=1e-6)
+        relative = expected[line["key"]] / largest
+        assert line["width"] == pytest.approx(MIN_WIDTH + (MAX_WIDTH - MIN_WIDTH) * relative, abs=1e-6)
+        assert line["opacity"] == pytest.approx(MIN_OPACITY + (1 - MIN_OPACITY) * relative, abs=1e-6)
 
 
 def weights_at(data: dict, layer: int, head: int, query: int) -> list[float]:
@@ -178,6 +183,7 @@ def test_initial_state_and_keyboard(page):
     assert view.get_attribute("data-head") == "1"
     assert page.input_value("#head") == "1"
     assert view.get_attribute("data-max-width") == str(MAX_WIDTH)
+    assert (view.get_attribute("data-min-width"), view.get_attribute("data-min-opacity")) == ("0.5", "0.15")
     assert page.is_hidden("#layer-control"), "a single layer needs no layer menu"
     assert_lines_match(page, weights_at(data, 0, 1, 1), 4, head=1, query=1)
 
@@ -252,6 +258,54 @@ def test_switching_heads_and_layers(page):
     page.assert_quiet()
 
 
+def test_line_width_tells_close_weights_apart(page):
+    # A crafted row: 0.11 and 0.20 must not look alike although both are far from 1.
+    data = explorer_data(build_trace(config()))
+    n, query = len(data["tokens"]), data["query"]
+    row = [0.11, 0.20, 0.30, 0.25, 0.10, 0.04] + [0.0] * (n - 6)
+    assert n >= 6 and sum(row) == pytest.approx(1.0)
+    head = data["layers"][0]["heads"][0]
+    head["weights"] = [row if i == query else [1.0 if j == i else 0.0 for j in range(n)] for i in range(n)]
+    head["steps"] = None  # the crafted weights have no steps behind them
+    page.load(render_explorer(data))
+    drawn = {line["key"]: line for line in lines(page)}
+    assert sorted(drawn) == [0, 1, 2, 3, 4, 5]
+    small, big, top = drawn[0], drawn[1], drawn[2]
+    # Width above its floor and opacity above its floor are both in proportion to the weight.
+    assert (big["width"] - MIN_WIDTH) / (small["width"] - MIN_WIDTH) == pytest.approx(0.20 / 0.11, rel=1e-6)
+    assert (big["opacity"] - MIN_OPACITY) / (small["opacity"] - MIN_OPACITY) == pytest.approx(0.20 / 0.11, rel=1e-6)
+    assert big["width"] >= 1.5 * small["width"], "0.20 must be clearly wider than 0.11"
+    assert (top["width"], top["opacity"]) == (pytest.approx(MAX_WIDTH), pytest.approx(1.0))  # the row's largest
+    assert drawn[5]["width"] == pytest.approx(MIN_WIDTH + (MAX_WIDTH - MIN_WIDTH) * 0.04 / 0.30)
+
+    caption = page.text_content("#line-legend figcaption")
+    assert caption == "Line width and darkness: weight relative to this row's largest (largest = full)."
+    assert page.text_content("#line-largest") == "Largest weight in this row: 0.3000 (drawn at full width)."
+    samples = page.eval_on_selector_all(
+        "#line-samples .legend-line",
+        "els => els.map(e => [Number(e.dataset.relative), Number(e.getAttribute('stroke-width')),"
+        " Number(e.getAttribute('stroke-opacity'))])",
+    )
+    assert [r for r, _, _ in samples] == [1, 0.5, 0.25, 0.1]
+    for relative, width, opacity in samples:
+        assert width == pytest.approx(MIN_WIDTH + (MAX_WIDTH - MIN_WIDTH) * relative)
+        assert opacity == pytest.approx(MIN_OPACITY + (1 - MIN_OPACITY) * relative)
+    labels = page.eval_on_selector_all("#line-samples text", "els => els.map(e => e.textContent)")
+    assert labels == ["largest", "50%", "25%", "10%"]
+    assert page.is_visible("#line-samples")
+    page.assert_quiet()
+
+
+def test_query_label_says_positions_count_from_zero(page):
+    data = explorer_data(build_trace(config()))
+    page.load(render_explorer(data))
+    query = data["query"]
+    assert page.text_content("#step-panel h2") == f"Query at position {query} (from 0): {data['tokens'][query]}"
+    click_query(page, 0)
+    assert page.text_content("#step-panel h2") == f"Query at position 0 (from 0): {data['tokens'][0]}"
+    page.assert_quiet()
+
+
 def test_all_heads_overlaid(page):
     data = explorer_data(build_trace(config("gqa", heads=4, kv_heads=2)))
     page.load(render_explorer(data))
@@ -267,6 +321,7 @@ def test_all_heads_overlaid(page):
     assert len(set.union(*colours.values())) == 4, "distinct colours"
     legend = page.eval_on_selector_all("#legend li", "els => els.map(e => e.textContent)")
     assert legend == [head["name"] for head in data["layers"][0]["heads"]]
+    assert "own largest weight" in page.text_content("#line-largest")  # each head scaled to its own row
     click_query(page, 6)
     assert len(lines(page)) == 4 * n
     page.uncheck("#all-heads")
@@ -302,7 +357,8 @@ def test_tokens_are_text_not_markup(page):
         click_query(page, i)
         assert page.eval_on_selector_all("#step-table tbody th", "els => els.map(e => e.textContent)") == tokens
     assert page.evaluate("document.querySelectorAll('img').length") == 0
-    assert page.evaluate("document.querySelectorAll('svg').length") == 1, "only the head view"
+    svgs = page.evaluate("[...document.querySelectorAll('svg')].map(e => e.id)")
+    assert svgs == ["line-samples", "head-view"], "only the line key and the head view"
     assert page.evaluate("document.scripts.length") == 2
     assert page.dialogs == []
     page.assert_quiet()

@@ -1,7 +1,8 @@
 """Head roles on constructed attention patterns whose answer is known, and on random ones.
 
 The reference here is the definition itself, written out with plain loops and math.log2
-(``reference_shares``, ``reference_entropy``), not the vectorised code under test.
+(``reference_shares``, ``reference_focus``, ``reference_role``, ``reference_entropy``),
+not the vectorised code under test.
 """
 
 import math
@@ -14,7 +15,16 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from selfattn.errors import ShapeError
-from selfattn.models.head_roles import PATTERNS, ROLE_THRESHOLD, ROLES, HeadRole, classify_head, classify_heads
+from selfattn.models.head_roles import (
+    PARTS,
+    PATTERNS,
+    ROLE_THRESHOLD,
+    ROLES,
+    HeadRole,
+    TokenFocus,
+    classify_head,
+    classify_heads,
+)
 
 SPECIAL = {"[CLS]", "[SEP]", "[PAD]"}
 SENTENCE = ["[CLS]", "the", "cat", "sat", "on", "mats", "[SEP]"]  # 5 words between the specials
@@ -27,19 +37,45 @@ def word_rows(tokens):
 
 
 def reference_shares(w, tokens):
-    """The four patterns, straight from the definition, one row at a time."""
+    """The five parts, straight from the definition: every key of every read row goes to one part."""
     n, rows = len(tokens), word_rows(tokens)
-    is_word = [t not in SPECIAL for t in tokens]
+    totals = dict.fromkeys(["previous token", "next token", "self", "[CLS]/[SEP]", "other"], 0.0)
+    for i in rows:
+        for j in range(n):
+            if tokens[j] in SPECIAL:
+                part = "[CLS]/[SEP]"
+            elif j == i:
+                part = "self"
+            elif j == i - 1:
+                part = "previous token"
+            elif j == i + 1:
+                part = "next token"
+            else:
+                part = "other"
+            totals[part] += w[i][j]
+    return {part: total / len(rows) for part, total in totals.items()}
 
-    def mean(values):
-        return sum(values) / len(values) if values else 0.0
 
-    return {
-        "previous token": mean([w[i][i - 1] for i in rows if i >= 1 and is_word[i - 1]]),
-        "next token": mean([w[i][i + 1] for i in rows if i + 1 < n and is_word[i + 1]]),
-        "self": mean([w[i][i] for i in rows]),
-        "[CLS]/[SEP]": mean([sum(w[i][j] for j in range(n) if not is_word[j]) for i in rows]),
-    }
+def reference_focus(w, tokens):
+    """(index, share) of the word the other words give the most weight on average, or None."""
+    words = [i for i, t in enumerate(tokens) if t not in SPECIAL]
+    if len(words) < 2:
+        return None
+    best = None
+    for t in words:
+        share = sum(w[i][t] for i in words if i != t) / (len(words) - 1)
+        if best is None or share > best[1]:  # strictly greater: the first of equals stays
+            best = (t, share)
+    return best
+
+
+def reference_role(w, tokens):
+    """The role by its rule: a named part at the threshold, else one token, else spread."""
+    shares, focus = reference_shares(w, tokens), reference_focus(w, tokens)
+    best = max(shares[p] for p in ["previous token", "next token", "self", "[CLS]/[SEP]"])
+    if best >= ROLE_THRESHOLD:
+        return next(p for p in ["previous token", "next token", "self", "[CLS]/[SEP]"] if shares[p] == best)
+    return "one token" if focus and focus[1] >= ROLE_THRESHOLD else "spread"
 
 
 def reference_entropy(w, tokens):
@@ -58,24 +94,92 @@ def shifted(n, offset):
 
 def test_previous_token_head():
     role = classify_head(shifted(len(SENTENCE), -1), SENTENCE)
-    assert role.role == "previous token" and role.share == 1.0
-    # The first word's previous key is [CLS]: it is not a word, so that row counts under [CLS]/[SEP].
-    assert role.shares["[CLS]/[SEP]"] == pytest.approx(1 / 5)
-    assert role.shares["next token"] == 0.0 and role.shares["self"] == 0.0
+    # 5 words: 4 look at the word before; the first one's previous key is [CLS], under [CLS]/[SEP].
+    assert role.role == "previous token" and role.share == pytest.approx(4 / 5)
+    assert role.shares == pytest.approx(
+        {"previous token": 4 / 5, "next token": 0.0, "self": 0.0, "[CLS]/[SEP]": 1 / 5, "other": 0.0}
+    )
     assert role.entropy == 0.0 and role.normalized_entropy == 0.0
+    assert role.target is None
 
 
-def test_previous_token_without_specials_skips_row_zero():
+def test_previous_token_without_specials_counts_row_zero_as_self():
     w = shifted(len(WORDS), -1)  # row 0 has no previous key and looks at itself
     role = classify_head(w, WORDS)
-    assert (role.role, role.share) == ("previous token", 1.0)
+    assert (role.role, role.share) == ("previous token", pytest.approx(7 / 8))
     assert role.shares["self"] == pytest.approx(1 / len(WORDS))
 
 
 def test_next_token_head():
     role = classify_head(shifted(len(SENTENCE), 1), SENTENCE)
-    assert (role.role, role.share) == ("next token", 1.0)
+    assert (role.role, role.share) == ("next token", pytest.approx(4 / 5))
     assert role.shares["[CLS]/[SEP]"] == pytest.approx(1 / 5)  # the last word looks at [SEP]
+
+
+@pytest.mark.parametrize("offset", [-1, 0, 1, 2, 3])
+@pytest.mark.parametrize("tokens", [SENTENCE, WORDS])
+def test_the_parts_add_up_to_one(offset, tokens):
+    role = classify_head(shifted(len(tokens), offset), tokens)
+    assert set(role.shares) == set(PARTS)
+    assert sum(role.shares.values()) == pytest.approx(1.0, abs=1e-12)
+
+
+def looking_at(tokens, target, on_target=1.0, rest_on=0):
+    """Every row puts ``on_target`` on key ``target`` and the rest on key ``rest_on``."""
+    n = len(tokens)
+    w = torch.zeros(n, n, dtype=torch.float64)
+    w[:, target] = on_target
+    w[:, rest_on] += 1 - on_target
+    return w
+
+
+def test_every_word_looking_at_cat_is_a_one_token_head():
+    role = classify_head(looking_at(SENTENCE, 2), SENTENCE)  # SENTENCE[2] == "cat"
+    assert role.role == "one token" and role.share == 1.0
+    assert role.target == TokenFocus(2, "cat", 1.0) == role.focus
+    # 'the' sees cat as next, 'sat' as previous, cat itself as self; 'on' and 'mats' as other.
+    assert role.shares == pytest.approx(
+        {"previous token": 1 / 5, "next token": 1 / 5, "self": 1 / 5, "[CLS]/[SEP]": 0.0, "other": 2 / 5}
+    )
+    assert role.entropy == 0.0
+
+
+def test_one_token_share_leaves_out_the_words_own_row():
+    # cat's own row looks at [CLS]; the four other words put 0.6 on cat and 0.4 on [CLS].
+    w = looking_at(SENTENCE, 2, on_target=0.6)
+    w[2] = 0.0
+    w[2, 0] = 1.0
+    role = classify_head(w, SENTENCE)
+    assert role.shares["[CLS]/[SEP]"] == pytest.approx((4 * 0.4 + 1) / 5)  # 0.52: a named part comes first
+    assert role.role == "[CLS]/[SEP]" and role.focus == TokenFocus(2, "cat", pytest.approx(0.6))
+    assert role.target is None  # only a "one token" head has a target
+    w[:, 0], w[:, 2] = 0.45, 0.55  # now [CLS]/[SEP] holds 45% and cat 55%
+    role = classify_head(w, SENTENCE)
+    assert (role.role, role.share, role.target.token) == ("one token", pytest.approx(0.55), "cat")
+
+
+def test_one_token_threshold_is_inclusive():
+    # Other rows: 0.5 (or 0.499) on word 3 and the rest on themselves; word 3's own row is uniform.
+    n = len(WORDS)
+    for on_target, expected in [(0.5, "one token"), (0.499, "spread")]:
+        w = torch.eye(n, dtype=torch.float64) * (1 - on_target)
+        w[:, 3] += on_target
+        w[3] = 1 / n
+        role = classify_head(w, WORDS)
+        assert role.role == expected and role.share == pytest.approx(on_target)
+        assert role.shares["self"] < ROLE_THRESHOLD
+
+
+def test_looking_at_a_special_token_is_not_one_token():
+    role = classify_head(looking_at(SENTENCE, len(SENTENCE) - 1), SENTENCE)  # everyone on [SEP]
+    assert role.role == "[CLS]/[SEP]" and role.focus.share == 0.0
+
+
+def test_one_token_ties_go_to_the_first_word():
+    # Half of every row on 'cat' (2), half on 'on' (4): equal focus, the earlier word wins.
+    w = looking_at(SENTENCE, 2, on_target=0.5, rest_on=4)
+    role = classify_head(w, SENTENCE)
+    assert role.focus == TokenFocus(2, "cat", pytest.approx(0.5))  # 'on' also gets 0.5 from the other four
 
 
 def test_self_head():
@@ -157,8 +261,10 @@ def test_text_without_words_uses_every_row():
 
 def test_one_word_has_no_previous_or_next():
     role = classify_head(torch.tensor([[1.0, 0, 0], [0.1, 0.6, 0.3], [0, 0, 1.0]]), ["[CLS]", "cat", "[SEP]"])
-    assert role.shares == pytest.approx({"previous token": 0.0, "next token": 0.0, "self": 0.6, "[CLS]/[SEP]": 0.4})
-    assert role.role == "self"
+    assert role.shares == pytest.approx(
+        {"previous token": 0.0, "next token": 0.0, "self": 0.6, "[CLS]/[SEP]": 0.4, "other": 0.0}
+    )
+    assert role.role == "self" and role.focus is None  # one word: no other words to look at it
 
 
 def test_a_single_token():
@@ -169,8 +275,9 @@ def test_a_single_token():
 def test_ties_go_to_the_pattern_listed_first():
     # Two words looking at each other: previous for one, next for the other.
     role = classify_head(torch.tensor([[0.0, 1.0], [1.0, 0.0]]), ["x", "y"])
-    assert role.shares["previous token"] == role.shares["next token"] == 1.0
+    assert role.shares["previous token"] == role.shares["next token"] == 0.5
     assert role.role == "previous token" == ROLES[0]
+    assert role.focus.share == 1.0  # also "one token", but the named parts come first
 
 
 def test_float32_rounding_never_gives_a_share_above_one():
@@ -235,13 +342,35 @@ def test_random_heads_follow_the_definition(case):
     w, tokens = case
     role = classify_head(w, tokens)
     n = len(tokens)
-    assert role.role in ROLES and set(role.shares) == set(PATTERNS)
+    assert role.role in ROLES and set(role.shares) == set(PARTS)
     assert all(0.0 <= s <= 1.0 for s in role.shares.values())
+    assert sum(role.shares.values()) == pytest.approx(1.0, abs=1e-9)
     assert 0.0 <= role.entropy <= math.log2(n) + 1e-12 and 0.0 <= role.normalized_entropy <= 1.0
     assert role.shares == pytest.approx(reference_shares(w.tolist(), tokens), abs=1e-12)
     assert role.entropy == pytest.approx(reference_entropy(w.tolist(), tokens), abs=1e-9)
-    best = max(role.shares.values())
-    assert role.share == best
-    assert (role.role == "spread") == (best < ROLE_THRESHOLD)
-    if role.role != "spread":
-        assert role.shares[role.role] == best
+    focus = reference_focus(w.tolist(), tokens)
+    if focus is None:
+        assert role.focus is None
+    else:
+        assert role.focus.share == pytest.approx(focus[1], abs=1e-12)
+        assert role.focus.token == tokens[role.focus.index]
+        if role.focus.index != focus[0]:  # only a float tie may pick another word
+            assert abs(reference_focus_share(w.tolist(), tokens, role.focus.index) - focus[1]) < 1e-12
+    expected = reference_role(w.tolist(), tokens)
+    best = max(role.shares[p] for p in PATTERNS)
+    if abs(best - ROLE_THRESHOLD) > 1e-12 and (focus is None or abs(focus[1] - ROLE_THRESHOLD) > 1e-12):
+        if expected in PATTERNS:  # two parts equal up to float rounding may swap
+            assert role.role in PATTERNS and role.shares[role.role] == pytest.approx(best, abs=1e-12)
+        else:
+            assert role.role == expected
+    if role.role in PATTERNS:
+        assert role.share == role.shares[role.role] == best
+    elif role.role == "one token":
+        assert role.share == role.focus.share and role.target == role.focus
+    else:
+        assert role.share == pytest.approx(max(best, role.focus.share if role.focus else 0.0))
+
+
+def reference_focus_share(w, tokens, t):
+    words = [i for i, tok in enumerate(tokens) if tok not in SPECIAL]
+    return sum(w[i][t] for i in words if i != t) / (len(words) - 1)

@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 import torch
 
-from selfattn.models.head_roles import PATTERNS, ROLE_THRESHOLD, ROLES
+from selfattn.models.head_roles import PARTS, PATTERNS, ROLE_THRESHOLD, ROLES
 
 MODEL = "all-MiniLM-L6-v2"
 ESC = "\x1b"
 SEED_SENTENCE = "The cat sat on the warm mat"
 RELATED = ["A cat sits on a mat", "A kitten rests on a rug", "Stock markets fell sharply today"]
-ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(previous token|next token|self|\[CLS\]/\[SEP\]|spread)\s")
+ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(previous token|next token|self|\[CLS\]/\[SEP\]|spread|→ \S+)\s")
 SPECIAL = ("[CLS]", "[SEP]")
 
 needs_model = pytest.mark.skipif(
@@ -63,19 +63,33 @@ def reference_embeddings(reference, sentences):
 
 
 def head_numbers(w, tokens):
-    """Shares and mean entropy of one (n, n) head over the word rows, by the documented definition."""
+    """Shares and mean entropy of one (n, n) head over the word rows, by the documented definition.
+
+    Every word row splits into [CLS]/[SEP] (keys 0 and n-1), self, the word before, the word
+    after and the other words; each part is averaged over all the word rows.
+    """
     words = [i for i, t in enumerate(tokens) if t not in SPECIAL]
     n = len(tokens)
-    prev = [w[i, i - 1] for i in words if i - 1 in words]
-    nxt = [w[i, i + 1] for i in words if i + 1 in words]
-    shares = {
-        "previous token": float(np.mean(prev)) if prev else 0.0,
-        "next token": float(np.mean(nxt)) if nxt else 0.0,
-        "self": float(np.mean([w[i, i] for i in words])),
-        "[CLS]/[SEP]": float(np.mean([w[i, 0] + w[i, n - 1] for i in words])),
-    }
+    rows = [
+        {
+            "previous token": w[i, i - 1] if i - 1 in words else 0.0,
+            "next token": w[i, i + 1] if i + 1 in words else 0.0,
+            "self": w[i, i],
+            "[CLS]/[SEP]": w[i, 0] + w[i, n - 1],
+            "other": sum(w[i, j] for j in words if abs(j - i) > 1),
+        }
+        for i in words
+    ]
+    shares = {part: float(np.mean([row[part] for row in rows])) for part in rows[0]}
     entropy = float(np.mean([-sum(p * math.log2(p) for p in w[i] if p > 0) for i in words]))
     return shares, entropy
+
+
+def focus_numbers(w, tokens):
+    """(index, share): the word the other words give the most weight on average (the first of equals)."""
+    words = [i for i, t in enumerate(tokens) if t not in SPECIAL]
+    shares = [(t, float(np.mean([w[i, t] for i in words if i != t]))) for t in words]
+    return max(shares, key=lambda item: item[1])
 
 
 def assert_user_error(status, out, err, *fragments):
@@ -98,14 +112,28 @@ def test_heads_json_matches_transformers_attention(run_cli, reference):
     assert [(h["layer"], h["head"]) for h in data["heads"]] == [(l, h) for l in range(6) for h in range(12)]
     n = len(tokens)
     for head in data["heads"]:
-        shares, entropy = head_numbers(attentions[head["layer"], head["head"]], tokens)
-        assert head["shares"] == pytest.approx(shares, abs=1e-5)
+        w = attentions[head["layer"], head["head"]]
+        shares, entropy = head_numbers(w, tokens)
+        focus_index, focus_share = focus_numbers(w, tokens)
+        assert head["shares"] == pytest.approx(shares, abs=1e-5) and set(head["shares"]) == set(PARTS)
+        assert sum(head["shares"].values()) == pytest.approx(1.0, abs=1e-5)
         assert head["entropy"] == pytest.approx(entropy, abs=1e-4)
         assert head["normalized_entropy"] == pytest.approx(entropy / math.log2(n), abs=1e-4)
+        assert head["focus"]["share"] == pytest.approx(focus_share, abs=1e-5)
+        assert head["focus"]["token"] == tokens[head["focus"]["index"]]
         best = max(PATTERNS, key=shares.get)
-        if abs(shares[best] - ROLE_THRESHOLD) > 1e-3:  # clear of the threshold, rounding cannot flip it
-            assert head["role"] == (best if shares[best] >= ROLE_THRESHOLD else "spread")
-        assert head["role"] in ROLES and head["share"] == pytest.approx(max(head["shares"].values()))
+        clear = abs(shares[best] - ROLE_THRESHOLD) > 1e-3 and abs(focus_share - ROLE_THRESHOLD) > 1e-3
+        if clear:  # clear of the threshold, rounding cannot flip it
+            expected = best if shares[best] >= ROLE_THRESHOLD else "one token" if focus_share >= 0.5 else "spread"
+            assert head["role"] == expected
+        assert head["role"] in ROLES
+        if head["role"] == "one token":
+            assert head["focus"]["index"] == focus_index
+            assert (head["target_index"], head["target_token"]) == (focus_index, tokens[focus_index])
+            assert head["share"] == pytest.approx(focus_share, abs=1e-5)
+        else:
+            assert head["target_index"] is None and head["target_token"] is None
+            assert head["share"] == pytest.approx(max(max(shares[p] for p in PATTERNS), focus_share), abs=1e-5)
     counts = {role: sum(h["role"] == role for h in data["heads"]) for role in ROLES}
     assert data["roles"] == counts and sum(counts.values()) == 72
 
@@ -119,7 +147,26 @@ def test_seed_sentence_has_a_previous_token_head(run_cli, reference):
     data = json.loads(run_cli("heads", "--format", "json")[1])
     head = data["heads"][2]
     assert (head["layer"], head["head"], head["role"]) == (0, 2, "previous token")
-    assert head["share"] > 0.99 and head["entropy"] < 0.01
+    # 6 of the 7 words have a word before them; the first word's weight goes to [CLS].
+    assert head["share"] == pytest.approx(6 / 7, abs=0.01) and head["entropy"] < 0.01
+    assert head["shares"]["[CLS]/[SEP]"] == pytest.approx(1 / 7, abs=0.01)
+
+
+@needs_model
+def test_seed_sentence_has_a_head_that_looks_at_cat(run_cli, reference):
+    # In the reference, layer 5 head 11: the words other than 'cat' put most of their weight on 'cat'.
+    tokens, attentions = reference_attentions(reference, SEED_SENTENCE)
+    w = attentions[5, 11]
+    others = [i for i in range(1, len(tokens) - 1) if i != 2]
+    assert tokens[2] == "cat" and np.mean([w[i, 2] for i in others]) > 0.7
+    assert sum(w[i, 2] >= 0.5 for i in others) >= len(others) / 2  # most of them, one by one, too
+    data = json.loads(run_cli("heads", "--format", "json")[1])
+    head = data["heads"][5 * 12 + 11]
+    assert (head["role"], head["target_token"], head["target_index"]) == ("one token", "cat", 2)
+    assert head["share"] == pytest.approx(np.mean([w[i, 2] for i in others]), abs=1e-5)
+    out = run_cli("heads")[1]
+    assert re.search(r"^ 5\s+11\s+→ cat\s", out, re.M)
+    assert "Looking at one token: layer 5 head 11 at 'cat' (position 2, 73%)." in out
 
 
 @needs_model
@@ -148,6 +195,13 @@ def test_heads_text_has_72_rows_and_reads_in_100_columns(run_cli):
     line = next(line for line in out.splitlines() if (m := ROW.match(line)) and m[1] == "0" and m[2] == "2")
     assert f"{data['heads'][2]['entropy']:.4f}" in line and f"{100 * data['heads'][2]['share']:.2f}%" in line
     assert "selfattn explain --model all-MiniLM-L6-v2 --layer 0 --head 2" in out
+    # The five part columns are shares of one total: each row adds up to 100% (4 digits: 0.005% each).
+    for line in out.splitlines():
+        if ROW.match(line):
+            parts = [float(p) for p in re.findall(r"(\d+\.\d+)%", line)]
+            assert len(parts) == 5 and sum(parts) == pytest.approx(100, abs=0.03)
+    assert "prev + next + self + [CLS]/[SEP] + other = 100%" in out
+    assert "count from 0" in out
 
 
 @needs_model
@@ -155,7 +209,7 @@ def test_heads_markdown(run_cli):
     status, out, _ = run_cli("heads", "--format", "markdown")
     assert status == 0 and ESC not in out
     assert out.startswith("# Attention heads of all-MiniLM-L6-v2\n")
-    assert "| layer | head | role | prev | next | self | [CLS]/[SEP] | H (bits) | H / log2 n |" in out
+    assert "| layer | head | role | prev | next | self | [CLS]/[SEP] | other | H bits | H/log2n |" in out
     rows = [line for line in out.splitlines() if re.match(r"\| \d+ \| \d+ \|", line)]
     assert len(rows) == 72 and "\n## Summary\n" in out and "\n## How to read the table\n" in out
 
@@ -203,6 +257,25 @@ def test_heads_refuses_more_than_512_tokens(run_cli):
 ])
 def test_user_errors_are_one_line(run_cli, argv, fragment):
     assert_user_error(*run_cli(*argv), fragment)
+
+
+def test_role_label_names_the_word_and_a_repeated_words_position():
+    import torch
+
+    from selfattn.explain.model_commands import role_label
+    from selfattn.models.head_roles import classify_head
+
+    def everyone_on(tokens, target):
+        w = torch.zeros(len(tokens), len(tokens), dtype=torch.float64)
+        w[:, target] = 1.0
+        return classify_head(w, tokens)
+
+    tokens = ["[CLS]", "the", "cat", "saw", "the", "dog", "[SEP]"]
+    assert role_label(everyone_on(tokens, 2), tokens) == "→ cat"
+    assert role_label(everyone_on(tokens, 4), tokens) == "→ the (4)"  # 'the' is also at 1
+    long = ["[CLS]", "a", "lighthouse", "keeper", "[SEP]"]
+    assert role_label(everyone_on(long, 2), long) == "→ lightho…"  # the role column stays 16 wide
+    assert role_label(everyone_on(tokens, 0), tokens) == "[CLS]/[SEP]"
 
 
 def test_library_calls_refuse_bad_arguments():

@@ -433,7 +433,9 @@ def test_browser_switches_layer_and_head_by_keyboard(run_cli, tmp_path):
         assert after_head == expected(2, 1) != after_layer
         shown = page.eval_on_selector_all('#step-table td[data-col="weight"]', "els => els.map(e => e.textContent)")
         assert shown == [f"{w:.4f}" for w in data["layers"][2]["heads"][1]["weights"][query]]
-        assert page.text_content("#step-panel h2") == f"Query {query}: {data['tokens'][query]} (layer 2, head 1)"
+        assert page.text_content("#step-panel h2") == (
+            f"Query at position {query} (from 0): {data['tokens'][query]} (layer 2, head 1)"
+        )
         label = page.eval_on_selector_all("#step-summary dt", "els => els.map(e => e.textContent)")[-1]
         assert label == f"{data['tokens'][query]} after layer 2 (first {VECTOR_PREVIEW} of 384)"
 

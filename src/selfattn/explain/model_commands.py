@@ -21,7 +21,7 @@ from selfattn.errors import OptionError, SentenceError
 from selfattn.explain.document import Document, Heading, Lines, Note, Paragraph, Table, display_token, fmt
 from selfattn.explain.json_out import _compact, plain
 from selfattn.explain.text import PIPED_WIDTH
-from selfattn.models.head_roles import PATTERNS, ROLE_THRESHOLD, ROLES, HeadRole, classify_heads
+from selfattn.models.head_roles import PARTS, ROLE_THRESHOLD, ROLES, SPREAD, HeadRole, classify_heads
 from selfattn.models.loading import shared_model
 from selfattn.pipeline.embeddings import SEED_SENTENCE
 
@@ -29,15 +29,29 @@ FORMATS = ("text", "json", "markdown")
 MAX_SIMILARITY_SENTENCES = 64
 SHOWN_TOKENS = 48  # a longer token list is shortened in the text
 SHOWN_CHARS = 70  # a longer sentence is cut in the sentence table
+SHOWN_TARGET = 8  # a longer "one token" word is cut, so the role column stays 16 wide
 TOP_HEADS = 3  # how many most focused / most spread heads the summary names
-PATTERN_COLUMNS = {"previous token": "prev", "next token": "next", "self": "self", "[CLS]/[SEP]": "[CLS]/[SEP]"}
+PART_COLUMNS = {"previous token": "prev", "next token": "next", "self": "self", "[CLS]/[SEP]": "[CLS]/[SEP]",
+                "other": "other"}
 
 
 # ---------------------------------------------------------------- heads
 
 
 def heads_command(sentence: str | None, model_name: str, output_format: str, precision: int, stream: TextIO) -> None:
-    """Classify every head of ``model_name`` on one sentence (None: the seed's) and print the table."""
+    """Classify every head of ``model_name`` on one sentence and print the table.
+
+    Args:
+        sentence: the text to run the model on; None for the seed's sentence.
+        model_name: a pretrained model's name, e.g. "all-MiniLM-L6-v2".
+        output_format: "text", "markdown" or "json".
+        precision: decimals for the numbers in text and markdown.
+        stream: where to write.
+
+    Raises:
+        OptionError: an unknown format or precision.
+        SentenceError: the sentence is not a non-empty string, or too long for the model.
+    """
     check_output(output_format, precision)
     text = SEED_SENTENCE if sentence is None else sentence
     check_sentence(text)
@@ -55,11 +69,30 @@ def heads_command(sentence: str | None, model_name: str, output_format: str, pre
 
 
 def heads_to_dict(model_name: str, sentence: str, tokens: list[str], roles: list[list[HeadRole]]) -> dict:
-    heads = [
-        {"layer": layer, "head": head, "role": r.role, "share": r.share, "entropy": r.entropy,
-         "normalized_entropy": r.normalized_entropy, "shares": dict(r.shares)}
-        for layer, row in enumerate(roles) for head, r in enumerate(row)
-    ]
+    """Every head's role and measures as plain data, for --format json.
+
+    Args:
+        model_name: the model's name.
+        sentence: the text the model read.
+        tokens: its tokens.
+        roles: one list per layer of one HeadRole per head.
+
+    Returns:
+        A dict with the model, sentence, tokens, threshold, one record per head and the
+        count of each role. ``target_token`` and ``target_index`` name the word a "one
+        token" head looks at (null for other roles); ``focus`` is the word the other words
+        look at most, for every head, with their mean weight on it.
+    """
+    heads = []
+    for layer, row in enumerate(roles):
+        for head, r in enumerate(row):
+            target = r.target
+            heads.append({
+                "layer": layer, "head": head, "role": r.role, "share": r.share,
+                "target_token": target.token if target else None, "target_index": target.index if target else None,
+                "entropy": r.entropy, "normalized_entropy": r.normalized_entropy, "shares": dict(r.shares),
+                "focus": {"index": r.focus.index, "token": r.focus.token, "share": r.focus.share} if r.focus else None,
+            })
     counts = Counter(h["role"] for h in heads)
     return {"model": model_name, "sentence": sentence, "tokens": tokens, "threshold": ROLE_THRESHOLD,
             "heads": heads, "roles": {role: counts[role] for role in ROLES}}
@@ -68,43 +101,65 @@ def heads_to_dict(model_name: str, sentence: str, tokens: list[str], roles: list
 def heads_document(
     model_name: str, sentence: str, tokens: list[str], roles: list[list[HeadRole]], precision: int, is_seed: bool
 ) -> Document:
+    """The heads table with its explanation and summary, as a Document.
+
+    Args:
+        model_name: the model's name.
+        sentence: the text the model read.
+        tokens: its tokens.
+        roles: one list per layer of one HeadRole per head.
+        precision: decimals for the numbers.
+        is_seed: whether the sentence is the seed's (the suggested command then needs no sentence).
+
+    Returns:
+        The Document to render as text or markdown.
+    """
     n = len(tokens)
     shown = tokens if n <= SHOWN_TOKENS else tokens[: SHOWN_TOKENS - 4] + ["…"] + tokens[-3:]
     heads = [(layer, head, r) for layer, row in enumerate(roles) for head, r in enumerate(row)]
+    t = f"{ROLE_THRESHOLD:.0%}"
     doc = Document()
     doc.add(
         Paragraph(f"Sentence: {display_token(sentence)}"),
         Paragraph(f"{n} WordPiece tokens: {' '.join(display_token(t) for t in shown)}"),
         Heading("How to read the table"),
         Paragraph(
-            "Each head gives every token a row of weights over all the tokens. We read the rows of the "
-            "words (not [CLS] and [SEP]) and measure four patterns, in percent of a row's weight averaged "
-            "over the words: weight on the word just before (prev), on the word just after (next), on the "
-            "word itself (self), and on [CLS] and [SEP] together. The first word has no word before it, so "
-            "prev leaves it out (its weight on [CLS] counts under [CLS]/[SEP]); the last word, likewise, for "
-            f"next. A head's role is its largest pattern when that pattern holds at least {ROLE_THRESHOLD:.0%} "
-            "of the weight; otherwise the weight is shared out and the role is spread."
+            "Each head gives every token a row of weights over all the tokens, adding up to 100%. We read "
+            "the rows of the words (not [CLS] and [SEP]) and split each one into five parts that do not "
+            "overlap: the weight on the word just before (prev), on the word just after (next), on the word "
+            "itself (self), on [CLS] and [SEP] together, and on every other word (other). Each column is "
+            "its part averaged over the same words, so every row of the table adds up to 100%. Before the "
+            "first word comes [CLS] and after the last comes [SEP]: that weight counts under [CLS]/[SEP], "
+            "so the first word adds 0 to prev and the last adds 0 to next."
         ),
-        Paragraph("Entropy (H) says how spread a row is, in bits, averaged over the words:"),
+        Paragraph(
+            f"A head's role is the largest of prev, next, self and [CLS]/[SEP] when it holds at least {t}. "
+            f"Failing that, the role is → W (one token: W) when the other words (all but W itself) put "
+            f"on average at least {t} of their weight on the same word W; its share is that average, and it "
+            "overlaps the parts (for the word just before W, its weight on W is next). Otherwise the weight "
+            "is shared out and the role is spread."
+        ),
+        Paragraph("Entropy (H bits) says how spread a row is, in bits, averaged over the words:"),
         Lines([
             f"{'H = -sum_j a_j log2 a_j':33}(0 log2 0 counts as 0)",
             f"{'H = 0 bits':33}one token takes all the weight",
             f"{f'H = log2 n = {fmt(math.log2(n), 2)} bits':33}each of the n = {n} tokens gets the same weight",
         ]),
         Paragraph(
-            "H / log2 n puts this on a scale from 0 (focused) to 1 (uniform). Layers and heads count from 0, "
-            "as --layer and --head of selfattn explain --model."
+            "H / log2 n (H/log2n) puts this on a scale from 0 (focused) to 1 (uniform). Layers, heads and token "
+            "positions count from 0, as --layer and --head of selfattn explain --model."
         ),
     )
     if n <= 2:
         doc.add(Note("the text has no word tokens, only [CLS] and [SEP]: the heads can only look at those", True))
-    columns = ["layer", "head", "role", *PATTERN_COLUMNS.values(), "H (bits)", "H / log2 n"]
+    columns = ["layer", "head", "role", *PART_COLUMNS.values(), "H bits", "H/log2n"]  # short: 100 columns at 4 digits
     rows = [
-        [str(layer), str(head), r.role, *(percent(r.shares[p], precision) for p in PATTERNS),
+        [str(layer), str(head), role_label(r, tokens), *(percent(r.shares[p], precision) for p in PARTS),
          fmt(r.entropy, precision), fmt(r.normalized_entropy, precision)]
         for layer, head, r in heads
     ]
     doc.add(Table(columns, rows, numeric_from=3))
+    doc.add(Note("prev + next + self + [CLS]/[SEP] + other = 100% on every row, up to rounding."))
     doc.add(Heading("Summary"), *heads_summary(model_name, sentence, heads, precision, is_seed))
     doc.add(Note(
         "many heads of BERT-like encoders put their weight on [CLS] and [SEP] when they find nothing to do "
@@ -113,30 +168,77 @@ def heads_document(
     return doc
 
 
+def role_label(role: HeadRole, tokens: list[str]) -> str:
+    """A head's role as the table shows it; "→ cat" is "one token" with its word (and position if repeated).
+
+    Args:
+        role: the head's HeadRole.
+        tokens: the tokens, to tell whether the word occurs more than once.
+
+    Returns:
+        The role's name, with the word for "one token".
+    """
+    target = role.target
+    if target is None:
+        return role.role
+    word = display_token(target.token)
+    word = word if len(word) <= SHOWN_TARGET else word[: SHOWN_TARGET - 1] + "…"
+    repeated = tokens.count(target.token) > 1
+    return f"→ {word}" + (f" ({target.index})" if repeated else "")
+
+
 def heads_summary(model_name, sentence, heads, precision, is_seed) -> list[Paragraph | Lines]:
+    """The summary under the table: role counts, the most focused and most spread heads, a command.
+
+    Args:
+        model_name: the model's name.
+        sentence: the text the model read.
+        heads: (layer, head, HeadRole) for every head.
+        precision: decimals for the numbers.
+        is_seed: whether the sentence is the seed's (the command then needs no sentence).
+
+    Returns:
+        The summary's blocks.
+    """
     counts = Counter(r.role for _, _, r in heads)
     by_entropy = sorted(heads, key=lambda item: (item[2].normalized_entropy, item[0], item[1]))
 
     def named(items) -> str:
         return "; ".join(
-            f"layer {layer} head {head} ({fmt(r.entropy, precision)} bits, {r.role}"
-            + (f" {percent(r.share, precision)})" if r.role != "spread" else ")")
+            f"layer {layer} head {head} ({fmt(r.entropy, precision)} bits, {role_label(r, [])}"
+            + (f" {percent(r.share, precision)})" if r.role != SPREAD else ")")
             for layer, head, r in items
         )
 
     layer, head, _ = by_entropy[0]
     quoted = "" if is_seed else " " + shlex.quote(sentence if len(sentence) <= 90 else "YOUR SENTENCE")
-    return [
+    blocks: list[Paragraph | Lines] = [
         Paragraph("Roles: " + ", ".join(f"{counts[role]} {role}" for role in ROLES) + f" (of {len(heads)} heads)."),
+    ]
+    single = [(layer_, head_, r) for layer_, head_, r in heads if r.target is not None]
+    if single:
+        blocks.append(Paragraph("Looking at one token: " + "; ".join(
+            f"layer {l} head {h} at {display_token(r.target.token)!r} (position {r.target.index}, "
+            f"{percent(r.share, precision)})" for l, h, r in single) + "."))
+    blocks += [
         Paragraph(f"Most focused: {named(by_entropy[:TOP_HEADS])}."),
         Paragraph(f"Most spread out: {named(by_entropy[::-1][:TOP_HEADS])}."),
         Paragraph("To walk through the most focused head step by step:"),
         Lines(command_lines(f"selfattn explain{quoted}", f"--model {model_name} --layer {layer} --head {head}")),
     ]
+    return blocks
 
 
 def command_lines(start: str, rest: str) -> list[str]:
-    """A shell command on one line, or on two joined by a backslash when one would pass 96 characters."""
+    """A shell command on one line, or on two joined by a backslash when one would pass 96 characters.
+
+    Args:
+        start: the command's start (program, subcommand, sentence).
+        rest: its options.
+
+    Returns:
+        One or two lines.
+    """
     return [f"{start} {rest}"] if len(start) + len(rest) < 96 else [f"{start} \\", f"    {rest}"]
 
 

@@ -1,21 +1,32 @@
-"""What a head does on one input: the attention pattern it mostly follows, and how focused it is.
+"""What a head does on one input: where its weight goes, and how focused it is.
 
 For one head the weights a (n, n) have one row per query and one column per key; each
 row sums to 1. We read the rows of the real words only (not [CLS], [SEP] or [PAD]): the
 special tokens' own rows often do something of their own, and there are only two of them.
 
-Four patterns, each a share of the weight, averaged over the word rows that have it:
+Each key j of a word row i falls into exactly one of five parts, checked in this order:
 
-    previous token   a[i, i-1]             rows whose key i-1 is a word (not [CLS])
-    next token       a[i, i+1]             rows whose key i+1 is a word (not [SEP])
-    self             a[i, i]               every word row
-    [CLS]/[SEP]      sum_j special a[i, j] every word row: all the weight on special keys
+    [CLS]/[SEP]      key j is a special token ([CLS], [SEP] or [PAD])
+    self             j = i
+    previous token   j = i - 1
+    next token       j = i + 1
+    other            any other word
 
-Within one row the four key sets do not overlap, so a share of at least ROLE_THRESHOLD
-(one half) means that pattern takes most of the head's weight. The role is the pattern
-with the largest share when that share reaches the threshold, else "spread" (ties go to
-the pattern listed first in ROLES). A pattern no row has (no previous word for a
-one-word text) has share 0. A text with no words at all ([CLS] [SEP]) uses every row.
+Every part is averaged over the same rows, so the five shares add up to 1. The first
+word's key i - 1 is [CLS] and the last word's key i + 1 is [SEP]: that weight counts under
+[CLS]/[SEP], so those rows give 0 to previous and next. A text with no words at all
+([CLS] [SEP]) reads every row.
+
+One more measure overlaps the parts: how much the other words look at one single word.
+For each word t, its focus share is the mean of a[i, t] over the word rows i != t; the
+word with the largest focus share (the first of equals) is the head's focus.
+
+The role is the largest of the four named parts (previous, next, self, [CLS]/[SEP]) when
+it reaches ROLE_THRESHOLD (one half; ties go to the part listed first in ROLES); failing
+that, "one token" when the focus share reaches the threshold; else "spread". "other"
+names no role: it is weight on words further away, which "one token" reads more closely.
+In a text of two words, looking at the other word is also looking at one token; the
+named parts come first so that such a head stays "previous token" or "next token".
 
 Entropy, in bits, of one row: H_i = -sum_j a_ij log2 a_ij (with 0 log 0 = 0), averaged
 over the same rows. 0 bits: all weight on one key. log2 n bits: equal weight on all n
@@ -31,48 +42,108 @@ import torch
 
 from selfattn.errors import ShapeError
 
-PREVIOUS, NEXT, SELF, SPECIAL, SPREAD = "previous token", "next token", "self", "[CLS]/[SEP]", "spread"
-ROLES = (PREVIOUS, NEXT, SELF, SPECIAL, SPREAD)
-PATTERNS = ROLES[:-1]  # the roles with a share of their own
+PREVIOUS, NEXT, SELF, SPECIAL = "previous token", "next token", "self", "[CLS]/[SEP]"
+ONE_TOKEN, SPREAD, OTHER = "one token", "spread", "other"
+ROLES = (PREVIOUS, NEXT, SELF, SPECIAL, ONE_TOKEN, SPREAD)
+PATTERNS = (PREVIOUS, NEXT, SELF, SPECIAL)  # the parts that can name a role
+PARTS = (*PATTERNS, OTHER)  # every key of a word row falls in exactly one of these
 ROLE_THRESHOLD = 0.5  # a pattern names the head when it takes at least half the weight
 SPECIAL_TOKENS = frozenset({"[CLS]", "[SEP]", "[PAD]"})
 ROW_SUM_TOLERANCE = 1e-4  # float32 softmax rows of 512 keys sum to 1 within ~1e-6
 
 
 @dataclass(frozen=True)
-class HeadRole:
-    """One head on one input: its role, that pattern's share, and its entropy."""
+class TokenFocus:
+    """The word the other words look at most.
 
-    role: str  # one of ROLES
-    share: float  # the share of ``role``'s pattern; for "spread", the largest share
-    entropy: float  # mean row entropy in bits
-    normalized_entropy: float  # entropy / log2 n: 0 = one-hot, 1 = uniform
-    shares: dict[str, float] = field(default_factory=dict)  # pattern -> share, for every pattern
+    Attributes:
+        index: its position in the tokens, from 0.
+        token: its text.
+        share: the mean weight the other word rows put on it.
+    """
+
+    index: int
+    token: str
+    share: float
+
+
+@dataclass(frozen=True)
+class HeadRole:
+    """One head on one input: its role, that role's share, where the weight goes, and its entropy.
+
+    Attributes:
+        role: one of ROLES.
+        share: the share of ``role`` (for "one token": the focus share); for "spread", the
+            largest of the four named parts' shares and the focus share.
+        entropy: mean row entropy in bits.
+        normalized_entropy: entropy / log2 n: 0 = one-hot, 1 = uniform.
+        shares: part -> share for every part of PARTS; they add up to 1.
+        focus: the word the other words look at most (None with fewer than two words).
+    """
+
+    role: str
+    share: float
+    entropy: float
+    normalized_entropy: float
+    shares: dict[str, float] = field(default_factory=dict)
+    focus: TokenFocus | None = None
+
+    @property
+    def target(self) -> TokenFocus | None:
+        """The single word this head looks at, for the "one token" role; None for every other role."""
+        return self.focus if self.role == ONE_TOKEN else None
 
     @property
     def runner_up(self) -> tuple[str, float]:
-        """The strongest pattern other than the role (for "spread": the strongest of all)."""
-        others = [(p, s) for p, s in self.shares.items() if p != self.role]
+        """The strongest named pattern other than the role (for "spread": the strongest of all)."""
+        others = [(p, self.shares[p]) for p in PATTERNS if p != self.role]
         return max(others, key=lambda item: item[1])
 
 
 def classify_head(weights, tokens: list[str]) -> HeadRole:
-    """One head's role and entropy.   weights: (n, n), rows = queries summing to 1; tokens: n"""
+    """One head's role, shares and entropy.   weights: (n, n), rows = queries summing to 1; tokens: n
+
+    Args:
+        weights: one head's attention weights, (n, n), each row summing to 1.
+        tokens: the n tokens, in order.
+
+    Returns:
+        The head's HeadRole.
+
+    Raises:
+        ShapeError: the weights are not a square row-stochastic matrix matching the tokens.
+    """
     a = check_weights(weights, tokens)  # (n, n) float64
     n = a.shape[0]
     is_word = torch.tensor([t not in SPECIAL_TOKENS for t in tokens])  # (n,)
     rows = torch.nonzero(is_word).flatten() if bool(is_word.any()) else torch.arange(n)  # (r,) query rows read
-    shares = pattern_shares(a, rows, is_word)
+    shares = part_shares(a, rows, is_word)
+    focus = token_focus(a, rows, tokens) if bool(is_word.any()) else None
     best = max(PATTERNS, key=lambda p: shares[p])  # max keeps the first of equals: ROLES order
+    focused = focus.share if focus else 0.0
     most = math.log2(n)  # uniform rows; 0 for one key, which has nothing to spread over
     entropy = _clamp(float(row_entropy(a[rows]).mean()), most)
     normalized = entropy / most if n > 1 else 0.0
-    role = best if shares[best] >= ROLE_THRESHOLD else SPREAD
-    return HeadRole(role, shares[best], entropy, normalized, shares)
+    if shares[best] >= ROLE_THRESHOLD:
+        return HeadRole(best, shares[best], entropy, normalized, shares, focus)
+    if focused >= ROLE_THRESHOLD:
+        return HeadRole(ONE_TOKEN, focused, entropy, normalized, shares, focus)
+    return HeadRole(SPREAD, max(shares[best], focused), entropy, normalized, shares, focus)
 
 
 def classify_heads(attentions, tokens: list[str]) -> list[list[HeadRole]]:
-    """Every head of every layer.   attentions: (layers, heads, n, n), or a sequence of (heads, n, n)"""
+    """Every head of every layer.   attentions: (layers, heads, n, n), or a sequence of (heads, n, n)
+
+    Args:
+        attentions: the weights of every head, stacked or as one tensor per layer.
+        tokens: the n tokens, in order.
+
+    Returns:
+        One list per layer of one HeadRole per head.
+
+    Raises:
+        ShapeError: the layers differ in shape, or a head's weights are not valid.
+    """
     if isinstance(attentions, (list, tuple)) and attentions and all(isinstance(a, torch.Tensor) for a in attentions):
         if len({tuple(a.shape) for a in attentions}) != 1:
             raise ShapeError(f"the layers' attentions differ in shape: {[tuple(a.shape) for a in attentions]}")
@@ -83,24 +154,61 @@ def classify_heads(attentions, tokens: list[str]) -> list[list[HeadRole]]:
     return [[classify_head(a[layer, head], tokens) for head in range(a.shape[1])] for layer in range(a.shape[0])]
 
 
-def pattern_shares(a: torch.Tensor, rows: torch.Tensor, is_word: torch.Tensor) -> dict[str, float]:
-    """The four patterns' shares.   a: (n, n); rows: (r,) query rows read; is_word: (n,) bool"""
+def part_shares(a: torch.Tensor, rows: torch.Tensor, is_word: torch.Tensor) -> dict[str, float]:
+    """The five parts' shares, each averaged over the same rows.   a: (n, n); rows: (r,); is_word: (n,) bool
+
+    Args:
+        a: one head's weights, (n, n).
+        rows: the query rows read, (r,).
+        is_word: True for the keys that are words, False for [CLS]/[SEP]/[PAD], (n,).
+
+    Returns:
+        Part -> share for every part of PARTS.
+    """
     n = a.shape[0]
-    in_rows = torch.zeros(n, dtype=torch.bool)
-    in_rows[rows] = True
-    i = torch.arange(n)
-    has_previous = in_rows[1:] & is_word[:-1]  # (n-1,): row i+1 reads key i
-    has_next = in_rows[:-1] & is_word[1:]  # (n-1,): row i reads key i+1
-    return {
-        PREVIOUS: _mean(a[i[1:], i[:-1]][has_previous]),  # a[i, i-1]
-        NEXT: _mean(a[i[:-1], i[1:]][has_next]),  # a[i, i+1]
-        SELF: _mean(a.diagonal()[rows]),  # a[i, i]
-        SPECIAL: _mean(a[rows][:, ~is_word].sum(dim=-1)),  # (r,): weight on [CLS]/[SEP] keys
+    offset = torch.arange(n)[None, :] - rows[:, None]  # (r, n): key j - query i
+    word = is_word[None, :].expand(len(rows), n)  # (r, n)
+    masks = {
+        SPECIAL: ~word,
+        SELF: word & (offset == 0),
+        PREVIOUS: word & (offset == -1),
+        NEXT: word & (offset == 1),
     }
+    masks[OTHER] = word & (offset.abs() > 1)
+    w = a[rows]  # (r, n)
+    return {part: _mean((w * masks[part]).sum(dim=-1)) for part in PARTS}
+
+
+def token_focus(a: torch.Tensor, rows: torch.Tensor, tokens: list[str]) -> TokenFocus | None:
+    """The word the other word rows look at most: argmax_t mean_{i in rows, i != t} a[i, t].
+
+    Args:
+        a: one head's weights, (n, n).
+        rows: the word rows read, (r,).
+        tokens: the n tokens.
+
+    Returns:
+        The focus word and its share, or None when there are fewer than two word rows.
+    """
+    if len(rows) < 2:
+        return None
+    w = a[rows][:, rows]  # (r, r): word rows onto word keys
+    off_diagonal = w.sum(dim=0) - w.diagonal()  # (r,): each word key's weight from the other words
+    focus = off_diagonal / (len(rows) - 1)  # (r,)
+    best = int(focus.argmax())  # argmax keeps the first of equals
+    index = int(rows[best])
+    return TokenFocus(index, tokens[index], _clamp(float(focus[best]), 1.0))
 
 
 def row_entropy(a: torch.Tensor) -> torch.Tensor:
-    """H_i = -sum_j a_ij log2 a_ij, with 0 log 0 = 0.   (..., n) -> (...)"""
+    """H_i = -sum_j a_ij log2 a_ij, with 0 log 0 = 0.   (..., n) -> (...)
+
+    Args:
+        a: rows of weights, (..., n).
+
+    Returns:
+        Each row's entropy in bits, (...).
+    """
     terms = torch.where(a > 0, a * torch.log2(a.clamp(min=1e-300)), torch.zeros_like(a))  # (..., n)
     return -terms.sum(dim=-1)
 
@@ -115,7 +223,17 @@ def _clamp(value: float, upper: float) -> float:
 
 
 def as_tensor(values) -> torch.Tensor:
-    """Anything torch can read as numbers -> float64 tensor; anything else is a ShapeError."""
+    """Anything torch can read as numbers, as a float64 tensor.
+
+    Args:
+        values: a tensor, array or nested list of numbers.
+
+    Returns:
+        The values as float64.
+
+    Raises:
+        ShapeError: the values are not numbers.
+    """
     try:
         return torch.as_tensor(values).to(torch.float64)
     except (TypeError, ValueError, RuntimeError) as error:
@@ -123,7 +241,19 @@ def as_tensor(values) -> torch.Tensor:
 
 
 def check_weights(weights, tokens: list[str]) -> torch.Tensor:
-    """A (n, n) row-stochastic matrix matching the tokens, as float64, or a ShapeError."""
+    """A (n, n) row-stochastic matrix matching the tokens, as float64.
+
+    Args:
+        weights: one head's attention weights.
+        tokens: the tokens, one per row.
+
+    Returns:
+        The weights as a float64 (n, n) tensor.
+
+    Raises:
+        ShapeError: the weights are not square, not n x n, negative, not finite, or a row
+            does not sum to 1.
+    """
     if not isinstance(tokens, (list, tuple)) or not all(isinstance(t, str) for t in tokens):
         raise ShapeError("tokens must be a list of strings, one per row of the weights")
     a = as_tensor(weights)

@@ -91,8 +91,8 @@ def page_data(page: str) -> dict[str, Any] | None:
 
 
 def fitting_height(n_tokens: int) -> int:
-    """Frame height in px: room for the head view and one step-table row per token."""
-    return max(NOTEBOOK_MIN_HEIGHT, min(NOTEBOOK_MAX_HEIGHT, 420 + 26 * n_tokens))
+    """Frame height in px: room for the line key, the head view and one step-table row per token."""
+    return max(NOTEBOOK_MIN_HEIGHT, min(NOTEBOOK_MAX_HEIGHT, 480 + 26 * n_tokens))
 
 
 def notebook_html(page: str, height: int | None = None) -> str:

@@ -6,9 +6,15 @@
 "use strict";
 
 (function () {
-  // A line's stroke width is weight * MAX_WIDTH px, so a weight of 1 draws 12 px wide.
-  // The same number is on the svg as data-max-width.
-  const MAX_WIDTH = 12;
+  // A line's width and opacity grow with r = weight / (the largest weight of its row, in its
+  // head): r = 1 draws MAX_WIDTH px wide and opaque, r near 0 draws MIN_WIDTH px at
+  // MIN_OPACITY. Scaled to the row, 0.11 and 0.20 look different even when no weight is
+  // near 1. This is display only: the weights themselves come from the data, unchanged.
+  // The numbers are on the svg as data-min-width, data-max-width and data-min-opacity.
+  const MIN_WIDTH = 0.5;
+  const MAX_WIDTH = 8;
+  const MIN_OPACITY = 0.15;
+  const LEGEND_FRACTIONS = [1, 0.5, 0.25, 0.1]; // the sample lines of the key, as r
   const ROW_HEIGHT = 20; // px per token: long inputs grow the view, which then scrolls
   const TOP = 34; // px above the first token, for the column titles
   const GAP = 220; // px between the query column and the key column
@@ -83,6 +89,18 @@
     return element;
   }
 
+  // Width and opacity of a line whose weight is ``relative`` times its row's largest.
+  function lineStyle(relative) {
+    return {
+      width: MIN_WIDTH + (MAX_WIDTH - MIN_WIDTH) * relative,
+      opacity: MIN_OPACITY + (1 - MIN_OPACITY) * relative,
+    };
+  }
+
+  function largest(row) {
+    return row.reduce((most, weight) => (typeof weight === "number" && weight > most ? weight : most), 0);
+  }
+
   function rowY(i) {
     return TOP + i * ROW_HEIGHT + ROW_HEIGHT / 2;
   }
@@ -148,8 +166,32 @@
 
   // ---- head view -----------------------------------------------------------------
 
+  // The key to the lines: a short sample line for each fraction of the row's largest weight.
+  function buildLineLegend() {
+    const samples = document.getElementById("line-samples");
+    samples.setAttribute("height", "20");
+    samples.setAttribute("width", "400");
+    let x = 4;
+    for (const relative of LEGEND_FRACTIONS) {
+      const style = lineStyle(relative);
+      samples.append(
+        svg("line", {
+          class: "legend-line", "data-relative": relative, x1: x, y1: 10, x2: x + 34, y2: 10,
+          "stroke-width": style.width, "stroke-opacity": style.opacity,
+        })
+      );
+      const label = svg("text", { class: "legend-label", x: x + 42, y: 10, "dominant-baseline": "middle" },
+        relative === 1 ? "largest" : `${Math.round(relative * 100)}%`);
+      samples.append(label);
+      x += 42 + label.getComputedTextLength() + 18; // the next sample starts past this label
+    }
+    samples.setAttribute("width", String(Math.ceil(x)));
+  }
+
   function buildHeadView() {
+    view.setAttribute("data-min-width", String(MIN_WIDTH));
     view.setAttribute("data-max-width", String(MAX_WIDTH));
+    view.setAttribute("data-min-opacity", String(MIN_OPACITY));
     const columnTitles = svg("g");
     linesGroup = svg("g", { class: "lines" });
     const queryColumn = svg("g", { class: "queries" });
@@ -243,9 +285,12 @@
     shown.forEach((h, order) => {
       const offset = (order - (shown.length - 1) / 2) * spread;
       const row = heads[h].weights[i];
+      const most = largest(row);
       for (let j = 0; j < n; j++) {
         const weight = row[j];
         if (!(weight > 0)) continue; // weight 0 (masked, or rounded to 0) draws nothing
+        const relative = weight / most;
+        const style = lineStyle(relative);
         lines.push(
           svg("line", {
             class: "attention-line",
@@ -253,22 +298,33 @@
             "data-key": j,
             "data-head": h,
             "data-weight": weight,
+            "data-relative": relative,
             x1: lineStart,
             y1: rowY(i) + offset,
             x2: lineEnd,
             y2: rowY(j) + offset,
             stroke: colourOf(h),
-            "stroke-width": weight * MAX_WIDTH,
-            "stroke-opacity": (state.overlay ? 0.35 : 0.3) + 0.65 * weight,
+            "stroke-width": style.width,
+            "stroke-opacity": style.opacity,
           })
         );
       }
     });
     linesGroup.replaceChildren(...lines);
+    renderLineLegend(shown, heads[state.head].weights[i]);
     view.dataset.query = String(i);
     view.dataset.layer = String(state.layer);
     view.dataset.head = String(state.head);
     view.dataset.overlay = String(state.overlay);
+  }
+
+  function renderLineLegend(shown, row) {
+    const colour = shown.length > 1 ? "#1f2328" : colourOf(shown[0]);
+    document.querySelectorAll("#line-samples .legend-line").forEach((line) => line.setAttribute("stroke", colour));
+    document.getElementById("line-largest").textContent =
+      shown.length > 1
+        ? "Each head's lines are scaled to that head's own largest weight for this query."
+        : `Largest weight in this row: ${format(largest(row))} (drawn at full width).`;
   }
 
   // ---- step panel ----------------------------------------------------------------
@@ -306,7 +362,7 @@
     const layer = currentLayer();
     const head = currentHead();
     const steps = head.steps;
-    const title = `Query ${i}: ${tokens[i]}`;
+    const title = `Query at position ${i} (from 0): ${tokens[i]}`;
     const where = [data.layers.length > 1 ? layer.name : null, layer.heads.length > 1 ? head.name : null]
       .filter(Boolean)
       .join(", ");
@@ -445,6 +501,7 @@
 
   buildHeader();
   buildControls();
+  buildLineLegend();
   buildHeadView();
   selectQuery(state.query, false);
 })();
