@@ -385,3 +385,36 @@ def test_positional_figure_limit_sets_the_scale_for_small_learned_values():
     for bad in (0, -1.0, float("nan"), "1", True):
         with pytest.raises(OptionError, match="limit"):
             plots.positional_figure(table, limit=bad)
+
+
+def test_score_grids_figure_draws_each_grid_on_its_own_scale_centred_on_zero():
+    first = torch.tensor([[1.0, -2.0], [0.5, 1.0]])
+    second = torch.tensor([[10.0, 3.0], [-4.0, 0.0]])
+    fig = plots.score_grids_figure([first, second], ["RoPE", "sinusoidal"], title="one pair")
+    panels = [ax for ax in fig.axes if ax.images]
+    assert len(panels) == 2 and len(fig.axes) == 4  # two grids, two colorbars
+    for ax, grid, name, limit in zip(panels, (first, second), ("RoPE", "sinusoidal"), (2.0, 10.0)):
+        assert_image_equals(ax, grid)
+        assert ax.images[0].get_clim() == (-limit, limit)
+        assert ax.images[0].get_cmap().name == "RdBu_r"
+        assert ax.get_title() == name and (ax.get_xlabel(), ax.get_ylabel()) == ("key position j", "query position i")
+        assert tick_texts(ax.xaxis) == tick_texts(ax.yaxis) == ["0", "1"]
+    assert fig._suptitle.get_text() == "one pair"
+    blank = plots.score_grids_figure([torch.zeros(2, 2)], ["zeros"]).axes[0].images[0].get_clim()
+    assert blank == (-1.0, 1.0)
+
+
+@pytest.mark.parametrize(
+    "grids, titles",
+    [
+        ([], []),
+        ([torch.zeros(2, 2)], ["a", "b"]),
+        ([torch.zeros(2, 2)], "a"),
+        ([torch.zeros(2, 3)], ["a"]),
+        ([torch.zeros(2, 2), torch.zeros(3, 3)], ["a", "b"]),
+        ([torch.zeros(4)], ["a"]),
+    ],
+)
+def test_score_grids_figure_refuses_grids_that_do_not_fit(grids, titles):
+    with pytest.raises(ShapeError):
+        plots.score_grids_figure(grids, titles)

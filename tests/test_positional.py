@@ -170,6 +170,22 @@ def test_rope_score_depends_only_on_relative_position(difference):
     torch.testing.assert_close(scores, torch.full((4,), expected, dtype=torch.float64), rtol=0.0, atol=1e-10)
 
 
+@settings(max_examples=25, deadline=None)
+@given(half=st.integers(1, 16), n=st.integers(1, 12), seed=st.integers(0, 2**16))
+def test_rope_score_grid_is_the_complex_formula_at_every_position_pair(half, n, seed):
+    """S[i, j] = Re sum_p q_p conj(k_p) exp(1j (i - j) theta_p): a function of i - j alone."""
+    from selfattn.positional.rope import rope_score_grid
+
+    d = 2 * half
+    g = torch.Generator().manual_seed(seed)
+    q, k = torch.randn(d, dtype=torch.float64, generator=g), torch.randn(d, dtype=torch.float64, generator=g)
+    expected = torch.tensor([[
+        sum((complex(q[2 * p], q[2 * p + 1]) * complex(k[2 * p], -k[2 * p + 1])
+             * cmath.exp(1j * (i - j) * 10000.0 ** (-2 * p / d))).real for p in range(half))
+        for j in range(n)] for i in range(n)], dtype=torch.float64)
+    torch.testing.assert_close(rope_score_grid(q, k, n), expected, rtol=0.0, atol=1e-10)
+
+
 def test_rope_preserves_norms_and_position_zero_is_identity():
     x = torch.randn(3, 11, 10, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
     torch.testing.assert_close(apply_rope(x).norm(dim=-1), x.norm(dim=-1), **EXACT64)

@@ -51,6 +51,8 @@ def assert_only(folder, names):
         ["--kind", "mask", "--mask", "documents:3,4", "--tile", "3"],
         ["--kind", "positional"],
         ["--kind", "positional", "--positional", "rope", "--dim", "16"],
+        ["--kind", "rope-distance"],
+        ["--kind", "rope-distance", "--variant", "gqa", "--heads", "4", "--embed", "random", "--dim", "8", "--head", "3"],
     ],
 )
 def test_every_kind_writes_png_and_svg(run_cli, tmp_path, args):
@@ -62,7 +64,7 @@ def test_every_kind_writes_png_and_svg(run_cli, tmp_path, args):
             assert_png(path)
         else:
             texts = svg_texts(path)
-            if "positional" not in args:
+            if not {"positional", "rope-distance"} & set(args):  # those draw positions, not tokens
                 assert set(TOKENS) <= {t.strip() for t in texts}, texts
 
 
@@ -113,6 +115,8 @@ def test_non_latin_and_markup_tokens_do_not_crash(run_cli, tmp_path):
         (["--kind", "heatmap", "--tile", "2"], "--tile applies to --kind mask"),
         (["--kind", "positional", "--positional", "alibi"], "sinusoidal or rope"),
         (["--kind", "positional", "--positional", "rope", "--dim", "7"], "even"),
+        (["--kind", "rope-distance", "--embed", "random", "--dim", "1"], "at least 2"),
+        (["--kind", "rope-distance", "--positional", "learned"], "compares rope with sinusoidal"),
         (["--kind", "heatmap", "--variant", "nope"], "unknown variant"),
         (["--kind", "heatmap", "--query", "dog"], "dog"),
     ],
@@ -205,7 +209,7 @@ def test_view_numbers_match_json_at_the_shown_precision(run_cli, tmp_path):
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    kind=st.sampled_from(["heatmap", "arrows", "heads", "mask", "positional", "pie"]),
+    kind=st.sampled_from(["heatmap", "arrows", "heads", "mask", "positional", "rope-distance", "pie"]),
     variant=st.sampled_from(["simple", "causal", "gqa"]),
     head=st.integers(-1, 4),
     mask=st.one_of(st.none(), st.sampled_from(["causal", "padding:3", "sliding-window:2", "causal-bottom-right"]), st.text(max_size=6)),

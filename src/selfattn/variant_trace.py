@@ -32,6 +32,7 @@ from selfattn.pipeline.steps import attention_scores
 from selfattn.pipeline.tokenize import find_query
 from selfattn.positional import LearnedPositionalEmbedding, alibi_bias, alibi_slopes, apply_rope, rope_angles
 from selfattn.positional import check_positional, sinusoidal_encoding
+from selfattn.positional.rope import DistanceScore, rope_distance_check
 from selfattn.trace import check_dot_products
 
 VARIANTS = ("simple", "scaled", "qkv", "causal", "multihead", "gqa", "flash")
@@ -101,6 +102,10 @@ class VariantTrace:
             for "flash", the result of the block-by-block kernel.
         query_index: the query's 0-based position.
         flash: the block-by-block online softmax, for "flash"; None otherwise.
+        distance_check: with RoPE, the query's head-0 query and the key of token
+            ``distance_check_key`` (both unrotated, key head 0) placed at the position
+            pairs of ``DISTANCE_CHECK_PAIRS``, one ``DistanceScore`` each, computed in
+            float64: equal distance, equal score. None otherwise.
     """
 
     variant: str
@@ -141,6 +146,7 @@ class VariantTrace:
     output: torch.Tensor  # (n, d_out): the new vector of every token
     query_index: int
     flash: FlashTrace | None = None  # the flash variant's block-by-block online softmax
+    distance_check: tuple[DistanceScore, ...] | None = None  # RoPE: one (q, k) pair at several (i, j)
 
     @property
     def query_token(self) -> str:
@@ -164,10 +170,28 @@ class VariantTrace:
         return notebook_explorer(self)
 
     @property
+    def distance_check_key(self) -> int:
+        """The token whose key ``distance_check`` uses: the first token that is not the query."""
+        return distance_check_key(self.query_index, len(self.tokens))
+
+    @property
     def kv_head_of(self) -> list[int]:
         """Which key/value head each query head reads."""
         group = self.n_heads // self.n_kv_heads
         return [h // group for h in range(self.n_heads)]
+
+
+def distance_check_key(query_index: int, n: int) -> int:
+    """The token whose key ``VariantTrace.distance_check`` uses: the first one that is not the query.
+
+    Args:
+        query_index: the query's 0-based position.
+        n: the number of tokens.
+
+    Returns:
+        0, or 1 when the query is token 0 (0 again in a one-token sentence).
+    """
+    return 0 if query_index != 0 else min(1, n - 1)
 
 
 def default_heads(variant: str, heads: int | None = None, kv_heads: int | None = None) -> tuple[int, int]:
@@ -333,7 +357,22 @@ def trace_variant(
         output=output,
         query_index=q_index,
         flash=flash,
+        distance_check=_distance_check(positional, q_plain, k_plain, q_index),
     )
+
+
+def _distance_check(
+    positional: str, q_plain: torch.Tensor, k_plain: torch.Tensor, q_index: int
+) -> tuple[DistanceScore, ...] | None:
+    """Head 0's query and its key head's key (key head 0), unrotated, at the default position pairs.
+
+    In float64, so the scores at one distance agree to every digit the explainer shows.
+    """
+    if positional != "rope":
+        return None
+    key = distance_check_key(q_index, q_plain.shape[1])
+    q, k = q_plain[0, q_index].double(), k_plain[0, key].double()  # (d_k,) each
+    return rope_distance_check(q, k)
 
 
 def _alibi(positional: str, heads: int, n: int, dtype: torch.dtype) -> torch.Tensor | None:

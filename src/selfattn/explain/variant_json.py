@@ -150,6 +150,12 @@ def _positional(t: VariantTrace) -> dict[str, Any]:
         info["angles"] = t.rope_angles
         info["q_unrotated"] = t.q_unrotated
         info["k_unrotated"] = t.k_unrotated
+    if t.distance_check is not None:
+        # q of the query (head 0) and k of token distance_check_key (key head 0), unrotated, moved to (i, j)
+        info["distance_check"] = [
+            {"i": r.i, "j": r.j, "distance": r.distance, "score": r.score} for r in t.distance_check
+        ]
+        info["distance_check_key"] = t.distance_check_key
     if t.alibi_slopes is not None:
         info["slopes"] = t.alibi_slopes
         info["bias"] = t.alibi_bias

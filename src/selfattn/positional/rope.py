@@ -9,10 +9,13 @@ turned by the angle p * theta_i, with theta_i = base^(-2i/d_head):
 Read as a complex number, z_i = x_2i + 1j x_2i+1 becomes z_i exp(1j p theta_i).
 The score q'_m . k'_n then equals Re sum_i q_i conj(k_i) exp(1j (m - n) theta_i): it
 depends on the positions only through m - n, which is why RoPE rotates q and k
-rather than adding anything to the embeddings.
+rather than adding anything to the embeddings. ``rope_scores_at``, ``rope_score_grid``
+and ``rope_distance_check`` place one fixed (q, k) pair at many positions to show it.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
@@ -110,3 +113,160 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor | None = None, base: flo
     rotated_odd = even * sin + odd * cos
     # Interleave back: (..., seq, d_head/2, 2) -> (..., seq, d_head)
     return torch.stack((rotated_even, rotated_odd), dim=-1).flatten(-2)
+
+
+DISTANCE_CHECK_PAIRS = ((1, 0), (2, 1), (5, 4), (3, 0))
+"""The (i, j) position pairs ``rope_distance_check`` uses by default: three at distance 1, one at 3."""
+
+
+@dataclass(frozen=True)
+class DistanceScore:
+    """One row of RoPE's distance check: the same q placed at position i, the same k at j.
+
+    Attributes:
+        i: the query's position.
+        j: the key's position.
+        distance: i - j, the only thing the score depends on.
+        score: R(i) q . R(j) k, the dot product after turning q to position i and k to
+            position j (the raw dot product, before any 1/sqrt(d_k)).
+    """
+
+    i: int
+    j: int
+    distance: int
+    score: float
+
+
+def rope_scores_at(
+    q: torch.Tensor, k: torch.Tensor, positions_i: torch.Tensor, positions_j: torch.Tensor, base: float = 10000.0
+) -> torch.Tensor:
+    """s_m = (R(i_m) q) . (R(j_m) k).   (d_head,), (d_head,), (m,), (m,) -> (m,)
+
+    One query vector and one key vector, placed at m pairs of positions. The result
+    keeps q's dtype. By RoPE's construction s_m depends on i_m - j_m only.
+
+    Args:
+        q: one query, (d_head,), d_head even, before RoPE.
+        k: one key, (d_head,), the same width, before RoPE.
+        positions_i: where q sits in each pair, (m,).
+        positions_j: where k sits in each pair, (m,).
+        base: sets the frequencies theta_i = base^(-2i/d_head); default 10000.
+
+    Returns:
+        The m scores, (m,).
+
+    Raises:
+        ShapeError: ``q`` and ``k`` are not 1-D of one even width, or the position
+            tensors are not 1-D of one length.
+        OptionError: ``base`` is not above 0.
+
+    Examples:
+        >>> import torch
+        >>> from selfattn.positional.rope import rope_scores_at
+        >>> q, k = torch.tensor([1.0, 0.0]), torch.tensor([1.0, 0.0])
+        >>> rope_scores_at(q, k, torch.tensor([1, 2, 3]), torch.tensor([0, 1, 0])).round(decimals=4)
+        tensor([ 0.5403,  0.5403, -0.9900])
+    """
+    _check_pair_of_vectors(q, k)
+    if positions_i.dim() != 1 or positions_j.shape != positions_i.shape:
+        raise ShapeError(
+            f"positions_i and positions_j must be 1-D of one length, got {tuple(positions_i.shape)} "
+            f"and {tuple(positions_j.shape)}"
+        )
+    m = positions_i.shape[0]
+    q_at = apply_rope(q.expand(m, -1), positions_i, base)  # (m, d_head): row m is q turned to i_m
+    k_at = apply_rope(k.expand(m, -1), positions_j, base)  # (m, d_head): row m is k turned to j_m
+    return (q_at * k_at).sum(-1)  # one dot product per row: (m, d_head) -> (m,)
+
+
+def rope_score_grid(q: torch.Tensor, k: torch.Tensor, n_positions: int, base: float = 10000.0) -> torch.Tensor:
+    """S[i, j] = (R(i) q) . (R(j) k) for i, j in 0 .. n_positions-1.   (d_head,), (d_head,) -> (n, n)
+
+    The score of one fixed (q, k) pair at every pair of positions: constant along each
+    diagonal i - j = const, which is what ``plot --kind rope-distance`` draws.
+
+    Args:
+        q: one query, (d_head,), d_head even, before RoPE.
+        k: one key, (d_head,), the same width, before RoPE.
+        n_positions: how many positions on each axis, at least 1.
+        base: sets the frequencies theta_i = base^(-2i/d_head); default 10000.
+
+    Returns:
+        S, (n_positions, n_positions): row i is q at position i, column j is k at position j.
+
+    Raises:
+        ShapeError: ``q`` and ``k`` are not 1-D of one even width.
+        OptionError: ``n_positions`` is below 1 or ``base`` is not above 0.
+
+    Examples:
+        >>> import torch
+        >>> from selfattn.positional.rope import rope_score_grid
+        >>> grid = rope_score_grid(torch.tensor([1.0, 0.0]), torch.tensor([1.0, 0.0]), 3)
+        >>> grid.round(decimals=4)  # cos(i - j): the same along each diagonal
+        tensor([[ 1.0000,  0.5403, -0.4161],
+                [ 0.5403,  1.0000,  0.5403],
+                [-0.4161,  0.5403,  1.0000]])
+    """
+    _check_pair_of_vectors(q, k)
+    if isinstance(n_positions, bool) or not isinstance(n_positions, int) or n_positions < 1:
+        raise OptionError(f"n_positions must be a whole number >= 1, got {n_positions!r}")
+    positions = torch.arange(n_positions, device=q.device)
+    q_at = apply_rope(q.expand(n_positions, -1), positions, base)  # (n, d_head): row i is q turned to i
+    k_at = apply_rope(k.expand(n_positions, -1), positions, base)  # (n, d_head): row j is k turned to j
+    return q_at @ k_at.T  # (n, d_head) @ (d_head, n) -> (n, n)
+
+
+def rope_distance_check(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    pairs: tuple[tuple[int, int], ...] = DISTANCE_CHECK_PAIRS,
+    base: float = 10000.0,
+) -> tuple[DistanceScore, ...]:
+    """One record (i, j, i - j, (R(i) q) . (R(j) k)) per position pair.   (d_head,), (d_head,) -> records
+
+    What the explainer shows under RoPE: pairs at the same distance give the same
+    score, up to rounding in q's dtype, and another distance gives another score.
+
+    Args:
+        q: one query, (d_head,), d_head even, before RoPE.
+        k: one key, (d_head,), the same width, before RoPE.
+        pairs: the (i, j) positions, whole numbers >= 0; default ``DISTANCE_CHECK_PAIRS``,
+            (1, 0), (2, 1), (5, 4) at distance 1 and (3, 0) at distance 3.
+        base: sets the frequencies theta_i = base^(-2i/d_head); default 10000.
+
+    Returns:
+        One ``DistanceScore`` per pair, in the order given.
+
+    Raises:
+        ShapeError: ``q`` and ``k`` are not 1-D of one even width.
+        OptionError: ``pairs`` is empty or holds something other than pairs of whole
+            numbers >= 0, or ``base`` is not above 0.
+
+    Examples:
+        >>> import torch
+        >>> from selfattn.positional.rope import rope_distance_check
+        >>> rows = rope_distance_check(torch.tensor([1.0, 0.0]), torch.tensor([0.0, 1.0]))
+        >>> [(r.i, r.j, r.distance, round(r.score, 4)) for r in rows]
+        [(1, 0, 1, 0.8415), (2, 1, 1, 0.8415), (5, 4, 1, 0.8415), (3, 0, 3, 0.1411)]
+    """
+    if not pairs or not all(_is_position_pair(pair) for pair in pairs):
+        raise OptionError(f"pairs must be one or more (i, j) pairs of whole numbers >= 0, got {pairs!r}")
+    positions_i = torch.tensor([i for i, _ in pairs], device=q.device)  # (m,)
+    positions_j = torch.tensor([j for _, j in pairs], device=q.device)  # (m,)
+    scores = rope_scores_at(q, k, positions_i, positions_j, base)  # (m,)
+    return tuple(DistanceScore(i, j, i - j, score) for (i, j), score in zip(pairs, scores.tolist()))
+
+
+def _is_position_pair(pair) -> bool:
+    return (
+        isinstance(pair, tuple)
+        and len(pair) == 2
+        and all(isinstance(p, int) and not isinstance(p, bool) and p >= 0 for p in pair)
+    )
+
+
+def _check_pair_of_vectors(q: torch.Tensor, k: torch.Tensor) -> None:
+    if q.dim() != 1 or k.shape != q.shape:
+        raise ShapeError(f"q and k must be single vectors (d_head,) of one width, got {tuple(q.shape)} and {tuple(k.shape)}")
+    if q.shape[0] < 2 or q.shape[0] % 2:
+        raise ShapeError(f"RoPE rotates feature pairs, so q and k need an even width >= 2, got {q.shape[0]}")

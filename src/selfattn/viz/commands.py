@@ -6,13 +6,16 @@ spec) runs before any file is touched; files are written atomically.
 With a pretrained model (--model) the pictures show the chosen layer and head; ``heads``
 draws every layer (rows) and head (columns); ``mask`` draws the model's own mask for
 one text, none (or a --mask spec over its tokens); ``positional`` draws the model's
-learned position embeddings. The page holds every layer and head that fits its budget.
+learned position embeddings. ``rope-distance`` places the query's vector and one other
+token's at every pair of positions, once turned by RoPE and once with the sinusoidal table
+added to X. The page holds every layer and head that fits its budget.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
@@ -20,8 +23,10 @@ from selfattn.config import ExplainConfig, build_trace
 from selfattn.errors import OptionError
 from selfattn.masks import causal_bottom_right, causal_top_left, document_mask, padding_mask, sliding_window_mask
 from selfattn.positional import apply_rope, sinusoidal_encoding
+from selfattn.positional.rope import rope_score_grid
+from selfattn.positional.sinusoidal import sinusoidal_score_grid
 from selfattn.trace import Trace
-from selfattn.variant_trace import VariantTrace
+from selfattn.variant_trace import PROJECTED, VariantTrace, distance_check_key
 from selfattn.viz import PLOT_KINDS
 from selfattn.viz.output import check_output_path, write_text
 
@@ -30,6 +35,7 @@ if TYPE_CHECKING:
 
 PAGE_EXTENSIONS = (".html", ".htm")
 POSITIONAL_PICTURE = {"positions": 64, "width": 64}  # an encoding is drawn for 64 positions x 64 features
+ROPE_DISTANCE_POSITIONS = 16  # rope-distance: positions 0-15 on each axis, or the sentence's length if longer
 
 
 def attention_weights(trace: Trace | VariantTrace | ModelTrace) -> torch.Tensor:
@@ -95,6 +101,10 @@ def plot(
             figure = _model_positional_figure(config.model, layer, head)
         else:
             figure = _positional_figure(config, dim)
+        return plots.save_figure(figure, target)
+    if kind == "rope-distance":
+        picture = rope_distance_picture(config, layer, head)
+        figure = plots.score_grids_figure([picture.rope, picture.sinusoidal], picture.titles, title=picture.title)
         return plots.save_figure(figure, target)
 
     trace = build_trace(config)
@@ -186,6 +196,82 @@ def mask_picture(
         f"unknown mask {spec!r}: use causal, causal-bottom-right[:P], sliding-window[:W], padding[:L], "
         "documents[:A,B,...] or none"
     )
+
+
+class RopeDistancePicture(NamedTuple):
+    """What ``plot --kind rope-distance`` draws: two (n, n) grids of one (q, k) pair's score.
+
+    Attributes:
+        rope: (n, n), (R(i) q) . (R(j) k): constant along each diagonal.
+        sinusoidal: (n, n), ((x_q + P_i) W_q) . ((x_k + P_j) W_k): not constant.
+        titles: one title per grid.
+        title: what the grids share: the tokens, the positions, the width used.
+    """
+
+    rope: torch.Tensor  # (n, n)
+    sinusoidal: torch.Tensor  # (n, n)
+    titles: list[str]
+    title: str
+
+
+def rope_distance_picture(config: ExplainConfig, layer: int = 0, head: int = 0) -> RopeDistancePicture:
+    """The query's vector and the first other token's, at every pair of positions 0 .. n-1.
+
+    n is ROPE_DISTANCE_POSITIONS (16) or the sentence's length if longer. With
+    projections (qkv, causal, multihead, gqa) the vectors are head ``head``'s q and its
+    key head's k before RoPE (the trace is built with RoPE, so d_k is even), and the
+    sinusoidal grid adds P to X before W_q and W_k. Without them the vectors are the
+    embeddings themselves; an odd width drops its last feature so RoPE has whole pairs
+    (the seed's 3-d vectors use features 1-2), the same vectors in both grids.
+
+    Args:
+        config: the sentence, embeddings, variant and query; ``positional`` must be
+            "none", "rope" or "sinusoidal" (both are drawn whichever it is).
+        layer: must be 0: the variants have one layer.
+        head: the query head whose q is used (its key head gives k); default 0.
+
+    Returns:
+        The two grids from ``rope_score_grid`` and ``sinusoidal_score_grid`` with their titles.
+
+    Raises:
+        OptionError: a pretrained model, another positional encoding, fewer than 2
+            features, an odd --d-k, or a layer or head out of range.
+    """
+    if config.model is not None:
+        raise OptionError("--kind rope-distance draws the toy variants' vectors; it does not take --model")
+    if config.positional not in ("none", "rope", "sinusoidal"):
+        raise OptionError(f"--kind rope-distance compares rope with sinusoidal; --positional {config.positional} does not apply")
+    projected = config.variant in PROJECTED
+    trace = build_trace(replace(config, positional="rope" if projected else "none"))
+    weights = attention_weights(trace)  # (layers, heads, n, n): only to check --layer and --head
+    check_layer_head(weights, layer, head)
+    tokens, qi = trace.tokens, query_index(trace)
+    ki = distance_check_key(qi, len(tokens))
+    n = max(ROPE_DISTANCE_POSITIONS, len(tokens))
+    where = source_name(trace) + (f", head {head}" if weights.shape[1] > 1 else "")
+    pair = f"'{tokens[qi]}' (query) and '{tokens[ki]}' (key)"
+    if projected:
+        d_k, g = trace.d_k, trace.kv_head_of[head]
+        q, k = trace.q_unrotated[head, qi], trace.k_unrotated[g, ki]  # (d_k,) each
+        w_q, w_k = trace.w_q[:, head * d_k:(head + 1) * d_k], trace.w_k[:, g * d_k:(g + 1) * d_k]  # (d, d_k) each
+        sinusoidal = sinusoidal_score_grid(trace.embeddings[qi], trace.embeddings[ki], n, w_q=w_q, w_k=w_k)
+        width = f"q and k of width {d_k}"
+        added = "((x_q + P_i) W_q)·((x_k + P_j) W_k)"
+    else:
+        d = trace.embeddings.shape[1]
+        if d < 2:
+            raise OptionError("--kind rope-distance turns pairs of features: the embeddings need at least 2 (give --dim 2 or more)")
+        even = d - d % 2
+        q, k = trace.embeddings[qi, :even], trace.embeddings[ki, :even]  # (even,) each
+        sinusoidal = sinusoidal_score_grid(q, k, n)
+        width = f"features 1-{even} of {d}" if even < d else f"all {d} features"
+        added = "(x_q + P_i)·(x_k + P_j)"
+    titles = [
+        "RoPE: q·k after turning q to position i and k to position j: the same along every diagonal (i - j fixed)",
+        f"Sinusoidal added to X: {added}: changes along the diagonals",
+    ]
+    title = f"One pair, {pair}, placed at every pair of positions 0-{n - 1} ({where}; {width})"
+    return RopeDistancePicture(rope_score_grid(q, k, n), sinusoidal, titles, title)
 
 
 def _positional_figure(config: ExplainConfig, dim: int | None):

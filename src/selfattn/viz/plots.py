@@ -311,6 +311,53 @@ def positional_figure(matrix, *, title=None, xlabel="dimension", ylabel="positio
     return fig
 
 
+
+@_quiet_glyphs
+def score_grids_figure(grids, titles, *, title=None, xlabel="key position j", ylabel="query position i") -> Figure:
+    """Several (n, n) score grids side by side, each on its own diverging scale centred on 0.
+
+    Made for ``plot --kind rope-distance``: one fixed (q, k) pair at every pair of
+    positions, so a grid that depends only on i - j shows stripes parallel to its main
+    diagonal. Axes are positions 0 .. n-1, row 0 at the top; no cell values are printed.
+
+    Args:
+        grids: one or more (n, n) grids of one size (tensors or nested lists).
+        titles: one title per grid, wrapped to the panel's width.
+        title: the figure's title, or None.
+        xlabel: the columns' label (default "key position j").
+        ylabel: the rows' label (default "query position i").
+
+    Returns:
+        The figure: one panel and colour bar per grid.
+
+    Raises:
+        ShapeError: no grids, a title count that differs, or grids that are not square
+            and of one size.
+    """
+    if isinstance(titles, str):
+        raise ShapeError("titles must be a list of strings, one per grid; got one string")
+    arrays = [_as_array(grid, "each grid", "(n, n)", (2,)) for grid in grids]
+    if not arrays or len(titles) != len(arrays):
+        raise ShapeError(f"score_grids_figure needs one or more grids and one title each; got {len(arrays)} grids "
+                         f"and {len(titles)} titles")
+    n = arrays[0].shape[0]
+    if any(a.shape != (n, n) for a in arrays):
+        raise ShapeError(f"every grid must be square and of one size; got {[a.shape for a in arrays]}")
+    panel = _clamp(2.0 + 0.25 * n, 3.5, 7.0)
+    fig = _new_figure(min(1.0 + len(arrays) * (panel + 1.2), 28), panel + 1.6)
+    axes = fig.subplots(1, len(arrays), squeeze=False)[0]
+    labels = _labels(None, n, "")
+    for ax, array, panel_title in zip(axes, arrays, titles):
+        finite = np.abs(array[np.isfinite(array)])
+        limit = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
+        image = _draw_matrix(ax, array, labels, labels, cmap="RdBu_r", vmin=-limit, vmax=limit, xlabel=xlabel,
+                             ylabel=ylabel)
+        ax.set_title(textwrap.fill(str(panel_title), width=max(20, int(panel * 9))), parse_math=False)  # panel-wide
+        fig.colorbar(image, ax=ax, shrink=0.8, label="score")
+    if title:
+        fig.suptitle(textwrap.fill(title, width=max(40, int(fig.get_figwidth() * 10))), parse_math=False)
+    return fig
+
 def check_output_path(path) -> Path:
     """Validate a picture path before any work: .png or .svg, in a folder we may write."""
     return output.check_output_path(path, SUPPORTED_EXTENSIONS)
