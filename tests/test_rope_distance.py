@@ -233,17 +233,18 @@ def test_picture_grids_are_constant_along_diagonals_for_rope_only(options):
     assert f"positions 0-{n - 1}" in picture.title
 
 
-def test_default_picture_uses_the_first_two_of_the_seeds_three_features():
+def test_default_picture_turns_the_first_pair_of_the_seeds_three_features_and_keeps_the_third():
     from selfattn import build_trace
 
     picture = rope_distance_picture(ExplainConfig(format="plot"))
-    x = build_trace(ExplainConfig()).embeddings  # the seed's (7, 3) table; query 'cat', key 'The'
-    q, k = x[1, :2], x[0, :2]
-    paper = torch.tensor([[paper_rope_score(q, k, i, j) for j in range(4)] for i in range(4)])
-    torch.testing.assert_close(picture.rope[:4, :4], paper, **F32)
-    paper_sin = torch.tensor([[paper_sinusoidal_score(q, k, i, j) for j in range(4)] for i in range(4)])
-    torch.testing.assert_close(picture.sinusoidal[:4, :4], paper_sin, **F32)
-    assert "'cat' (query) and 'The' (key)" in picture.title and "features 1-2 of 3" in picture.title
+    x = build_trace(ExplainConfig()).embeddings.double()  # the seed's (7, 3) table; query 'cat', key 'The'
+    q, k = x[1], x[0]
+    kept = float(q[2] * k[2])  # the third feature has no partner: it adds the same amount everywhere
+    paper = torch.tensor([[paper_rope_score(q[:2], k[:2], i, j) + kept for j in range(4)] for i in range(4)], dtype=torch.float64)
+    torch.testing.assert_close(picture.rope[:4, :4].double(), paper, **F32)
+    paper_sin = torch.tensor([[paper_sinusoidal_score(q, k, i, j) for j in range(4)] for i in range(4)], dtype=torch.float64)
+    torch.testing.assert_close(picture.sinusoidal[:4, :4].double(), paper_sin, **F32)
+    assert "'cat' (query) and 'The' (key)" in picture.title and "turns features 0-1 and keeps feature 2" in picture.title
 
 
 def test_projected_picture_reads_the_traces_unrotated_q_and_k_of_the_chosen_head():
@@ -296,3 +297,41 @@ def test_bad_plot_input_is_one_line_exit_2_and_leaves_no_file(run_cli, tmp_path,
     assert status == 2 and out == "" and err.count("\n") == 1, err
     assert message in err, err
     assert os.listdir(tmp_path) == []
+
+
+def test_an_odd_width_turns_its_leading_pairs_and_keeps_the_last_feature(run_cli):
+    """The seed's 3-d vectors under RoPE: pair 0 turns by p radians, the third feature stays (partial rotation)."""
+    status, out, _ = run_cli("explain", "--positional", "rope", "--format", "json")
+    assert status == 0
+    data = json.loads(out)
+    x = torch.tensor(data["embeddings"], dtype=torch.float64)
+    q_index = data["query"]["index"]
+    turned = torch.stack([torch.cat((paper_rotate(x[p, :2], p), x[p, 2:])) for p in range(x.shape[0])])
+    scores = torch.tensor(data["scores"], dtype=torch.float64)  # the simple variant: unscaled q . k
+    torch.testing.assert_close(scores.reshape(turned.shape[0], -1), turned @ turned.T, **F32)
+    key = data["positional"]["distance_check_key"]
+    for record in data["positional"]["distance_check"]:
+        i, j = record["i"], record["j"]
+        expected = paper_rope_score(x[q_index, :2], x[key, :2], i, j) + float(x[q_index, 2] * x[key, 2])
+        assert math.isclose(record["score"], expected, rel_tol=1e-5, abs_tol=1e-6)
+    status, out, _ = run_cli("explain", "--positional", "rope")
+    assert status == 0 and "the last feature has no partner" in " ".join(out.split())
+
+
+@pytest.mark.parametrize("rotary_dim", [2, 4])
+def test_partial_rotation_turns_the_leading_features_only(rotary_dim):
+    from selfattn import apply_rope
+
+    x = torch.randn(5, 7, dtype=torch.float64, generator=torch.Generator().manual_seed(3))  # 5 positions, width 7
+    turned = apply_rope(x, rotary_dim=rotary_dim)
+    for p in range(5):
+        expected = torch.cat((paper_rotate(x[p, :rotary_dim], p), x[p, rotary_dim:]))
+        torch.testing.assert_close(turned[p], expected)
+
+
+@pytest.mark.parametrize("rotary_dim", [0, 3, 8, True, 2.0])
+def test_partial_rotation_refuses_a_bad_width(rotary_dim):
+    from selfattn import apply_rope
+
+    with pytest.raises(ShapeError, match="rotary_dim"):
+        apply_rope(torch.ones(3, 7), rotary_dim=rotary_dim)

@@ -193,9 +193,11 @@ def build_trace(config: ExplainConfig) -> Trace | VariantTrace | ModelTrace:
         )
     d = int(x.shape[1])
     d_k = config.d_k or (default_d_k(d, config.query_heads, config.positional) if config.variant in PROJECTED else d)
-    if config.positional == "rope" and d_k % 2:
-        hint = " (give an even --d-k)" if config.variant in PROJECTED else " (use --variant qkv with an even --d-k, or an even --dim)"
-        raise OptionError(f"RoPE turns pairs of features, so it needs an even width; this one is {d_k}{hint}")
+    # Without projections an odd width turns its leading pairs and leaves the last feature.
+    if config.positional == "rope" and config.variant in PROJECTED and d_k % 2:
+        raise OptionError(f"RoPE turns pairs of features, so it needs an even width; this one is {d_k} (give an even --d-k)")
+    if config.positional == "rope" and d_k < 2:
+        raise OptionError(f"RoPE turns pairs of features, so it needs a width of at least 2; this one is {d_k} (give --dim 2 or more)")
     return trace_variant(
         tokens,
         x,

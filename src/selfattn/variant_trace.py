@@ -65,7 +65,7 @@ class VariantTrace:
             "rope" or "alibi").
         encoding: (n, d), the table P added to X (sinusoidal, learned); None otherwise.
         inputs: (n, d), X + P, what attention reads (X itself without an additive encoding).
-        rope_angles: (n, d_k / 2), the rotation angle of each feature pair, with RoPE;
+        rope_angles: (n, d_k // 2), the rotation angle of each feature pair, with RoPE (an odd d_k leaves its last feature unturned);
             None otherwise.
         alibi_slopes: (H,), each head's slope, with ALiBi; None otherwise.
         alibi_bias: (H, n, n), -slope * distance, added to the scores, with ALiBi;
@@ -306,7 +306,8 @@ def trace_variant(
         d_k = d
         scale = 1.0 if variant in UNSCALED else 1.0 / math.sqrt(d)
         q_plain = k_plain = v = inputs[None]  # (1, n, d)
-        q = k = apply_rope(q_plain) if positional == "rope" else q_plain
+        # An odd width (the seed's 3-d vectors) turns its leading pairs; the last feature stays put.
+        q = k = apply_rope(q_plain, rotary_dim=d - d % 2) if positional == "rope" else q_plain
         mask = combine_masks(causal, _alibi(positional, 1, n, x.dtype), dtype=x.dtype)
         attention = attention_steps(q, k, v, attn_mask=mask, scale=scale)
         w_q = w_k = w_v = w_o = concat = None
@@ -326,7 +327,7 @@ def trace_variant(
         positional=positional,
         encoding=encoding,
         inputs=inputs,
-        rope_angles=rope_angles(torch.arange(n), d_k).to(x.dtype) if positional == "rope" else None,
+        rope_angles=rope_angles(torch.arange(n), d_k - d_k % 2).to(x.dtype) if positional == "rope" else None,
         alibi_slopes=alibi_slopes(heads).to(x.dtype) if positional == "alibi" else None,
         alibi_bias=_alibi(positional, heads, n, x.dtype),
         n_heads=heads,
@@ -372,7 +373,7 @@ def _distance_check(
         return None
     key = distance_check_key(q_index, q_plain.shape[1])
     q, k = q_plain[0, q_index].double(), k_plain[0, key].double()  # (d_k,) each
-    return rope_distance_check(q, k)
+    return rope_distance_check(q, k, rotary_dim=q.shape[0] - q.shape[0] % 2)
 
 
 def _alibi(positional: str, heads: int, n: int, dtype: torch.dtype) -> torch.Tensor | None:

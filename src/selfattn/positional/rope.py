@@ -62,7 +62,9 @@ def rope_angles(
     return angles.to(dtype)
 
 
-def apply_rope(x: torch.Tensor, positions: torch.Tensor | None = None, base: float = 10000.0) -> torch.Tensor:
+def apply_rope(
+    x: torch.Tensor, positions: torch.Tensor | None = None, base: float = 10000.0, rotary_dim: int | None = None
+) -> torch.Tensor:
     """x'_(2i, 2i+1) = R(p theta_i) x_(2i, 2i+1).   (..., seq, d_head), (seq,) -> (..., seq, d_head)
 
     Pairs are neighbours (2i, 2i+1), the paper's interleaved convention. GPT-NeoX and
@@ -71,18 +73,22 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor | None = None, base: flo
     their q/k projection rows permuted before use with the other.
     Default positions are 0 .. seq-1; pass e.g. arange(cached, cached + seq) for new
     tokens behind a KV cache. The result keeps x's dtype and is differentiable in x.
+    With ``rotary_dim`` only the first rotary_dim features turn (with frequencies
+    base^(-2i/rotary_dim)) and the rest pass through: the partial rotation some models
+    use, and how an odd width (the seed's 3-d vectors) gets RoPE on its first pair.
 
     Args:
-        x: queries or keys, (..., seq, d_head), d_head even.
+        x: queries or keys, (..., seq, d_head), d_head even unless ``rotary_dim`` is given.
         positions: the position of each of the seq rows, (seq,). None: 0 .. seq-1.
         base: sets the frequencies theta_i = base^(-2i/d_head); default 10000.
+        rotary_dim: how many leading features turn, even, 2 to d_head. None: all of them.
 
     Returns:
         x with each feature pair turned by its angle, (..., seq, d_head), in x's dtype.
 
     Raises:
-        ShapeError: ``x`` has fewer than 2 dimensions, d_head is odd (or 0), or
-            ``positions`` is not (seq,).
+        ShapeError: ``x`` has fewer than 2 dimensions, d_head (or ``rotary_dim``) is odd
+            or 0, ``rotary_dim`` is wider than x, or ``positions`` is not (seq,).
         OptionError: ``base`` is not above 0.
 
     Examples:
@@ -97,6 +103,11 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor | None = None, base: flo
     if x.dim() < 2:
         raise ShapeError(f"x must be (..., seq, d_head), got {tuple(x.shape)}")
     seq, d_head = x.shape[-2], x.shape[-1]
+    if rotary_dim is not None and rotary_dim != d_head:
+        if isinstance(rotary_dim, bool) or not isinstance(rotary_dim, int) or not 2 <= rotary_dim <= d_head or rotary_dim % 2:
+            raise ShapeError(f"rotary_dim must be even, from 2 to the width {d_head} of x, got {rotary_dim!r}")
+        turned = apply_rope(x[..., :rotary_dim], positions, base)  # (..., seq, rotary_dim)
+        return torch.cat((turned, x[..., rotary_dim:]), dim=-1)  # the rest passes through: (..., seq, d_head)
     if d_head % 2:
         raise ShapeError(f"RoPE rotates feature pairs, so d_head must be even: x {tuple(x.shape)}")
     if positions is None:
@@ -138,7 +149,12 @@ class DistanceScore:
 
 
 def rope_scores_at(
-    q: torch.Tensor, k: torch.Tensor, positions_i: torch.Tensor, positions_j: torch.Tensor, base: float = 10000.0
+    q: torch.Tensor,
+    k: torch.Tensor,
+    positions_i: torch.Tensor,
+    positions_j: torch.Tensor,
+    base: float = 10000.0,
+    rotary_dim: int | None = None,
 ) -> torch.Tensor:
     """s_m = (R(i_m) q) . (R(j_m) k).   (d_head,), (d_head,), (m,), (m,) -> (m,)
 
@@ -151,6 +167,7 @@ def rope_scores_at(
         positions_i: where q sits in each pair, (m,).
         positions_j: where k sits in each pair, (m,).
         base: sets the frequencies theta_i = base^(-2i/d_head); default 10000.
+        rotary_dim: turn only the first rotary_dim features, as ``apply_rope``; None: all.
 
     Returns:
         The m scores, (m,).
@@ -167,19 +184,21 @@ def rope_scores_at(
         >>> rope_scores_at(q, k, torch.tensor([1, 2, 3]), torch.tensor([0, 1, 0])).round(decimals=4)
         tensor([ 0.5403,  0.5403, -0.9900])
     """
-    _check_pair_of_vectors(q, k)
+    _check_pair_of_vectors(q, k, rotary_dim)
     if positions_i.dim() != 1 or positions_j.shape != positions_i.shape:
         raise ShapeError(
             f"positions_i and positions_j must be 1-D of one length, got {tuple(positions_i.shape)} "
             f"and {tuple(positions_j.shape)}"
         )
     m = positions_i.shape[0]
-    q_at = apply_rope(q.expand(m, -1), positions_i, base)  # (m, d_head): row m is q turned to i_m
-    k_at = apply_rope(k.expand(m, -1), positions_j, base)  # (m, d_head): row m is k turned to j_m
+    q_at = apply_rope(q.expand(m, -1), positions_i, base, rotary_dim)  # (m, d_head): row m is q turned to i_m
+    k_at = apply_rope(k.expand(m, -1), positions_j, base, rotary_dim)  # (m, d_head): row m is k turned to j_m
     return (q_at * k_at).sum(-1)  # one dot product per row: (m, d_head) -> (m,)
 
 
-def rope_score_grid(q: torch.Tensor, k: torch.Tensor, n_positions: int, base: float = 10000.0) -> torch.Tensor:
+def rope_score_grid(
+    q: torch.Tensor, k: torch.Tensor, n_positions: int, base: float = 10000.0, rotary_dim: int | None = None
+) -> torch.Tensor:
     """S[i, j] = (R(i) q) . (R(j) k) for i, j in 0 .. n_positions-1.   (d_head,), (d_head,) -> (n, n)
 
     The score of one fixed (q, k) pair at every pair of positions: constant along each
@@ -190,6 +209,7 @@ def rope_score_grid(q: torch.Tensor, k: torch.Tensor, n_positions: int, base: fl
         k: one key, (d_head,), the same width, before RoPE.
         n_positions: how many positions on each axis, at least 1.
         base: sets the frequencies theta_i = base^(-2i/d_head); default 10000.
+        rotary_dim: turn only the first rotary_dim features, as ``apply_rope``; None: all.
 
     Returns:
         S, (n_positions, n_positions): row i is q at position i, column j is k at position j.
@@ -207,12 +227,12 @@ def rope_score_grid(q: torch.Tensor, k: torch.Tensor, n_positions: int, base: fl
                 [ 0.5403,  1.0000,  0.5403],
                 [-0.4161,  0.5403,  1.0000]])
     """
-    _check_pair_of_vectors(q, k)
+    _check_pair_of_vectors(q, k, rotary_dim)
     if isinstance(n_positions, bool) or not isinstance(n_positions, int) or n_positions < 1:
         raise OptionError(f"n_positions must be a whole number >= 1, got {n_positions!r}")
     positions = torch.arange(n_positions, device=q.device)
-    q_at = apply_rope(q.expand(n_positions, -1), positions, base)  # (n, d_head): row i is q turned to i
-    k_at = apply_rope(k.expand(n_positions, -1), positions, base)  # (n, d_head): row j is k turned to j
+    q_at = apply_rope(q.expand(n_positions, -1), positions, base, rotary_dim)  # (n, d_head): row i is q turned to i
+    k_at = apply_rope(k.expand(n_positions, -1), positions, base, rotary_dim)  # (n, d_head): row j is k turned to j
     return q_at @ k_at.T  # (n, d_head) @ (d_head, n) -> (n, n)
 
 
@@ -221,6 +241,7 @@ def rope_distance_check(
     k: torch.Tensor,
     pairs: tuple[tuple[int, int], ...] = DISTANCE_CHECK_PAIRS,
     base: float = 10000.0,
+    rotary_dim: int | None = None,
 ) -> tuple[DistanceScore, ...]:
     """One record (i, j, i - j, (R(i) q) . (R(j) k)) per position pair.   (d_head,), (d_head,) -> records
 
@@ -233,6 +254,7 @@ def rope_distance_check(
         pairs: the (i, j) positions, whole numbers >= 0; default ``DISTANCE_CHECK_PAIRS``,
             (1, 0), (2, 1), (5, 4) at distance 1 and (3, 0) at distance 3.
         base: sets the frequencies theta_i = base^(-2i/d_head); default 10000.
+        rotary_dim: turn only the first rotary_dim features, as ``apply_rope``; None: all.
 
     Returns:
         One ``DistanceScore`` per pair, in the order given.
@@ -253,7 +275,7 @@ def rope_distance_check(
         raise OptionError(f"pairs must be one or more (i, j) pairs of whole numbers >= 0, got {pairs!r}")
     positions_i = torch.tensor([i for i, _ in pairs], device=q.device)  # (m,)
     positions_j = torch.tensor([j for _, j in pairs], device=q.device)  # (m,)
-    scores = rope_scores_at(q, k, positions_i, positions_j, base)  # (m,)
+    scores = rope_scores_at(q, k, positions_i, positions_j, base, rotary_dim)  # (m,)
     return tuple(DistanceScore(i, j, i - j, score) for (i, j), score in zip(pairs, scores.tolist()))
 
 
@@ -265,8 +287,8 @@ def _is_position_pair(pair) -> bool:
     )
 
 
-def _check_pair_of_vectors(q: torch.Tensor, k: torch.Tensor) -> None:
+def _check_pair_of_vectors(q: torch.Tensor, k: torch.Tensor, rotary_dim: int | None = None) -> None:
     if q.dim() != 1 or k.shape != q.shape:
         raise ShapeError(f"q and k must be single vectors (d_head,) of one width, got {tuple(q.shape)} and {tuple(k.shape)}")
-    if q.shape[0] < 2 or q.shape[0] % 2:
+    if rotary_dim is None and (q.shape[0] < 2 or q.shape[0] % 2):
         raise ShapeError(f"RoPE rotates feature pairs, so q and k need an even width >= 2, got {q.shape[0]}")

@@ -221,8 +221,8 @@ def rope_distance_picture(config: ExplainConfig, layer: int = 0, head: int = 0) 
     projections (qkv, causal, multihead, gqa) the vectors are head ``head``'s q and its
     key head's k before RoPE (the trace is built with RoPE, so d_k is even), and the
     sinusoidal grid adds P to X before W_q and W_k. Without them the vectors are the
-    embeddings themselves; an odd width drops its last feature so RoPE has whole pairs
-    (the seed's 3-d vectors use features 1-2), the same vectors in both grids.
+    embeddings themselves, the same vectors in both grids; with an odd width RoPE turns
+    the leading pairs and keeps the last feature, as ``explain --positional rope`` does.
 
     Args:
         config: the sentence, embeddings, variant and query; ``positional`` must be
@@ -261,17 +261,18 @@ def rope_distance_picture(config: ExplainConfig, layer: int = 0, head: int = 0) 
         d = trace.embeddings.shape[1]
         if d < 2:
             raise OptionError("--kind rope-distance turns pairs of features: the embeddings need at least 2 (give --dim 2 or more)")
-        even = d - d % 2
-        q, k = trace.embeddings[qi, :even], trace.embeddings[ki, :even]  # (even,) each
+        rotary = d - d % 2
+        q, k = trace.embeddings[qi], trace.embeddings[ki]  # (d,) each
         sinusoidal = sinusoidal_score_grid(q, k, n)
-        width = f"features 1-{even} of {d}" if even < d else f"all {d} features"
+        width = f"RoPE turns features 0-{rotary - 1} and keeps feature {d - 1}" if rotary < d else f"all {d} features"
         added = "(x_q + P_i)·(x_k + P_j)"
     titles = [
         "RoPE: q·k after turning q to position i and k to position j: the same along every diagonal (i - j fixed)",
         f"Sinusoidal added to X: {added}: changes along the diagonals",
     ]
     title = f"One pair, {pair}, placed at every pair of positions 0-{n - 1} ({where}; {width})"
-    return RopeDistancePicture(rope_score_grid(q, k, n), sinusoidal, titles, title)
+    rotary = None if projected else q.shape[0] - q.shape[0] % 2  # an odd width keeps its last feature, as explain does
+    return RopeDistancePicture(rope_score_grid(q, k, n, rotary_dim=rotary), sinusoidal, titles, title)
 
 
 def _positional_figure(config: ExplainConfig, dim: int | None):
