@@ -24,6 +24,7 @@ PLOTS = {
     "plot-heads.png": ["--kind", "heads", "--variant", "multihead", "--heads", "4", "--embed", "random", "--dim", "8"],
     "plot-mask.png": ["--kind", "mask", "--mask", "causal-bottom-right:3"],
     "plot-positional.png": ["--kind", "positional", "--positional", "sinusoidal"],
+    "plot-rope-distance.png": ["--kind", "rope-distance"],
     "plot-minilm-heads.png": ["--model", "all-MiniLM-L6-v2", "--kind", "heads"],
 }
 EXPLORERS = {
