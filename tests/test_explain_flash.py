@@ -209,7 +209,9 @@ def test_text_walkthrough_shows_the_blocks(run_cli):
     status, out, err = run_cli("explain", "--variant", "flash", "--block-size", "2")
     assert status == 0 and err == ""
     assert "Step 4 · The online softmax, block by block, for 'cat'" in out
-    assert "Block 1 of 4: keys 0-1 (The, cat)" in out and "Block 4 of 4: key 6 (mat)" in out
+    assert "4 blocks, numbered 0 to 3 like the keys" in " ".join(out.split())
+    assert "Block 0: keys 0-1 (The, cat)" in out and "Block 3, the last: key 6 (mat)" in out
+    assert "Block 4" not in out
     assert "m'   = max(-inf, 1.3581) = 1.3581" in out
     assert "l'   = 1.0000 · 1.5016 + 1.4720 = 2.9736" in out
     # The seed's context vector, from acc / l, from the kernel and from the plain softmax.
@@ -223,11 +225,11 @@ def test_text_walkthrough_shows_the_blocks(run_cli):
 
 def test_text_block_size_one_and_one_block(run_cli):
     _, every_key, _ = run_cli("explain", "--variant", "flash", "--block-size", "1")
-    assert "Block 7 of 7: key 6 (mat)" in every_key
+    assert "Block 6, the last: key 6 (mat)" in every_key and "Block 7" not in every_key
     # 'cat' raises m from 0.6682 (The) to 1.3581: r = exp(0.6682 - 1.3581) = 0.5016, the seed's exp ratio.
     assert f"r    = exp(0.6682 - 1.3581) = {math.exp(0.6682 - 1.3581):.4f}" in every_key
     _, one_block, _ = run_cli("explain", "--variant", "flash", "--block-size", "100")
-    assert "Block 1 of 1: keys 0-6 (The, cat, sat, on, the, warm, mat)" in one_block
+    assert "Block 0: keys 0-6 (The, cat, sat, on, the, warm, mat)" in one_block and "a single block, block 0" in one_block
     assert "With a single block the online softmax is the plain one" in one_block
 
 
@@ -235,9 +237,10 @@ def test_markdown_and_precision(run_cli):
     status, out, err = run_cli("explain", "--variant", "flash", "--format", "markdown", "--precision", "6", "--query", "sat")
     assert status == 0 and err == ""
     assert "## Step 4 · The online softmax, block by block, for 'sat'" in out
-    assert "**Block 1 of 4: keys 0-1 (The, cat)**" in out
+    assert "**Block 0: keys 0-1 (The, cat)**" in out
     assert "| sat | 1.478600 |" in out  # x_sat . x_sat = 0.33² + 0.76² + 0.89²
     assert "**After each block**" in out and "| block | keys | block max | m | r | l | acc |" in out
+    assert "| 0 | The, cat |" in out and "| 3 | mat |" in out  # blocks count from 0, like the keys
 
 
 def test_plot_and_view(run_cli, tmp_path):

@@ -163,10 +163,10 @@ def test_simple_with_a_positional_encoding_is_unscaled(run_cli):
 @pytest.mark.parametrize(
     "args,words",
     [
-        (["--variant", "scaled"], ["÷ √3", "α unscaled", "entropy"]),
+        (["--variant", "scaled"], ["÷ √3", "α unscaled", "entropy", "Why divide by √d_k", "corrects for width, not for size"]),
         (["--variant", "qkv"], ["Q = X W_q", "untrained", "seed 0"]),
         (["--variant", "causal"], ["Causal mask", "-inf", "✓"]),
-        (["--variant", "multihead"], ["head 1", "concat", "W_o", "Heads are numbered"]),
+        (["--variant", "multihead"], ["head 1", "concat(head_0, head_1) W_o", "Heads are numbered"]),
         (["--variant", "gqa"], ["key/value head 1", "Grouped-query"]),
         (["--variant", "qkv", "--positional", "rope"], ["RoPE", "Angles"]),
         (["--variant", "scaled", "--positional", "alibi"], ["ALiBi", "slopes"]),
@@ -195,7 +195,7 @@ def test_text_shows_each_extra_step(run_cli, args, words):
         (["--variant", "qkv", "--d-k", "0"], "--d-k must be"),
         (["--variant", "multihead", "--heads", "99"], "--heads must be"),
         (["--variant", "qkv", "--positional", "rope", "--d-k", "3"], "even"),
-        (["--variant", "scaled", "--positional", "rope"], "even"),
+        (["--variant", "scaled", "--positional", "rope", "--embed", "random", "--dim", "1"], "at least 2"),
         (["--variant", "multihead", "--heads", "16", "--embed", "random", "--dim", "2", "--format", "json",
           " ".join(["w"] * 200)], "at most"),
     ],

@@ -2,7 +2,7 @@
 
     Q = X W_q,  K = X_kv W_k,  V = X_kv W_v          (batch, heads, seq, head_dim)
     head_h = softmax(Q_h K_g(h)^T / sqrt(head_dim) + mask) V_g(h),   g(h) = h // group
-    Y = concat(head_1 .. head_H) W_o                  (batch, q_len, d_model)
+    Y = concat(head_0 .. head_(H-1)) W_o              (batch, q_len, d_model)
 
 No module computes scores or softmax itself: ``forward`` goes through
 ``selfattn.attention.functional.attention_forward`` and ``steps`` (tracing) through
@@ -226,7 +226,7 @@ class MultiHeadAttention(nn.Module):
     ):
         """Y, or (Y, weights (batch, H, q_len, kv_len)) with need_weights=True (no batch axis if unbatched).
 
-        Y = concat(head_1 .. head_H) W_o, head_h = softmax(Q_h K_g(h)^T / sqrt(head_dim) + mask) V_g(h).
+        Y = concat(head_0 .. head_(H-1)) W_o, head_h = softmax(Q_h K_g(h)^T / sqrt(head_dim) + mask) V_g(h).
 
         Args:
             query: (batch, q_len, d_model), or (q_len, d_model) without a batch axis.

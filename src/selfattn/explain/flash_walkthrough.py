@@ -48,8 +48,9 @@ def _blocks(doc: Document, t: VariantTrace, p: int, step: int) -> None:
         Paragraph(
             "The softmax above needs the whole row of scores at once: first its largest score, then the sum of "
             "all the exponentials, and only then can it divide. Flash attention never holds a whole row. It reads "
-            f"the keys a block at a time (here {size} per block, so {n} keys make {count} block"
-            f"{'s' if count > 1 else ''}) and carries three running numbers for the query from block to block:"
+            f"the keys a block at a time (here {size} per block, so {n} keys make "
+            + (f"{count} blocks, numbered 0 to {count - 1} like the keys" if count > 1 else "a single block, block 0")
+            + ") and carries three running numbers for the query from block to block:"
         ),
         Lines(
             [
@@ -86,7 +87,7 @@ def _blocks(doc: Document, t: VariantTrace, p: int, step: int) -> None:
             Table(
                 ["token", _score_name(t), "exp(s - m')"],
                 rows,
-                title=f"Block {b + 1} of {count}: {_span(block)} ({_keys(t, block)})",
+                title=f"Block {b}{', the last' if b == count - 1 and count > 1 else ''}: {_span(block)} ({_keys(t, block)})",
             ),
             Lines(
                 [
@@ -104,7 +105,7 @@ def _blocks(doc: Document, t: VariantTrace, p: int, step: int) -> None:
         Table(
             ["block", "keys", "block max", "m", "r", "l", "acc"],
             [
-                [str(b + 1), _keys(t, block), fmt(block.block_max[q], p), fmt(block.m_after[q], p),
+                [str(b), _keys(t, block), fmt(block.block_max[q], p), fmt(block.m_after[q], p),
                  fmt(block.rescale[q], p), fmt(block.l_after[q], p), fmt_vector(block.acc_after[q].tolist(), p)]
                 for b, block in enumerate(f.blocks)
             ],

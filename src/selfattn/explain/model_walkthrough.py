@@ -85,8 +85,8 @@ def _intro(doc: Document, t: ModelTrace) -> None:
         ),
         Paragraph(
             f"This walkthrough follows layer {t.layer}, head {t.head}, with {_query(t)} (position {t.query_index}) "
-            f"as the query. Layers, heads and positions count from 0, as everywhere in selfattn: layer {t.layer} "
-            f"is layer number {t.layer + 1} of {t.n_layers}."
+            f"as the query. Layers, heads and positions count from 0, as everywhere in selfattn: the model's "
+            f"{t.n_layers} layers are layers 0 to {t.n_layers - 1} and its {t.n_heads} heads are heads 0 to {t.n_heads - 1}."
         ),
     )
 
@@ -182,7 +182,7 @@ def _projections(doc: Document, t: ModelTrace, p: int, step: int) -> None:
             f"Each token's vector x is projected three ways by learned {t.d_model} × {t.d_model} matrices plus a "
             "bias: the query q (what the token is looking for), the key k (what it offers to be found by) and the "
             f"value v (what it hands over). The {t.d_model} output columns are {t.n_heads} groups of {d_h}, one "
-            f"group per head: head {h} uses columns {first} to {first + d_h - 1} (from 0). So in this head every q, "
+            f"group per head: head {h} uses columns {first} to {first + d_h - 1}. So in this head every q, "
             f"k and v has {d_h} numbers; v comes in at step {step + 2}."
         ),
         Lines([f"q of {_query(t)} = {fmt_vector(t.q[q].tolist(), p)}", f"|q| = {fmt(_norm(t.q[q]), p)}"]),
@@ -259,7 +259,7 @@ def _after_the_head(doc: Document, t: ModelTrace, p: int) -> None:
         "the model's final vectors; for a sentence embedding, the model averages them over the tokens "
         "(see selfattn similarity)"
         if last
-        else f"the input of layer {layer + 1}"
+        else f"the input of the next layer, layer {layer + 1}"
     )
     doc.add(
         Heading(f"After head {t.head}: the rest of layer {layer}"),

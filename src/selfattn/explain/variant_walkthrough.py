@@ -28,6 +28,7 @@ from selfattn.explain.document import (
     vector_cells,
 )
 from selfattn.explain.flash_walkthrough import flash_steps
+from selfattn.explain.variant_notes import entropy, scaling_section, untrained_note
 from selfattn.explain.walkthrough import embeddings_step, tokens_step
 from selfattn.variant_trace import MULTI_HEAD, VariantTrace
 
@@ -109,15 +110,51 @@ def _positional(doc: Document, t: VariantTrace, p: int, step: int) -> None:
             Heading(f"Step {step} · Rotary positions (RoPE): turn q and k"),
             Paragraph(
                 "RoPE leaves X alone. Instead it turns each pair of features of a query or key by an angle that "
-                "grows with the token's position: pair i turns by pos × 10000^(-2i/d_k). Turning both vectors makes "
-                "their dot product depend on how far apart the tokens are, not on where they are."
+                f"grows with the token's position: pair i turns by pos × 10000^(-2i/{t.d_k - t.d_k % 2 if t.d_k % 2 else 'd_k'}). Turning both vectors makes "
+                "their dot product depend on how far apart the tokens are, not on where they are. Pairs are "
+                "numbered like positions: pair i is features 2i and 2i+1."
+                + (
+                    f" The width here, {t.d_k}, is odd: the last feature has no partner, so it stays as it is, as in "
+                    "models that turn only part of each vector."
+                    if t.d_k % 2
+                    else ""
+                )
             ),
-            Table(["position"] + [f"pair {i + 1}" for i in range(t.rope_angles.shape[1])], [[str(i)] + [fmt(a, p) for a in t.rope_angles[i].tolist()] for i in range(len(t.tokens))], title="Angles in radians", highlight_row=q),
+            Table(["position"] + [f"pair {i}" for i in range(t.rope_angles.shape[1])], [[str(i)] + [fmt(a, p) for a in t.rope_angles[i].tolist()] for i in range(len(t.tokens))], title="Angles in radians", highlight_row=q),
             Lines(
                 [f"q of '{_label(t, q)}', head {h}: {fmt_vector(t.q_unrotated[h, q].tolist(), p)} → {fmt_vector(t.q[h, q].tolist(), p)}" for h in range(t.n_heads)]
                 + [f"k of '{_label(t, j)}' (position {j}), key head {g}: {fmt_vector(t.k_unrotated[g, j].tolist(), p)} → {fmt_vector(t.k[g, j].tolist(), p)}" for g in range(t.n_kv_heads) for j in range(len(t.tokens))]
             ),
         )
+        if t.distance_check is not None:
+            # Group the trace's records by distance, in the order they come; nothing is recomputed here.
+            groups: dict[int, list] = {}
+            for row in t.distance_check:
+                groups.setdefault(row.distance, []).append(row)
+            parts = []
+            for distance, rows in groups.items():
+                where = ", ".join(f"({r.i}, {r.j})" for r in rows)
+                shown = {fmt(r.score, p) for r in rows}
+                if len(rows) == 1:
+                    parts.append(f"distance {distance}, at {where}, gives {fmt(rows[0].score, p)}")
+                elif len(shown) == 1:
+                    parts.append(f"distance {distance} gives {shown.pop()} at each of {where}")  # the usual case
+                else:
+                    gap = max(r.score for r in rows) - min(r.score for r in rows)
+                    parts.append(f"distance {distance} gives the same score at {where} up to rounding (they differ by {gap:.1e})")
+            key = t.distance_check_key
+            doc.add(
+                Table(
+                    ["q at i", "k at j", "distance i - j", "score q'·k'"],
+                    [[str(r.i), str(r.j), str(r.distance), fmt(r.score, p)] for r in t.distance_check],
+                    title=f"The same q ('{_label(t, q)}', head 0) and k ('{_label(t, key)}', key head {t.kv_head_of[0]}) moved to other positions",
+                    numeric_from=0,
+                ),
+                Paragraph(
+                    f"Only the distance matters: {'; '.join(parts)}. The score q'·k' here is the plain dot product "
+                    f"of the turned vectors{', before the division by √d_k' if t.scaled else ''}."
+                ),
+            )
     else:
         slopes = ", ".join(fmt(s, 6) for s in t.alibi_slopes.tolist())
         doc.add(
@@ -141,7 +178,7 @@ def _projections(doc: Document, t: VariantTrace, p: int, step: int) -> None:
             "to be found by (key), and what it hands over (value). Three weight matrices give each part its own "
             f"view of the embedding. W_q is {d} × {t.n_heads * t.d_k} ({heads}); W_k and W_v are "
             f"{d} × {t.n_kv_heads * t.d_k}."
-            + (" Heads are numbered from 0, as in the code, the JSON and the --head option." if t.n_heads > 1 else "")
+            + (" Heads are numbered like the tokens, the first is head 0, as in the code, the JSON and the --head option." if t.n_heads > 1 else "")
         ),
         Note(
             f"These weights are untrained: drawn from N(0, 1/{d}) with seed {t.seed}. A trained model learns them, so "
@@ -153,8 +190,10 @@ def _projections(doc: Document, t: VariantTrace, p: int, step: int) -> None:
         sizes = ", ".join(f"{name} {w.shape[0]} × {w.shape[1]}" for name, w in weights)
         doc.add(Paragraph(f"The matrices ({sizes}) are too big to print here; --format json has every entry."))
         weights = ()
+    else:
+        doc.add(Paragraph("Each row of a matrix is named after the component of x it multiplies: x W = x1 · (row x1) + x2 · (row x2) + ..."))
     for name, w in weights:
-        doc.add(Table([name] + component_headers(w.shape[1], "c"), [[f"row {i + 1}"] + vector_cells(w[i].tolist(), p) for i in range(d)], title=f"{name} ({d} × {w.shape[1]})", numeric_from=1))
+        doc.add(Table([name] + component_headers(w.shape[1], "c"), [[row] + vector_cells(w[i].tolist(), p) for i, row in enumerate(component_headers(d, "x"))], title=f"{name} ({d} × {w.shape[1]})", numeric_from=1))
     for h, g in enumerate(t.kv_head_of):
         title = f"Head {h}" + (f" (key/value head {g})" if t.n_kv_heads != t.n_heads else "")
         # Before any rotation: RoPE is the next step.
@@ -176,18 +215,12 @@ def _mask(doc: Document, t: VariantTrace, p: int, step: int) -> None:
         Heading(f"Step {step} · Causal mask: no looking ahead"),
         Paragraph(
             "A model that writes text one token at a time cannot see the tokens it has not written yet. The mask "
-            "lets token i attend to tokens 1..i only: every later score is set to -inf before the softmax, and "
+            "lets the token at position i attend to positions 0..i only: every later score is set to -inf before the softmax, and "
             "exp(-inf) = 0, so those tokens get exactly zero weight. The rows still add up to 1."
         ),
         Table(["may attend"] + labels, [[labels[i]] + ["✓" if ok else "·" for ok in t.mask[i].tolist()] for i in range(len(labels))], highlight_row=t.query_index),
-        Table(["scores"] + labels, [[labels[i]] + [fmt(s, p) for s in t.masked_scores[0, i].tolist()] for i in range(len(labels))], title="Scores of head 1 (scaled by 1/√d_k, see the next step) after the mask", highlight_row=t.query_index),
+        Table(["scores"] + labels, [[labels[i]] + [fmt(s, p) for s in t.masked_scores[0, i].tolist()] for i in range(len(labels))], title=f"Scores{' of head 0' if t.n_heads > 1 else ''} (scaled by 1/√d_k, see the next step) after the mask", highlight_row=t.query_index),
     )
-
-
-def _entropy(weights: torch.Tensor) -> float:
-    """H = -sum w ln w in nats: 0 for one-hot, ln n for uniform."""
-    w = weights[weights > 0]
-    return float(-(w * w.log()).sum())
 
 
 def _head(doc: Document, t: VariantTrace, p: int, step: int, h: int) -> None:
@@ -197,13 +230,7 @@ def _head(doc: Document, t: VariantTrace, p: int, step: int, h: int) -> None:
     doc.add(Heading(f"Step {step} · Scores and softmax for '{qlabel}'{head}", level=1 if h == 0 else 2))
     if h == 0:
         what = "q · k_j" if t.projected else "x_q · x_j"
-        scaled = (
-            f"Then each score is divided by √d_k = √{t.d_k} = {fmt(math.sqrt(t.d_k), p)}. A dot product of d_k "
-            "terms grows with d_k, and large scores push softmax towards one token taking all the weight, where "
-            "its gradients vanish. Dividing by √d_k keeps the spread of the scores near 1 whatever the width."
-            if t.scaled
-            else "The seed does not scale the scores."
-        )
+        scaled = f"Then each score is divided by √d_k = √{t.d_k} = {fmt(math.sqrt(t.d_k), p)}." if t.scaled else "The seed does not scale the scores."
         doc.add(Paragraph(f"The score of token j is {what}. {scaled}"))
     g = t.kv_head_of[h]
     keys, query_vec = t.k[g], t.q[h, q]
@@ -229,31 +256,16 @@ def _head(doc: Document, t: VariantTrace, p: int, step: int, h: int) -> None:
     if t.scaled:
         lines.append(
             f"largest weight: {fmt(t.weights_unscaled[h, q].max(), p)} unscaled, {fmt(t.weights[h, q].max(), p)} scaled; "
-            f"entropy {_entropy(t.weights_unscaled[h, q]):.3f} vs {_entropy(t.weights[h, q]):.3f} nats "
+            f"entropy {entropy(t.weights_unscaled[h, q]):.3f} vs {entropy(t.weights[h, q]):.3f} nats "
             f"(uniform would be {math.log(int(t.mask[q].sum()) if t.mask is not None else n):.3f})"
         )
     lines.append(f"head output z = Σ α_j v_j = {fmt_vector(t.head_outputs[h, q].tolist(), p)}")
     doc.add(Lines(lines))
-    if t.scaled and h == 0:
-        doc.add(Paragraph(_scaling_effect(t, q)))
     order = sorted(range(n), key=lambda j: -float(t.weights[h, q, j]))
     top = ", ".join(f"'{_label(t, j)}' {100 * float(t.weights[h, q, j]):.{max(p - 2, 0)}f}%" for j in order[:3])
     doc.add(Paragraph(f"'{qlabel}' puts the most weight on {top}."))
-
-
-def _scaling_effect(t: VariantTrace, q: int) -> str:
-    """One sentence on what dividing by sqrt(d_k) did to this row, and how to see it grow."""
-    before, after = float(t.weights_unscaled[0, q].max()), float(t.weights[0, q].max())
-    text = (
-        f"Dividing by √{t.d_k} moved the largest weight from {before:.3f} to {after:.3f}: "
-        + ("the weights got flatter." if after < before else "the weights got more peaked." if after > before else "no change.")
-    )
-    if t.d_k < 16:
-        text += (
-            f" With d_k = {t.d_k} the effect is small; it grows with the width, because an unscaled dot product "
-            "of d_k terms has a spread of about √d_k (try --embed random --dim 64)."
-        )
-    return text
+    if t.scaled and h == 0:
+        doc.add(*scaling_section(t, p))
 
 
 def _output(doc: Document, t: VariantTrace, p: int, step: int) -> None:
@@ -263,12 +275,20 @@ def _output(doc: Document, t: VariantTrace, p: int, step: int) -> None:
     for h in range(t.n_heads):
         name = "A" if t.n_heads == 1 else f"A head {h}"
         doc.add(Table([name] + labels, [[labels[i]] + [fmt(w, p) for w in t.weights[h, i].tolist()] for i in range(n)], title=f"Weights ({n} × {n}); every row adds up to 1", highlight_row=q))
+    if t.projected:
+        doc.add(*untrained_note(t))
     if t.concat is not None:
+        count, d_v = t.n_heads, t.head_outputs.shape[-1]
+        heads = ", ".join(f"head_{h}" for h in range(count)) if count <= 3 else f"head_0, ..., head_{count - 1}"
+        laid = (
+            f"The {count} head outputs (each {d_v} wide) are laid side by side into one vector of {t.concat.shape[-1]}"
+            if count > 1
+            else f"The head's output ({d_v} wide) is the whole concatenation"
+        )
         doc.add(
             Paragraph(
-                f"The {t.n_heads} head outputs (each {t.head_outputs.shape[-1]} wide) are laid side by side into one "
-                f"vector of {t.concat.shape[-1]}, and W_o ({t.w_o.shape[0]} × {t.w_o.shape[1]}, untrained) mixes them "
-                "back to the model width: output = concat(head_1, ..., head_H) W_o."
+                f"{laid}, and W_o ({t.w_o.shape[0]} × {t.w_o.shape[1]}, untrained) mixes "
+                f"{'them' if count > 1 else 'it'} back to the model width: output = concat({heads}) W_o."
             ),
             Lines([f"concat for '{labels[q]}': {fmt_vector(t.concat[q].tolist(), p)}", f"output:            {fmt_vector(t.output[q].tolist(), p)}"]),
         )
