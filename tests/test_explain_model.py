@@ -197,3 +197,28 @@ def test_json_takes_a_text_too_long_for_text(run_cli, reference):
     ids, _, _, attentions, _ = reference(LONG)
     assert len(data["tokens"]) == 52 and data["input_ids"] == ids
     close(data["weights"], attentions[1][0, 2])
+
+
+@pytest.mark.parametrize("sentence, layer, head, query, index", [CASES[0], CASES[2], CASES[-1]])
+def test_json_has_the_query_vector_after_every_layer(run_cli, reference, sentence, layer, head, query, index):
+    data = explain(run_cli, sentence, *case_args(layer, head, query))
+    _, _, hidden, _, _ = reference(sentence)
+    vectors = data["query_hidden_states"]
+    assert len(vectors) == len(hidden) == data["n_layers"] + 1 == 7
+    assert all(len(v) == data["d_model"] == 384 for v in vectors)
+    for after, vector in enumerate(vectors):  # the embeddings, then each layer's output
+        close(vector, hidden[after][0, index])
+    close(vectors[0], data["embeddings"][index], EXACT)
+    close(vectors[layer], data["layer_input"][index], EXACT)
+
+
+def test_every_layers_weights_in_the_trace_are_explains(reference):
+    """A trace's all_weights holds, for every head, the numbers explain shows for that head."""
+    from selfattn.config import ExplainConfig, build_trace
+
+    _, _, _, attentions, _ = reference(SENTENCE)
+    traced = build_trace(ExplainConfig(SENTENCE, model=MODEL, layer=0, head=0))
+    for layer, head in [(0, 0), (3, 4), (5, 11)]:
+        own = build_trace(ExplainConfig(SENTENCE, model=MODEL, layer=layer, head=head))
+        assert torch.equal(traced.all_weights[layer, head], own.weights)
+        close(own.weights, attentions[layer][0, head])

@@ -33,6 +33,9 @@ COMMANDS = [
     ["view", "--model", "all-MiniLM-L6-v2", "-o", "{tmp}/m.html"],
     ["heads"],
     ["similarity", "a cat", "a dog"],
+    ["compare", "the cat sat", "a cat ran", "--query", "cat"],
+    ["compare", "the cat sat", "a cat ran", "--query", "cat", "--model", "all-MiniLM-L6-v2", "--format", "json"],
+    ["plot", "--kind", "rope-distance", "-o", "{tmp}/r.png"],
 ]
 
 SCRIPT = textwrap.dedent(

@@ -8,9 +8,11 @@ True = may attend.
 
 The seed, step by step    tokenize, seed_embeddings, embed, random_embeddings,
                           load_embedding_file, attention_scores, softmax (softmax_stable,
-                          softmax_naive, softmax_parts), context_vectors, self_attention
+                          softmax_naive, softmax_parts; plain_division, its naive rival),
+                          context_vectors, self_attention
 Every intermediate        trace_self_attention -> Trace; trace_variant -> VariantTrace;
-                          ExplainConfig + build_trace (what `selfattn explain` runs)
+                          ExplainConfig + build_trace (what `selfattn explain` runs);
+                          compare -> Comparison (one token in two sentences)
 Attention functions       scaled_dot_product_attention (torch's signature),
                           scaled_dot_product_attention_with_weights, attention_steps
 Long sequences            flash_attention (tiled, exact, O(N) memory, with backward),
@@ -23,14 +25,14 @@ Masks                     causal_mask, causal_top_left, causal_bottom_right,
                           sliding_window_mask, padding_mask, user_mask, combine_masks;
                           rules the kernel skips tiles with: selfattn.masks
 Positions                 sinusoidal_encoding, LearnedPositionalEmbedding, apply_rope,
-                          rope_angles, alibi_slopes, alibi_bias
+                          rope_angles, rope_distance_check, alibi_slopes, alibi_bias
 A pretrained model        load_pretrained("all-MiniLM-L6-v2") -> BertModel -> ModelOutput
 Across processes          ring_attention; sharding helpers in selfattn.distributed
 Errors                    SelfAttnError (a ValueError) and its subclasses ConfigError,
                           SentenceError, QueryError, EmbeddingError, OptionError,
                           ShapeError, ModelError, DistributedError
 
-The command line: ``selfattn explain | plot | view | heads | similarity`` (``--help`` on each).
+The command line: ``selfattn explain | plot | view | heads | similarity | compare`` (``--help`` on each).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ _EXPORTS = {
     "attention_scores_loop": "selfattn.pipeline.steps",
     "softmax": "selfattn.pipeline.steps",
     "softmax_naive": "selfattn.pipeline.steps",
+    "plain_division": "selfattn.pipeline.steps",
     "softmax_stable": "selfattn.pipeline.steps",
     "softmax_parts": "selfattn.pipeline.steps",
     "context_vectors": "selfattn.pipeline.steps",
@@ -62,6 +65,9 @@ _EXPORTS = {
     "Trace": "selfattn.trace",
     "QueryTrace": "selfattn.trace",
     "trace_self_attention": "selfattn.trace",
+    "compare": "selfattn.comparison",
+    "Comparison": "selfattn.comparison",
+    "HeadComparison": "selfattn.comparison",
     "scaled_dot_product_attention": "selfattn.attention.functional",
     "scaled_dot_product_attention_with_weights": "selfattn.attention.functional",
     "attention_steps": "selfattn.attention.functional",
@@ -88,6 +94,7 @@ _EXPORTS = {
     "LearnedPositionalEmbedding": "selfattn.positional",
     "apply_rope": "selfattn.positional",
     "rope_angles": "selfattn.positional",
+    "rope_distance_check": "selfattn.positional",
     "alibi_slopes": "selfattn.positional",
     "alibi_bias": "selfattn.positional",
     "VariantTrace": "selfattn.variant_trace",

@@ -23,6 +23,13 @@ QUERY_HELP = (
     "as a word. Default: the token at position 1, as the seed picks 'cat'"
 )
 
+COMPARE_QUERY_HELP = (
+    "the query token, looked up in each sentence on its own (required). Case-sensitive for the toy variants; "
+    "with --model one of the model's WordPiece tokens, in any case ([CLS] is 0); a word the model cuts into "
+    "pieces is refused with the pieces named. A repeated token picks its first occurrence; a 0-based "
+    "position picks that position in both sentences"
+)
+
 
 EXPLAIN_EXAMPLES = """examples:
   selfattn explain                              the seed's example, query 'cat'
@@ -44,6 +51,14 @@ HEADS_EXAMPLES = """examples:
   selfattn heads                                         the seed's sentence
   selfattn heads "The cat sat on the warm mat because it was tired"
   selfattn heads "my sentence" --format json > heads.json
+"""
+
+COMPARE_EXAMPLES = """examples:
+  selfattn compare "I sat by the river bank" "I paid at the bank" --query bank
+  selfattn compare "I sat by the river bank" "I paid at the bank" --query bank \\
+      --model all-MiniLM-L6-v2         a real model: every layer and head, and the vectors' cosines
+  selfattn compare "the cat saw the dog" "a dog saw the cat" --query cat --variant multihead --dim 8
+  selfattn compare "the cat sat" "the cat ran" --query 1 --format json > compare.json
 """
 
 SIMILARITY_EXAMPLES = """examples:
@@ -190,6 +205,26 @@ def build_parser() -> argparse.ArgumentParser:
     similarity.add_argument("--precision", type=int, default=3, metavar="DIGITS", help="decimals shown, 0 to 10 (default 3)")
     similarity.add_argument("--format", choices=["text", "json", "markdown"], default="text", help="output format")
     similarity.set_defaults(run=run_similarity)
+
+    compare = commands.add_parser(
+        "compare",
+        help="one token in two sentences, side by side",
+        description=(
+            "Compare one query token in two sentences: for every layer and head, the three tokens it attends "
+            "to most in each sentence and how spread its weights are (entropy, in bits). With --model, also "
+            "the cosine of the query's two vectors after each layer and the two sentences' similarity. "
+            "Without --model it runs a toy variant, with the same options as explain."
+        ),
+    )
+    compare.epilog = COMPARE_EXAMPLES
+    compare.add_argument("sentence_a", metavar="SENTENCE_A", help="the first sentence, quoted")
+    compare.add_argument("sentence_b", metavar="SENTENCE_B", help="the second sentence, quoted")
+    add_input_options(compare, sentence=False, query=False)
+    compare.add_argument("--query", required=True, metavar="TOKEN", help=COMPARE_QUERY_HELP)
+    compare.add_argument("--precision", type=int, default=2, metavar="DIGITS",
+                         help="decimals of the weights and entropies, 0 to 10 (default 2); cosines get one more")
+    compare.add_argument("--format", choices=["text", "json", "markdown"], default="text", help="output format")
+    compare.set_defaults(run=run_compare)
     return parser
 
 
@@ -201,11 +236,15 @@ def add_model_option(command: argparse.ArgumentParser, default: str | None = MOD
     )
 
 
-def add_input_options(command: argparse.ArgumentParser) -> None:
-    """The sentence, its embeddings, the attention variant and the query: shared by every command."""
-    command.add_argument(
-        "sentence", nargs="*", help="the sentence, quoted or as separate words (default: the seed's example)"
-    )
+def add_input_options(command: argparse.ArgumentParser, sentence: bool = True, query: bool = True) -> None:
+    """The sentence, its embeddings, the attention variant and the query: shared by every command.
+
+    compare takes two sentences and its own --query, so it asks for neither here.
+    """
+    if sentence:
+        command.add_argument(
+            "sentence", nargs="*", help="the sentence, quoted or as separate words (default: the seed's example)"
+        )
     source = command.add_argument_group("embeddings (default: the seed's table if it knows every token, else random)")
     source.add_argument(
         "--embeddings",
@@ -229,7 +268,7 @@ def add_input_options(command: argparse.ArgumentParser) -> None:
         "--variant",
         default="simple",
         metavar="VARIANT",
-        help="simple | scaled (divide by sqrt(d)) | qkv (learned projections) | causal (+ mask) | "
+        help="simple | scaled (divide by sqrt(d)) | qkv (Q/K/V projections, untrained) | causal (+ mask) | "
         "multihead (+ heads, output projection) | gqa (query heads share key/value heads) | "
         "flash (the seed's attention, keys folded in block by block with the online softmax)",
     )
@@ -245,7 +284,8 @@ def add_input_options(command: argparse.ArgumentParser) -> None:
     )
     pretrained = command.add_argument_group("pretrained model (instead of the embeddings and variant above)")
     add_model_option(pretrained, default=None)
-    command.add_argument("--query", metavar="TOKEN", help=QUERY_HELP)
+    if query:
+        command.add_argument("--query", metavar="TOKEN", help=QUERY_HELP)
 
 
 def add_view_options(command: argparse.ArgumentParser, default: int | None = 0, needs: str = "") -> None:
@@ -350,6 +390,18 @@ def run_similarity(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_compare(args: argparse.Namespace) -> int:
+    from selfattn.comparison import OPTIONS, compare
+    from selfattn.explain.compare_render import render_comparison
+    from selfattn.explain.model_commands import check_output
+
+    check_output(args.format, args.precision)  # before any work
+    options = {name: getattr(args, name) for name in OPTIONS}  # explain's input flags, one field each
+    comparison = compare(args.sentence_a, args.sentence_b, args.query, model=args.model, **options)
+    render_comparison(comparison, args.format, args.precision, sys.stdout)
+    return 0
+
+
 def check_text_arguments(args: argparse.Namespace) -> None:
     """Sentences and queries must be text: bytes that are not UTF-8 are refused before any work."""
     from selfattn.errors import QueryError
@@ -359,6 +411,9 @@ def check_text_arguments(args: argparse.Namespace) -> None:
         check_text(" ".join(args.sentence))
     for index, sentence in enumerate(getattr(args, "sentences", None) or []):
         check_text(sentence, f"sentence {index + 1}")
+    for label in ("a", "b"):
+        if getattr(args, f"sentence_{label}", None) is not None:
+            check_text(getattr(args, f"sentence_{label}"), f"sentence {label.upper()}")
     if getattr(args, "query", None) is not None:
         check_text(args.query, "the query", QueryError)
 

@@ -3,6 +3,8 @@
 Matrices are for the chosen layer and head only: embeddings and layer_input (n, d_model),
 q, k, v and context (n, head_dim), the score and weight matrices (n, n) with every token
 as the query; row_max and exp_sum are (n,). ``top`` lists where the query looks most.
+``query_hidden_states`` (n_layers + 1, d_model) is the query's vector after the
+embeddings and after each layer, from the same run.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ def model_to_dict(t: ModelTrace) -> dict[str, Any]:
             "exp_sum": t.exp_sum,  # (n,)
             "weights": t.weights,  # (n, n)
             "context": t.context,  # (n, head_dim)
+            "query_hidden_states": t.query_hidden_states,  # (n_layers + 1, d_model): embeddings, then each layer
             "top": [{"index": j, "token": t.tokens[j], "weight": float(t.weights[q, j])} for j in order[:TOP_TOKENS]],
         }
     )

@@ -57,11 +57,17 @@ class ModelTrace:
     context: torch.Tensor  # (n, d_h): weights @ V, this head's output
     layer_output: torch.Tensor  # (n, d): hidden state leaving layer ``layer``
     hidden_states: tuple[torch.Tensor, ...]  # n_layers + 1 of (n, d)
-    all_weights: torch.Tensor  # (n_layers, n_heads, n, n): every head of every layer
+    all_weights: torch.Tensor  # (n_layers, n_heads, n, n): every head of every layer, each layer's steps
 
     @property
     def query_token(self) -> str:
+        """The query token, ``tokens[query_index]``."""
         return self.tokens[self.query_index]
+
+    @property
+    def query_hidden_states(self) -> torch.Tensor:
+        """The query's vector after the embeddings and after each layer.   -> (n_layers + 1, d)"""
+        return torch.stack([h[self.query_index] for h in self.hidden_states])  # n_layers + 1 of (d,) -> (L + 1, d)
 
     def _repr_html_(self) -> str:
         """Jupyter shows a model trace as the interactive explorer."""
@@ -92,6 +98,41 @@ def find_model_query(tokens: list[str], query: str | int | None) -> int:
                 f"{quote_tokens(tokens, 12, count=True)} (any case) or a 0-based position ([CLS] is 0)"
             ) from None
         raise
+
+
+def model_query_piece(query: str, sentences: list[list[str]], split) -> str:
+    """A query word as the model's tokenizer writes it, when it is no token of some sentence.
+
+    'Café' becomes 'cafe'; a word the tokenizer cuts into several pieces is refused with
+    the pieces named, since no single token of a sentence is that word. ``split`` turns a
+    text into its WordPiece tokens without [CLS] and [SEP]; a query found in every
+    sentence, or already a "##" piece, is returned as it is.
+
+    Args:
+        query: the query as given, a word (not a position).
+        sentences: the WordPiece tokens of each sentence.
+        split: text -> its WordPiece tokens, without [CLS] and [SEP].
+
+    Returns:
+        The query, or the one piece the tokenizer makes of it.
+
+    Raises:
+        QueryError: the tokenizer cuts the query into several pieces (named in the message).
+    """
+    try:
+        for tokens in sentences:
+            find_model_query(tokens, query)
+        return query
+    except QueryError:
+        if query.startswith("##"):
+            return query
+    pieces = split(query)
+    if len(pieces) > 1:
+        raise QueryError(
+            f"the model cuts the query {query!r} into {len(pieces)} WordPiece tokens "
+            f"({', '.join(repr(p) for p in pieces)}): give one of them, e.g. {pieces[0]!r}, or a 0-based position"
+        )
+    return pieces[0] if pieces else query
 
 
 def check_layer_head(layer: int, head: int, n_layers: int, n_heads: int) -> None:
@@ -136,8 +177,14 @@ def trace_model(
         steps = block.attention.steps(layer_input)  # one text: no padding, no mask
         a = steps.attention
         weights = a.weights[0, head]  # (n, n)
-        # The model's own forward pass must have used exactly these weights.
-        torch.testing.assert_close(weights, out.attentions[layer][0, head], rtol=0, atol=1e-5)
+        # Every layer's weights from its own steps, like this head's: the forward pass takes a
+        # fused path that rounds differently (~1e-7), and explain and compare must agree exactly.
+        all_weights = torch.stack([
+            (steps if l == layer else model.encoder.layers[l].attention.steps(out.hidden_states[l])).attention.weights[0]
+            for l in range(config.num_hidden_layers)
+        ])  # (layers, heads, n, n)
+        # The model's own forward pass must have used these weights.
+        torch.testing.assert_close(all_weights, torch.stack([w[0] for w in out.attentions]), rtol=0, atol=1e-5)
         q, k, v = steps.q[0, head], steps.k[0, head], steps.v[0, head]  # (n, d_h) each
         return ModelTrace(
             model_name=model.name,
@@ -169,5 +216,5 @@ def trace_model(
             context=a.output[0, head],
             layer_output=out.hidden_states[layer + 1][0],
             hidden_states=tuple(h[0] for h in out.hidden_states),
-            all_weights=torch.stack([w[0] for w in out.attentions]),  # (layers, heads, n, n)
+            all_weights=all_weights,
         )

@@ -14,7 +14,7 @@ from __future__ import annotations
 from selfattn.errors import OptionError
 from selfattn.positional.alibi import alibi_bias, alibi_slopes
 from selfattn.positional.learned import LearnedPositionalEmbedding
-from selfattn.positional.rope import apply_rope, rope_angles
+from selfattn.positional.rope import apply_rope, rope_angles, rope_distance_check
 from selfattn.positional.sinusoidal import sinusoidal_encoding
 
 POSITIONAL_NAMES = ("none", "sinusoidal", "learned", "rope", "alibi")
@@ -53,5 +53,6 @@ __all__ = [
     "apply_rope",
     "check_positional",
     "rope_angles",
+    "rope_distance_check",
     "sinusoidal_encoding",
 ]

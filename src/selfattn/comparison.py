@@ -1,0 +1,359 @@
+"""One query token in two sentences: where each head looks, and how far its vector moves.
+
+Each sentence is traced on its own with ``build_trace`` (the same run `selfattn explain`
+makes), and this module only reads the traces:
+
+    top_X(l, h)   the three keys j with the largest a_lh[q_X, j] in sentence X
+    H_X(l, h)     -sum_j a_lh[q_X, j] log2 a_lh[q_X, j], the query row's entropy in bits
+    cos_l         h_l(A)[q_A] . h_l(B)[q_B] / (|h_l(A)[q_A]| |h_l(B)[q_B]|)   models only,
+                  l = embeddings, layer 0, ..., layer L - 1
+    similarity    e_A . e_B, the sentence embeddings of `selfattn similarity`  models only
+
+The toy variants have one layer (layer 0); a model has its own layers and heads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+
+from selfattn.config import ExplainConfig, build_trace
+from selfattn.errors import EmbeddingError, OptionError, QueryError, SentenceError
+from selfattn.models.head_roles import row_entropy
+from selfattn.pipeline.embeddings import SEED_TABLE
+from selfattn.pipeline.tokenize import (
+    check_text,
+    find_query,
+    missing_tokens,
+    quote_tokens,
+)
+from selfattn.trace import Trace
+from selfattn.variant_trace import PROJECTED, VariantTrace
+
+TOP_TOKENS = 3  # as many as explain's "top"
+LABELS = ("A", "B")
+# The ExplainConfig fields compare passes on; the rest (sentence, query, model, format,
+# precision, layer, head) are its own or do not apply to a comparison.
+OPTIONS = ("embeddings", "embed", "dim", "seed", "variant", "heads", "kv_heads", "d_k", "positional", "block_size")
+
+
+@dataclass(frozen=True)
+class AttendedToken:
+    """A key the query attends to in one head, and its weight.
+
+    Attributes:
+        token: the key token.
+        index: its 0-based position in its sentence's tokens ([CLS] is 0 for a model).
+        weight: a[q, index], the query's attention weight on it.
+    """
+
+    token: str
+    index: int
+    weight: float
+
+
+@dataclass(frozen=True)
+class HeadComparison:
+    """One head of one layer, read for the query in both sentences.
+
+    Attributes:
+        layer: the layer, from 0 (always 0 for the toy variants).
+        head: the head, from 0.
+        top_a: the (up to) three keys with the largest weight in sentence A, largest
+            first; ties keep sentence order. Keys a mask hides are left out.
+        top_b: the same in sentence B.
+        entropy_a: the entropy of the query's row in sentence A, in bits (0: all the
+            weight on one key; log2 n: spread evenly over n keys).
+        entropy_b: the same in sentence B.
+    """
+
+    layer: int
+    head: int
+    top_a: tuple[AttendedToken, ...]
+    top_b: tuple[AttendedToken, ...]
+    entropy_a: float
+    entropy_b: float
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A query token in two sentences, every head and (for a model) every layer.
+
+    What ``compare`` returns; renderers read it. L layers, H heads, n_a and n_b tokens.
+
+    Attributes:
+        sentences: the two sentences, A then B.
+        tokens_a: the tokens of A: words for the toy variants, WordPiece tokens with
+            [CLS] and [SEP] for a model.
+        tokens_b: the tokens of B.
+        index_a: the query's 0-based position in ``tokens_a``.
+        index_b: the query's 0-based position in ``tokens_b``.
+        model: the model's name, or None for the toy variants.
+        variant: the attention variant, or "model".
+        positional: the positional encoding of the toy variants ("none", "sinusoidal",
+            "learned", "rope" or "alibi"); "learned" for a model, whose position
+            embeddings are trained.
+        source: where the vectors came from, in words.
+        n_layers: L (1 for the toy variants).
+        n_heads: H.
+        weights_a: (L, H, n_a), the query's row of weights in every head on sentence A.
+        weights_b: (L, H, n_b), the same on sentence B.
+        heads: one ``HeadComparison`` per layer and head, layer by layer.
+        vectors_a: (L + 1, d), the query's vector in A after the embeddings and after
+            each layer; None for the toy variants.
+        vectors_b: (L + 1, d), the same in B; None for the toy variants.
+        token_cosine: L + 1 cosines of ``vectors_a`` and ``vectors_b``, row by row
+            (embeddings first); None for the toy variants.
+        similarity: the cosine of the two sentence embeddings (mean-pooled, length 1),
+            as ``selfattn similarity`` prints it; None for the toy variants.
+        notes: remarks on how to read this comparison (empty when there are none).
+    """
+
+    sentences: tuple[str, str]
+    tokens_a: list[str]
+    tokens_b: list[str]
+    index_a: int
+    index_b: int
+    model: str | None
+    variant: str
+    positional: str
+    source: str
+    n_layers: int
+    n_heads: int
+    weights_a: torch.Tensor  # (L, H, n_a)
+    weights_b: torch.Tensor  # (L, H, n_b)
+    heads: tuple[HeadComparison, ...]
+    vectors_a: torch.Tensor | None = None  # (L + 1, d)
+    vectors_b: torch.Tensor | None = None  # (L + 1, d)
+    token_cosine: tuple[float, ...] | None = None  # (L + 1,)
+    similarity: float | None = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def token_a(self) -> str:
+        """The query token as sentence A spells it, ``tokens_a[index_a]``."""
+        return self.tokens_a[self.index_a]
+
+    @property
+    def token_b(self) -> str:
+        """The query token as sentence B spells it, ``tokens_b[index_b]``."""
+        return self.tokens_b[self.index_b]
+
+
+def compare(sentence_a: str, sentence_b: str, query: str | int, model: str | None = None, **options) -> Comparison:
+    """Where a query token looks in two sentences, head by head, and (for a model) how its vector differs.
+
+    Each sentence runs on its own, as ``selfattn explain`` runs it, so every number
+    equals that of ``explain --format json`` on the same sentence. For the toy variants
+    the two sentences share one embedding table (the seed's when it knows every token of
+    both, else random) and one set of untrained weights (``seed``).
+
+    Args:
+        sentence_a: the first sentence.
+        sentence_b: the second sentence.
+        query: the query, found in each sentence on its own: a token (case-sensitive for
+            the toy variants; for a model one of its WordPiece tokens in any case, since
+            it lower-cases) picks its first occurrence, and a 0-based position (an int, or
+            a string of digits that is not a token of that sentence) picks that position
+            in both. For a model [CLS] is 0, and a word the model cuts into several
+            pieces is refused with the pieces named: give one of them.
+        model: a pretrained model ("all-MiniLM-L6-v2"); None: the toy variants.
+        **options: the toy variants' inputs, as ``ExplainConfig`` fields: embeddings,
+            embed, dim, seed, variant, heads, kv_heads, d_k, positional, block_size.
+            With a model they must keep their defaults.
+
+    Returns:
+        The ``Comparison``: the query's top three keys and row entropy in every head of
+            both sentences; for a model also the query's cosine after each layer and the
+            sentence similarity.
+
+    Raises:
+        OptionError: an unknown option, or options that do not combine (see ``ExplainConfig``).
+        SentenceError: a sentence is empty or too long; the message names which.
+        QueryError: the query is not in a sentence (the message names which), is out of
+            range, or is a word the model splits into pieces.
+        EmbeddingError: the embeddings cannot be built for a sentence's tokens.
+        ModelError: the model is not installed.
+
+    Examples:
+        >>> import selfattn as sa
+        >>> c = sa.compare("The cat sat on the mat", "the warm cat sat", "cat")  # the seed's vectors
+        >>> c.index_a, c.index_b, c.n_layers, c.n_heads
+        (1, 2, 1, 1)
+        >>> [(t.token, round(t.weight, 3)) for t in c.heads[0].top_a]
+        [('cat', 0.225), ('mat', 0.219), ('sat', 0.207)]
+        >>> [(t.token, round(t.weight, 3)) for t in c.heads[0].top_b]
+        [('cat', 0.314), ('sat', 0.289), ('warm', 0.239)]
+    """
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise OptionError(f"compare does not take {', '.join(unknown)}: its options are {', '.join(OPTIONS)}")
+    if query is None:
+        raise QueryError("give the query to compare: a token of both sentences or a 0-based position")
+    if isinstance(query, str):
+        check_text(query, "the query", QueryError)
+    sentences = (sentence_a, sentence_b)
+    for label, sentence in zip(LABELS, sentences):
+        if not isinstance(sentence, str) or not sentence.strip():
+            raise SentenceError(f"sentence {label} is empty: give at least one word")
+    configs = [ExplainConfig(sentence=s, model=model, format="json", **options) for s in sentences]
+    if model is None:
+        configs = _shared_embeddings(configs)
+        tokens = [config.tokens for config in configs]
+        indices = [_locate(t, query, label, find_query, query) for t, label in zip(tokens, LABELS)]
+    else:
+        from selfattn.models.loading import shared_model
+        from selfattn.models.model_trace import find_model_query, model_query_piece
+
+        loaded = shared_model(model)
+        tokens = []
+        for label, sentence in zip(LABELS, sentences):
+            with _about(label):
+                tokens.append(loaded.tokenize(sentence).tokens[0])
+        piece = query
+        if isinstance(query, str) and not _reads_as_position(query):
+            piece = model_query_piece(query, tokens, lambda text: loaded.tokenize(text).tokens[0][1:-1])
+        indices = [_locate(t, piece, label, find_model_query, query) for t, label in zip(tokens, LABELS)]
+    traces = []
+    for config, index, label in zip(configs, indices, LABELS):
+        with _about(label):
+            traces.append(build_trace(dataclasses.replace(config, query=index)))
+    return _compare_traces(sentences, traces, indices, model)
+
+
+def _compare_traces(sentences, traces, indices, model) -> Comparison:
+    rows = [_query_rows(trace, q) for trace, q in zip(traces, indices)]  # (L, H, n) each
+    allowed = [_allowed_keys(trace, q) for trace, q in zip(traces, indices)]  # (n,) bool each
+    n_layers, n_heads = rows[0].shape[:2]
+    heads = tuple(
+        HeadComparison(
+            layer=layer,
+            head=head,
+            top_a=_top(rows[0][layer, head], traces[0].tokens, allowed[0]),
+            top_b=_top(rows[1][layer, head], traces[1].tokens, allowed[1]),
+            entropy_a=_entropy(rows[0][layer, head]),
+            entropy_b=_entropy(rows[1][layer, head]),
+        )
+        for layer in range(n_layers)
+        for head in range(n_heads)
+    )
+    common = {
+        "sentences": tuple(sentences), "tokens_a": list(traces[0].tokens), "tokens_b": list(traces[1].tokens),
+        "index_a": indices[0], "index_b": indices[1], "n_layers": n_layers, "n_heads": n_heads,
+        "weights_a": rows[0], "weights_b": rows[1], "heads": heads,
+    }
+    if model is None:
+        t = traces[0]
+        return Comparison(model=None, variant=getattr(t, "variant", "simple"), positional=getattr(t, "positional", "none"),
+                          source=t.source.description, notes=_toy_notes(traces), **common)
+    vectors = [trace.query_hidden_states for trace in traces]  # (L + 1, d) each
+    return Comparison(
+        model=traces[0].model_name,
+        variant="model",
+        positional="learned",
+        source=f"{traces[0].model_name}'s own tokens, embeddings and attention",
+        vectors_a=vectors[0],
+        vectors_b=vectors[1],
+        token_cosine=tuple(_cosines(vectors[0], vectors[1]).tolist()),
+        similarity=_sentence_similarity(model, sentences),
+        **common,
+    )
+
+
+def _query_rows(trace, q: int) -> torch.Tensor:
+    """The query's row of weights in every layer and head.   -> (L, H, n)"""
+    if isinstance(trace, Trace):
+        return trace.query.weights[None, None]  # the query's own walk, as explain shows it: (n,) -> (1, 1, n)
+    if isinstance(trace, VariantTrace):
+        return trace.weights[:, q][None]  # (H, n, n) -> (H, n) -> (1, H, n)
+    return trace.all_weights[:, :, q]  # (L, H, n, n) -> (L, H, n)
+
+
+def _allowed_keys(trace, q: int) -> torch.Tensor:
+    """Which keys the query may see: a causal mask hides the later ones.   -> (n,) bool"""
+    mask = getattr(trace, "mask", None)  # (n, n) bool, True = may attend; None: every key
+    return torch.ones(len(trace.tokens), dtype=torch.bool) if mask is None else mask[q]
+
+
+def _top(row: torch.Tensor, tokens: list[str], allowed: torch.Tensor) -> tuple[AttendedToken, ...]:
+    """The TOP_TOKENS largest weights of one row, largest first, ties in sentence order.   row: (n,)"""
+    keys = [j for j in range(len(tokens)) if bool(allowed[j])]
+    order = sorted(keys, key=lambda j: -float(row[j]))  # sorted is stable: equal weights keep their order
+    return tuple(AttendedToken(tokens[j], j, float(row[j])) for j in order[:TOP_TOKENS])
+
+
+def _entropy(row: torch.Tensor) -> float:
+    """H = -sum_j a_j log2 a_j in float64, as `selfattn heads` measures it.   (n,) -> float"""
+    return max(float(row_entropy(row.to(torch.float64))), 0.0)  # a one-hot row gives -0.0
+
+
+def _cosines(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """cos_l = a_l . b_l / (|a_l| |b_l|), row by row, in float64.   (L + 1, d), (L + 1, d) -> (L + 1,)"""
+    a, b = a.to(torch.float64), b.to(torch.float64)
+    return (a * b).sum(dim=-1) / (a.norm(dim=-1) * b.norm(dim=-1)).clamp(min=1e-300)
+
+
+def _sentence_similarity(model: str, sentences) -> float:
+    """e_A . e_B for the embeddings ``BertModel.encode`` makes of both at once, as `selfattn similarity` does."""
+    from selfattn.models.loading import shared_model
+
+    with torch.no_grad():
+        embeddings = shared_model(model).encode(list(sentences)).to(torch.float64)  # (2, d), each of length 1
+    return float(embeddings[0] @ embeddings[1])
+
+
+def _shared_embeddings(configs: list[ExplainConfig]) -> list[ExplainConfig]:
+    """One table for both sentences: "auto" would pick the seed's for one and random vectors for the other."""
+    first = configs[0]
+    if first.embed != "auto" or first.embeddings is not None or first.dim is not None:
+        return configs
+    every_token = first.tokens + configs[1].tokens
+    method = "random" if missing_tokens(every_token, SEED_TABLE) else "seed"
+    return [dataclasses.replace(config, embed=method) for config in configs]
+
+
+def _toy_notes(traces) -> tuple[str, ...]:
+    notes = []
+    t = traces[0]
+    lengths = {len(trace.tokens) for trace in traces}
+    if getattr(t, "positional", "none") == "learned" and getattr(t, "variant", "") in PROJECTED and len(lengths) > 1:
+        notes.append(
+            "with --positional learned the untrained W_q, W_k and W_v are drawn after the position table, "
+            "whose size is the sentence's length, so these two sentences get different projection weights"
+        )
+    return tuple(notes)
+
+
+def _locate(tokens: list[str], query: str | int, label: str, find, shown: str | int) -> int:
+    """The query's position in one sentence; a query that is not there names the sentence (and ``shown``, as given)."""
+    try:
+        return find(tokens, query)
+    except QueryError as error:
+        if isinstance(query, str) and not _reads_as_position(query):
+            case = "in any case" if "[CLS]" in tokens else "case-sensitive"
+            raise QueryError(
+                f"the query {shown!r} is not in sentence {label}: its tokens are "
+                f"{quote_tokens(tokens, 12, count=True)} ({case}); give one of them or a 0-based position"
+            ) from None
+        raise QueryError(f"sentence {label}: {error}") from None
+
+
+def _reads_as_position(query: str) -> bool:
+    """Whether find_query would read this string as a 0-based position (when it is not a token)."""
+    try:
+        int(query.strip())
+    except ValueError:
+        return False
+    return True
+
+
+@contextmanager
+def _about(label: str):
+    """Prefixes an error about one sentence with which it is: "sentence B: ..."."""
+    try:
+        yield
+    except (SentenceError, EmbeddingError) as error:
+        raise type(error)(f"sentence {label}: {error}") from None
