@@ -318,3 +318,17 @@ def test_bad_input_raises_a_typed_error(call, error):
     with pytest.raises(error) as caught:
         call()
     assert isinstance(caught.value, ValueError) and str(caught.value)
+
+
+def test_untrained_learned_positions_do_not_depend_on_the_sentence_length():
+    """Position p gets one row, and the projections one set of weights, whatever the sentence's length."""
+    from selfattn.variant_trace import trace_variant
+
+    tokens = ["a", "b", "c", "d", "e"]
+    x = torch.randn(5, 4, generator=torch.Generator().manual_seed(1))
+    long = trace_variant(tokens, x, "qkv", positional="learned")
+    short = trace_variant(tokens[:3], x[:3], "qkv", positional="learned")
+    assert torch.equal(long.w_q, short.w_q) and torch.equal(long.w_k, short.w_k)
+    assert torch.equal(long.encoding[:3], short.encoding)
+    plain = trace_variant(tokens, x, "qkv")
+    assert torch.equal(plain.w_q, long.w_q)  # the table draws from its own stream

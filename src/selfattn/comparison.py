@@ -31,7 +31,7 @@ from selfattn.pipeline.tokenize import (
     quote_tokens,
 )
 from selfattn.trace import Trace
-from selfattn.variant_trace import PROJECTED, VariantTrace
+from selfattn.variant_trace import VariantTrace
 
 TOP_TOKENS = 3  # as many as explain's "top"
 LABELS = ("A", "B")
@@ -248,7 +248,7 @@ def _compare_traces(sentences, traces, indices, model) -> Comparison:
     if model is None:
         t = traces[0]
         return Comparison(model=None, variant=getattr(t, "variant", "simple"), positional=getattr(t, "positional", "none"),
-                          source=t.source.description, notes=_toy_notes(traces), **common)
+                          source=t.source.description, **common)
     vectors = [trace.query_hidden_states for trace in traces]  # (L + 1, d) each
     return Comparison(
         model=traces[0].model_name,
@@ -313,18 +313,6 @@ def _shared_embeddings(configs: list[ExplainConfig]) -> list[ExplainConfig]:
     every_token = first.tokens + configs[1].tokens
     method = "random" if missing_tokens(every_token, SEED_TABLE) else "seed"
     return [dataclasses.replace(config, embed=method) for config in configs]
-
-
-def _toy_notes(traces) -> tuple[str, ...]:
-    notes = []
-    t = traces[0]
-    lengths = {len(trace.tokens) for trace in traces}
-    if getattr(t, "positional", "none") == "learned" and getattr(t, "variant", "") in PROJECTED and len(lengths) > 1:
-        notes.append(
-            "with --positional learned the untrained W_q, W_k and W_v are drawn after the position table, "
-            "whose size is the sentence's length, so these two sentences get different projection weights"
-        )
-    return tuple(notes)
 
 
 def _locate(tokens: list[str], query: str | int, label: str, find, shown: str | int) -> int:

@@ -194,6 +194,10 @@ def distance_check_key(query_index: int, n: int) -> int:
     return 0 if query_index != 0 else min(1, n - 1)
 
 
+LEARNED_TABLE_SEED_OFFSET = 1_000_003  # the untrained position table's seed is --seed plus this
+LEARNED_TABLE_ROWS = 512  # the untrained table is drawn this long and cut to the sentence
+
+
 def default_heads(variant: str, heads: int | None = None, kv_heads: int | None = None) -> tuple[int, int]:
     """(query heads, key/value heads): 2 heads for multihead; 4 sharing 2 for gqa (half, or 1 if odd)."""
     heads = heads or DEFAULT_HEADS.get(variant, 1)
@@ -274,13 +278,17 @@ def trace_variant(
     n, d = x.shape
     q_index = find_query(tokens, query)
     heads, kv_heads = default_heads(variant, heads, kv_heads)
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator().manual_seed(seed)  # the projections: the same for every sentence length
 
     encoding = None
     if positional == "sinusoidal":
         encoding = sinusoidal_encoding(n, d, dtype=x.dtype)
     elif positional == "learned":
-        encoding = LearnedPositionalEmbedding(n, d, generator=generator)(n).detach().to(x.dtype)
+        # A stream of its own, so the table cannot shift the projections' draws, and always the same
+        # size, so position p gets the same row in a sentence of any length (up to 512 tokens).
+        table_generator = torch.Generator().manual_seed(seed + LEARNED_TABLE_SEED_OFFSET)
+        table = LearnedPositionalEmbedding(max(n, LEARNED_TABLE_ROWS), d, generator=table_generator)
+        encoding = table(n).detach().to(x.dtype)
     inputs = x if encoding is None else x + encoding  # (n, d)
     check_dot_products(attention_scores(inputs, inputs), x)  # (n, n)
     causal = causal_mask(n, n) if variant == "causal" else None

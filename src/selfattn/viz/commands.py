@@ -44,7 +44,7 @@ def attention_weights(trace: Trace | VariantTrace | ModelTrace) -> torch.Tensor:
         return trace.weights[None, None]  # (1, 1, n, n)
     if isinstance(trace, VariantTrace):
         return trace.weights[None]  # (1, H, n, n)
-    return trace.all_weights  # a pretrained model: (layers, heads, n, n) from its forward pass
+    return trace.all_weights  # a pretrained model: (layers, heads, n, n) from each layer's steps
 
 
 def query_index(trace: Trace | VariantTrace | ModelTrace) -> int:
