@@ -51,8 +51,8 @@ def variant_walkthrough(t: VariantTrace, precision: int = 4) -> Document:
     doc = Document()
     p = precision
     doc.add(Paragraph(f"Variant '{t.variant}': {INTRO[t.variant]}."))
-    tokens_step(doc, t.tokens, t.query_index)
-    embeddings_step(doc, t.tokens, t.embeddings, t.source, t.query_index, p)
+    tokens_step(doc, t.tokens, t.query_index, math_notation=False)
+    embeddings_step(doc, t.tokens, t.embeddings, t.source, t.query_index, p, math_notation=False)
     step = 3
     # Added tables change X, so they come first; RoPE and ALiBi act on q, k and the scores.
     acts_on_x = t.encoding is not None

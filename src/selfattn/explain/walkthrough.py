@@ -46,15 +46,29 @@ def _math(i: int) -> str:
     return f"x^({i + 1})"
 
 
-def tokens_step(doc: Document, tokens: list[str], q: int) -> None:
-    """Step 1: the tokens with both numbering schemes, the query marked."""
+def tokens_step(doc: Document, tokens: list[str], q: int, math_notation: bool = True) -> None:
+    """Step 1: the tokens and their 0-based positions, the query marked; the seed's x^(i) beside them if asked."""
+    intro = (
+        f"The sentence is cut at every space, so each word is one token: {len(tokens)} in all. "
+        "Case counts, so 'The' and 'the' are different tokens. "
+    )
+    if not math_notation:  # the variants write x_q and x_j, so only the code's numbering is needed
+        doc.add(
+            Heading("Step 1 · Tokens"),
+            Paragraph(intro + "Positions count from 0, as --query, --head and the JSON do."),
+            Table(
+                ["position", "token", ""],
+                [[str(i), display_token(t), "← query" if i == q else ""] for i, t in enumerate(tokens)],
+                highlight_row=q,
+                numeric_from=3,
+            ),
+        )
+        return
     doc.add(
         Heading("Step 1 · Tokens"),
         Paragraph(
-            f"The sentence is cut at every space, so each word is one token: {len(tokens)} in all. "
-            "Case counts, so 'The' and 'the' are different tokens. Two numbering schemes meet here: "
-            "Python counts positions from 0, the formulas count from 1. Token i in the code is "
-            "x^(i+1) in the maths."
+            intro + "Two numbering schemes meet here: Python counts positions from 0, the formulas "
+            "count from 1. Token i in the code is x^(i+1) in the maths."
         ),
         Table(
             ["code index", "math index", "token", ""],
@@ -68,8 +82,8 @@ def tokens_step(doc: Document, tokens: list[str], q: int) -> None:
     )
 
 
-def embeddings_step(doc: Document, tokens: list[str], x, source, q: int, p: int) -> None:
-    """Step 2: the embedding table X, where it came from, and whether it was learned."""
+def embeddings_step(doc: Document, tokens: list[str], x, source, q: int, p: int, math_notation: bool = True) -> None:
+    """Step 2: the embedding table X, where it came from, and whether it was learned (with the seed's x^(i) if asked)."""
     n, d = x.shape
     doc.add(Heading(f"Step 2 · Embeddings: X is {n} × {d}"))
     doc.add(
@@ -87,6 +101,10 @@ def embeddings_step(doc: Document, tokens: list[str], x, source, q: int, p: int)
                 "not meaning. A trained model learns its vectors from data."
             )
         )
+    if not math_notation:
+        rows = [[display_token(tokens[i])] + vector_cells(x[i].tolist(), p) for i in range(n)]
+        doc.add(Table(["token"] + component_headers(d), rows, highlight_row=q))
+        return
     rows = [[display_token(tokens[i]), _math(i)] + vector_cells(x[i].tolist(), p) for i in range(n)]
     doc.add(Table(["token", ""] + component_headers(d), rows, highlight_row=q, numeric_from=2))
 

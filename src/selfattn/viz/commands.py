@@ -173,7 +173,7 @@ def mask_picture(
         return causal_top_left(n), tokens, tokens, "Causal mask, aligned top-left (torch's is_causal)"
     if name == "causal-bottom-right":
         past = 3 if value is None else value
-        keys = [f"past {i + 1}" for i in range(past)] + tokens
+        keys = [f"cached {i}" for i in range(past)] + tokens  # counted from 0, as positions are
         title = f"Causal mask, aligned bottom-right: {past} cached keys before the sentence"
         return causal_bottom_right(n, n + past), tokens, keys, title
     if name == "sliding-window":
