@@ -68,8 +68,8 @@ def _imports(path: Path) -> set[str]:
 
 
 CORE = [
-    "pipeline", "attention", "positional", "models", "kernels", "distributed", "masks", "trace.py", "variant_trace.py", "flash_trace.py",
-    "errors.py", "config.py", "shapes.py",
+    "pipeline", "attention", "positional", "models", "kernels", "distributed", "masks", "trace.py", "variant_trace.py",
+    "variant_setup.py", "flash_trace.py", "errors.py", "config.py", "shapes.py",
 ]
 
 

@@ -282,7 +282,8 @@ def test_library_calls_refuse_bad_arguments():
     import io
 
     from selfattn.errors import OptionError, SentenceError
-    from selfattn.explain.model_commands import heads_command, similarity_command
+    from selfattn.explain.model_commands import heads_command
+    from selfattn.explain.similarity_command import similarity_command
 
     with pytest.raises(OptionError, match="format"):
         heads_command(None, MODEL, "html", 2, io.StringIO())

@@ -23,17 +23,27 @@ from dataclasses import dataclass
 import torch
 
 from selfattn.attention.functional import attention_steps
-from selfattn.attention.modules import MultiHeadAttention
 from selfattn.flash_trace import FlashTrace, trace_flash
 from selfattn.masks import causal_mask, combine_masks
 from selfattn.errors import OptionError
 from selfattn.pipeline.embeddings import EmbeddingSource, check_matrix
 from selfattn.pipeline.steps import attention_scores
 from selfattn.pipeline.tokenize import find_query
-from selfattn.positional import LearnedPositionalEmbedding, alibi_bias, alibi_slopes, apply_rope, rope_angles
+from selfattn.positional import LearnedPositionalEmbedding, alibi_slopes, apply_rope, rope_angles
 from selfattn.positional import check_positional, sinusoidal_encoding
-from selfattn.positional.rope import DistanceScore, rope_distance_check
+from selfattn.positional.rope import DistanceScore
 from selfattn.trace import check_dot_products
+from selfattn.variant_setup import (
+    DEFAULT_HEADS,  # noqa: F401  still importable from here, as before the move
+    LEARNED_TABLE_ROWS,
+    LEARNED_TABLE_SEED_OFFSET,
+    _alibi,
+    _distance_check,
+    _seeded_attention,
+    default_d_k,
+    default_heads,
+    distance_check_key,
+)
 
 VARIANTS = ("simple", "scaled", "qkv", "causal", "multihead", "gqa", "flash")
 """The attention variants that ``trace_variant`` and ``ExplainConfig.variant`` accept.
@@ -45,7 +55,6 @@ key/value heads), "flash" (the seed computed block by block with an online softm
 UNSCALED = ("simple", "flash")  # the seed's raw dot products, no 1/sqrt(d)
 PROJECTED = ("qkv", "causal", "multihead", "gqa")  # variants with learned Q/K/V projections
 MULTI_HEAD = ("multihead", "gqa")
-DEFAULT_HEADS = {"multihead": 2, "gqa": 4}
 
 
 @dataclass(frozen=True)
@@ -179,37 +188,6 @@ class VariantTrace:
         """Which key/value head each query head reads."""
         group = self.n_heads // self.n_kv_heads
         return [h // group for h in range(self.n_heads)]
-
-
-def distance_check_key(query_index: int, n: int) -> int:
-    """The token whose key ``VariantTrace.distance_check`` uses: the first one that is not the query.
-
-    Args:
-        query_index: the query's 0-based position.
-        n: the number of tokens.
-
-    Returns:
-        0, or 1 when the query is token 0 (0 again in a one-token sentence).
-    """
-    return 0 if query_index != 0 else min(1, n - 1)
-
-
-LEARNED_TABLE_SEED_OFFSET = 1_000_003  # the untrained position table's seed is --seed plus this
-LEARNED_TABLE_ROWS = 512  # the untrained table is drawn this long and cut to the sentence
-
-
-def default_heads(variant: str, heads: int | None = None, kv_heads: int | None = None) -> tuple[int, int]:
-    """(query heads, key/value heads): 2 heads for multihead; 4 sharing 2 for gqa (half, or 1 if odd)."""
-    heads = heads or DEFAULT_HEADS.get(variant, 1)
-    if kv_heads is None:
-        kv_heads = (heads // 2 if heads % 2 == 0 else 1) if variant == "gqa" else heads
-    return heads, kv_heads
-
-
-def default_d_k(d: int, heads: int, positional: str) -> int:
-    """d / heads, at least 2, and even when RoPE needs feature pairs."""
-    d_k = max(2, d // heads)
-    return d_k - d_k % 2 if positional == "rope" else d_k
 
 
 def trace_variant(
@@ -368,33 +346,3 @@ def trace_variant(
         flash=flash,
         distance_check=_distance_check(positional, q_plain, k_plain, q_index),
     )
-
-
-def _distance_check(
-    positional: str, q_plain: torch.Tensor, k_plain: torch.Tensor, q_index: int
-) -> tuple[DistanceScore, ...] | None:
-    """Head 0's query and its key head's key (key head 0), unrotated, at the default position pairs.
-
-    In float64, so the scores at one distance agree to every digit the explainer shows.
-    """
-    if positional != "rope":
-        return None
-    key = distance_check_key(q_index, q_plain.shape[1])
-    q, k = q_plain[0, q_index].double(), k_plain[0, key].double()  # (d_k,) each
-    return rope_distance_check(q, k, rotary_dim=q.shape[0] - q.shape[0] % 2)
-
-
-def _alibi(positional: str, heads: int, n: int, dtype: torch.dtype) -> torch.Tensor | None:
-    return alibi_bias(heads, n, n, dtype=dtype) if positional == "alibi" else None  # (H, n, n)
-
-
-def _seeded_attention(
-    d: int, heads: int, kv_heads: int, d_k: int, positional: str, generator: torch.Generator
-) -> MultiHeadAttention:
-    """Untrained projections, fixed by the seed: W ~ N(0, 1 / fan_in), no biases."""
-    inner = positional if positional in ("rope", "alibi") else "none"
-    module = MultiHeadAttention(d, heads, kv_heads, bias=False, head_dim=d_k, positional=inner)
-    with torch.no_grad():
-        for layer in (module.w_q, module.w_k, module.w_v, module.w_o):
-            layer.weight.normal_(0.0, 1.0 / math.sqrt(layer.in_features), generator=generator)
-    return module.eval()

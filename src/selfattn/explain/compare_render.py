@@ -12,6 +12,7 @@ import shlex
 from typing import Any, TextIO
 
 from selfattn.comparison import AttendedToken, Comparison, HeadComparison
+from selfattn.explain.command_output import check_output, shorten, write_document, write_json
 from selfattn.explain.document import (
     Document,
     Heading,
@@ -22,9 +23,6 @@ from selfattn.explain.document import (
     display_token,
     fmt,
 )
-from selfattn.explain.model_commands import check_output, write_document, write_json
-
-SHOWN_CHARS = 70  # a longer sentence is cut where it is named
 
 
 def render_comparison(comparison: Comparison, output_format: str, precision: int, stream: TextIO) -> None:
@@ -181,7 +179,3 @@ def describe(c: Comparison) -> str:
 
 def quoted(c: Comparison) -> str:
     return repr(c.token_a) if c.token_a == c.token_b else f"{c.token_a!r} and {c.token_b!r}"
-
-
-def shorten(sentence: str) -> str:
-    return sentence if len(sentence) <= SHOWN_CHARS else sentence[: SHOWN_CHARS - 1] + "…"

@@ -1,14 +1,13 @@
-"""`selfattn heads` and `selfattn similarity`: a pretrained model on the user's sentences.
+"""`selfattn heads`: what every head of a pretrained model does on the user's sentence.
 
-heads: run the model once, classify every layer's every head (``head_roles``) and print a
-table with a short explanation. similarity: embed each sentence (``BertModel.encode``:
-mean-pooled, L2-normalised) and print the cosine similarity of every pair. Both write
-text, markdown or JSON through the project's document model and renderers.
+Run the model once, classify every layer's every head (``head_roles``) and print a table
+with a short explanation, as text, markdown or JSON through the project's document model
+and renderers. `selfattn similarity` lives in ``similarity_command``; what both share
+(checks, JSON and document writers) in ``command_output``.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import shlex
 from collections import Counter
@@ -16,26 +15,17 @@ from typing import TextIO
 
 import torch
 
-from selfattn.config import check_precision
-from selfattn.errors import OptionError, SentenceError
+from selfattn.explain.command_output import check_output, check_sentence, write_document, write_json
 from selfattn.explain.document import Document, Heading, Lines, Note, Paragraph, Table, display_token, fmt
-from selfattn.explain.json_out import _compact, plain
-from selfattn.explain.text import PIPED_WIDTH
 from selfattn.models.head_roles import PARTS, ROLE_THRESHOLD, ROLES, SPREAD, HeadRole, classify_heads
 from selfattn.models.loading import shared_model
 from selfattn.pipeline.embeddings import SEED_SENTENCE
 
-FORMATS = ("text", "json", "markdown")
-MAX_SIMILARITY_SENTENCES = 64
 SHOWN_TOKENS = 48  # a longer token list is shortened in the text
-SHOWN_CHARS = 70  # a longer sentence is cut in the sentence table
 SHOWN_TARGET = 8  # a longer "one token" word is cut, so the role column stays 16 wide
 TOP_HEADS = 3  # how many most focused / most spread heads the summary names
 PART_COLUMNS = {"previous token": "prev", "next token": "next", "self": "self", "[CLS]/[SEP]": "[CLS]/[SEP]",
                 "other": "other"}
-
-
-# ---------------------------------------------------------------- heads
 
 
 def heads_command(sentence: str | None, model_name: str, output_format: str, precision: int, stream: TextIO) -> None:
@@ -242,171 +232,6 @@ def command_lines(start: str, rest: str) -> list[str]:
     return [f"{start} {rest}"] if len(start) + len(rest) < 96 else [f"{start} \\", f"    {rest}"]
 
 
-# ---------------------------------------------------------------- similarity
-
-
-def similarity_command(
-    sentences: list[str], model_name: str, output_format: str, precision: int, stream: TextIO
-) -> None:
-    """Embed each sentence with ``model_name`` and print the cosine similarity of every pair."""
-    check_output(output_format, precision)
-    check_sentences(sentences)
-    model = shared_model(model_name)
-    lengths = []
-    for index, sentence in enumerate(sentences):
-        try:
-            lengths.append(len(model.tokenize(sentence).tokens[0]))
-        except SentenceError as error:  # too long: say which sentence, by its label
-            raise SentenceError(f"sentence {label(index)}: {error}") from None
-    with torch.no_grad():
-        embeddings = model.encode(list(sentences))  # (s, d), each row of length 1
-    similarity = cosine_similarities(embeddings)  # (s, s)
-    most, least = extreme_pairs(similarity)
-    if output_format == "json":
-        write_json(similarity_to_dict(model.name, sentences, similarity, most, least), stream)
-        return
-    doc = similarity_document(sentences, lengths, int(embeddings.shape[1]), similarity, most, least, precision)
-    write_document(doc, f"Sentence similarity with {model.name}", output_format, stream)
-
-
-def cosine_similarities(embeddings: torch.Tensor) -> torch.Tensor:
-    """S = E E^T for rows of unit length: S_ij = cos(e_i, e_j).   (s, d) -> (s, s) float64"""
-    e = embeddings.to(torch.float64)  # float64 so the diagonal is 1 to ~1e-7 and S stays symmetric
-    return e @ e.T  # (s, d) @ (d, s) -> (s, s)
-
-
-def extreme_pairs(similarity: torch.Tensor) -> tuple[tuple[int, int], tuple[int, int]]:
-    """The most and least similar pairs i < j (first pair wins ties).   (s, s) with s >= 2"""
-    s = similarity.shape[0]
-    pairs = [(i, j) for i in range(s) for j in range(i + 1, s)]
-    most = max(pairs, key=lambda p: float(similarity[p]))
-    least = min(pairs, key=lambda p: float(similarity[p]))
-    return most, least
-
-
-def similarity_to_dict(model_name, sentences, similarity, most, least) -> dict:
-    def pair(p) -> dict:
-        return {"pair": list(p), "score": float(similarity[p])}
-
-    return {"model": model_name, "sentences": list(sentences), "labels": [label(i) for i in range(len(sentences))],
-            "similarity": similarity.tolist(), "most_similar": pair(most), "least_similar": pair(least)}
-
-
-def similarity_document(sentences, lengths, width, similarity, most, least, precision) -> Document:
-    labels = [label(i) for i in range(len(sentences))]
-    doc = Document()
-    doc.add(Paragraph(
-        f"Each sentence becomes one vector of {width} numbers: the mean of the model's last-layer token "
-        "vectors, scaled to length 1. For vectors of length 1 the cosine similarity is just the dot "
-        "product: 1 means the same direction (same meaning, as far as the model can tell), 0 means "
-        "unrelated, and negative means opposite."
-    ))
-    doc.add(Lines(["S_ij = e_i . e_j = cos(e_i, e_j)       all pairs at once: S = E E^T"]))
-    rows = [[lab, display_token(shorten(s)), str(n)] for lab, s, n in zip(labels, sentences, lengths)]
-    doc.add(Table(["", "sentence", "tokens"], rows, title="Sentences", numeric_from=2))
-    matrix = [[lab, *(fmt(v, precision) for v in row)] for lab, row in zip(labels, similarity.tolist())]
-    if table_width(["", *labels], matrix) <= PIPED_WIDTH:
-        doc.add(Table(["", *labels], matrix, title="Cosine similarity"))
-    else:  # too many columns to read: each sentence's nearest and farthest neighbour instead
-        doc.add(Table(["", "closest", "cosine", "farthest", "cosine"], neighbours(labels, similarity, precision),
-                      title="Cosine similarity: each sentence's closest and farthest other sentence", numeric_from=5))
-        doc.add(Note("the full matrix is too wide to read here; --format json has every pair."))
-
-    def said(p) -> str:
-        i, j = p
-        return f"{labels[i]} and {labels[j]} ({fmt(similarity[p], precision)})"
-
-    if len(sentences) == 2:
-        doc.add(Paragraph(f"The two sentences score {fmt(similarity[most], precision)}."))
-    else:
-        doc.add(Paragraph(f"Most similar: {said(most)}. Least similar: {said(least)}."))
-    return doc
-
-
-def neighbours(labels: list[str], similarity: torch.Tensor, precision: int) -> list[list[str]]:
-    """One row per sentence: the other sentence it is most and least similar to, with the scores."""
-    rows = []
-    for i, scores in enumerate(similarity.tolist()):
-        others = [j for j in range(len(labels)) if j != i]
-        near, far = max(others, key=lambda j: scores[j]), min(others, key=lambda j: scores[j])
-        rows.append([labels[i], labels[near], fmt(scores[near], precision), labels[far], fmt(scores[far], precision)])
-    return rows
-
-
-def table_width(columns: list[str], rows: list[list[str]]) -> int:
-    """Characters a table takes as text: each column's widest cell plus 3 of padding and rule."""
-    return sum(max(len(row[c]) for row in [columns, *rows]) + 3 for c in range(len(columns))) + 1
-
-
-# ---------------------------------------------------------------- shared
-
-
-def check_output(output_format: str, precision: int) -> None:
-    if output_format not in FORMATS:
-        raise OptionError(f"unknown format {output_format!r}: choose one of {', '.join(FORMATS)}")
-    check_precision(precision)
-
-
-def check_sentence(sentence, name: str = "the sentence") -> None:
-    if not isinstance(sentence, str):
-        raise SentenceError(f"{name} must be a string, got {type(sentence).__name__}")
-    if not sentence.strip():
-        raise SentenceError(f"{name} is empty: give at least one word")
-
-
-def check_sentences(sentences) -> None:
-    if isinstance(sentences, str) or not isinstance(sentences, (list, tuple)):
-        raise OptionError("give the sentences as a list of strings")
-    if not 2 <= len(sentences) <= MAX_SIMILARITY_SENTENCES:
-        raise OptionError(
-            f"similarity compares 2 to {MAX_SIMILARITY_SENTENCES} sentences, got {len(sentences)}: "
-            'quote each one, e.g. selfattn similarity "A cat sat" "A dog ran"'
-        )
-    for index, sentence in enumerate(sentences):
-        check_sentence(sentence, f"sentence {label(index)}")
-
-
-def label(index: int) -> str:
-    """0 -> A, 25 -> Z, 26 -> AA, as spreadsheet columns."""
-    text = ""
-    index += 1
-    while index:
-        index, rest = divmod(index - 1, 26)
-        text = chr(ord("A") + rest) + text
-    return text
-
-
-def shorten(sentence: str) -> str:
-    return sentence if len(sentence) <= SHOWN_CHARS else sentence[: SHOWN_CHARS - 1] + "…"
-
-
 def percent(share: float, precision: int) -> str:
     """A share in percent, as fine as the share itself at ``precision`` decimals (0.1234 at 4 -> 12.34%)."""
     return fmt(100 * share, max(precision - 2, 0)) + "%"
-
-
-def write_json(data: dict, stream: TextIO) -> None:
-    """Full-precision JSON: nested objects indented, each record of a list (one head) on one line."""
-    stream.write(_layout(plain(data), 0) + "\n")
-
-
-def _layout(value, indent: int) -> str:
-    pad = "  " * indent
-    if isinstance(value, dict) and value:
-        items = [f"{pad}  {json.dumps(k)}: {_layout(v, indent + 1)}" for k, v in value.items()]
-        return "{\n" + ",\n".join(items) + "\n" + pad + "}"
-    if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
-        rows = [f"{pad}  {json.dumps(v, ensure_ascii=False, allow_nan=False)}" for v in value]
-        return "[\n" + ",\n".join(rows) + "\n" + pad + "]"
-    return _compact(value, indent)  # numbers, strings, lists: one line per row of a matrix
-
-
-def write_document(doc: Document, title: str, output_format: str, stream: TextIO) -> None:
-    if output_format == "markdown":
-        from selfattn.explain.markdown import render_markdown
-
-        stream.write(render_markdown(doc, title))
-    else:
-        from selfattn.explain.text import render_text
-
-        render_text(Document([Heading(title), *doc.blocks]), stream)

@@ -6,21 +6,18 @@ the Agg canvas directly: ``matplotlib.pyplot`` is never imported, because it may
 GUI backend and keeps global state. Write a figure with ``save_figure``, which also keeps
 matplotlib's missing-glyph warnings (CJK tokens drawn as boxes) out of the user's output.
 
-Token labels are plain text: "$x$" or "a_b^c" show literally, never as mathtext.
+Token labels are plain text: "$x$" or "a_b^c" show literally, never as mathtext. The
+positional pictures live in ``positional_plots`` and the pieces every figure shares in
+``figure_parts``; both sets of figures are importable from here.
 """
 
 from __future__ import annotations
 
-import functools
-import math
-import textwrap
-import warnings
 from pathlib import Path
 
 import matplotlib
 import numpy as np
 import torch
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, Patch, Rectangle
@@ -29,96 +26,23 @@ from selfattn.errors import OptionError, ShapeError
 from selfattn.masks.structured import EMPTY, FULL, PARTIAL, states_of_dense
 from selfattn.pipeline.tokenize import find_query
 from selfattn.viz import output
+from selfattn.viz.figure_parts import (
+    CELL_VALUE_LIMIT,
+    MAX_TICK_LABELS,
+    _as_array,
+    _check_weights,
+    _clamp,
+    _draw_matrix,
+    _labels,
+    _new_figure,
+    _quiet_glyphs,
+)
+from selfattn.viz.positional_plots import positional_figure, score_grids_figure  # noqa: F401  importable from here
 
 SUPPORTED_EXTENSIONS = (".png", ".svg")
 PNG_DPI = 150
-CELL_VALUE_LIMIT = 20  # cell values print by default up to this many tokens per axis
-MAX_TICK_LABELS = 60  # beyond this, only every k-th token is labelled
 _WEIGHT_CMAP = "viridis"  # perceptually uniform, so equal weight steps look equal
 _MASK_COLOURS = ("#d9d9d9", "#3b75af")  # hidden, allowed
-
-
-def _quiet_glyphs(func):
-    """Silence 'Glyph ... missing from font' warnings: the box drawn instead is enough."""
-
-    @functools.wraps(func)
-    def wrapper(*args, **kwargs):
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=r"Glyph .* missing from", category=UserWarning)
-            return func(*args, **kwargs)
-
-    return wrapper
-
-
-def _as_array(data, name: str, shape_doc: str, ndims: tuple[int, ...], dtype=float) -> np.ndarray:
-    """Tensor or nested lists -> numpy array with one of ``ndims`` dimensions, none empty."""
-    if hasattr(data, "detach"):  # a torch tensor; numpy cannot read bfloat16, so widen floats
-        data = data.detach().cpu()
-        data = (data.double() if data.is_floating_point() else data).numpy()
-    try:
-        array = np.asarray(data, dtype=dtype)
-    except (TypeError, ValueError) as exc:
-        raise ShapeError(f"{name} must be a rectangular array {shape_doc}: {exc}") from None
-    if array.ndim not in ndims or 0 in array.shape:
-        raise ShapeError(f"{name} must have shape {shape_doc}; got {tuple(array.shape)}")
-    return array
-
-
-def _check_weights(weights: np.ndarray, name: str) -> None:
-    # NaN is allowed (torch gives NaN for a fully masked row); the slack admits rounding error.
-    finite = weights[np.isfinite(weights)]
-    if finite.size and (finite.min() < -1e-3 or finite.max() > 1 + 1e-3):
-        raise OptionError(f"{name} must lie in [0, 1]; got values from {finite.min():.4g} to {finite.max():.4g}")
-
-
-def _labels(labels, count: int, name: str, prefix: str = "", start: int = 0) -> list[str]:
-    """Labels as strings, one per row or column; None gives prefix + position, from ``start``."""
-    if labels is None:
-        return [f"{prefix}{i + start}" for i in range(count)]
-    if isinstance(labels, str) or len(labels) != count:
-        got = "one string" if isinstance(labels, str) else f"{len(labels)} labels"
-        raise ShapeError(f"{name} must hold {count} labels, one per position; got {got}")
-    return [str(label) for label in labels]
-
-
-def _new_figure(width: float, height: float) -> Figure:
-    fig = Figure(figsize=(width, height), layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig
-
-
-def _clamp(value: float, low: float, high: float) -> float:
-    return max(low, min(high, value))
-
-
-def _tick_font_size(count: int) -> float:
-    return 9 if count <= CELL_VALUE_LIMIT else 7 if count <= MAX_TICK_LABELS else 5
-
-
-def _set_ticks(axis, labels: list[str] | None, *, rotate: bool = False) -> None:
-    """Label every position, or every k-th beyond MAX_TICK_LABELS; None hides the ticks."""
-    if labels is None:
-        axis.set_ticks([])
-        return
-    step = math.ceil(len(labels) / MAX_TICK_LABELS)
-    positions = list(range(0, len(labels), step))
-    axis.set_ticks(positions, labels=[labels[i] for i in positions], fontsize=_tick_font_size(len(labels)),
-                   rotation=90 if rotate else 0, parse_math=False)
-
-
-def _draw_matrix(ax, data, row_labels, col_labels, *, cmap, vmin, vmax, aspect="equal", title=None, xlabel=None,
-                 ylabel=None):
-    """Draw a (rows, cols) matrix as an image, row 0 at the top, with its labels as plain text."""
-    image = ax.imshow(data, cmap=cmap, vmin=vmin, vmax=vmax, aspect=aspect, interpolation="nearest")
-    _set_ticks(ax.xaxis, col_labels, rotate=True)
-    _set_ticks(ax.yaxis, row_labels)
-    if title:
-        # About 9 characters of title per inch of figure; longer titles wrap instead of being cut.
-        title = textwrap.fill(title, width=max(20, int(ax.figure.get_figwidth() * 9)))
-    for setter, text in ((ax.set_title, title), (ax.set_xlabel, xlabel), (ax.set_ylabel, ylabel)):
-        if text:
-            setter(text, parse_math=False)
-    return image
 
 
 @_quiet_glyphs
@@ -285,78 +209,6 @@ def _draw_block_map(ax, array: np.ndarray, block_size: int) -> list:
     ax.set_title(f"{ax.get_title()}\n{summary}" if ax.get_title() else summary, parse_math=False)
     return [Patch(facecolor="none", edgecolor=edge, hatch=hatch, label=label) for edge, hatch, label in _BLOCK_STYLES.values()]
 
-
-@_quiet_glyphs
-def positional_figure(matrix, *, title=None, xlabel="dimension", ylabel="position", limit=None) -> Figure:
-    """(positions, dims) encoding -> an image on a diverging scale centred on 0.
-
-    The scale spans [-1, 1] (sinusoidal and RoPE cos/sin values), widened symmetrically
-    when the matrix holds larger magnitudes. ``limit`` sets the span [-limit, limit]
-    instead: learned embeddings are small, and would look blank on [-1, 1].
-    """
-    array = _as_array(matrix, "matrix", "(positions, dims)", (2,))
-    positions, dims = array.shape
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, float))
-                              or not math.isfinite(limit) or limit <= 0):
-        raise OptionError(f"limit must be a positive number, got {limit!r}")
-    finite = np.abs(array[np.isfinite(array)])
-    if limit is None:
-        limit = max(1.0, float(finite.max()) if finite.size else 1.0)
-    fig = _new_figure(_clamp(2.5 + 0.12 * dims, 5, 14), _clamp(1.5 + 0.3 * positions, 3, 12))
-    ax = fig.add_subplot()
-    image = _draw_matrix(ax, array, _labels(None, positions, ""), _labels(None, dims, ""),
-                         cmap="RdBu_r", vmin=-limit, vmax=limit, aspect="auto", title=title, xlabel=xlabel,
-                         ylabel=ylabel)
-    fig.colorbar(image, ax=ax, label="value")
-    return fig
-
-
-
-@_quiet_glyphs
-def score_grids_figure(grids, titles, *, title=None, xlabel="key position j", ylabel="query position i") -> Figure:
-    """Several (n, n) score grids side by side, each on its own diverging scale centred on 0.
-
-    Made for ``plot --kind rope-distance``: one fixed (q, k) pair at every pair of
-    positions, so a grid that depends only on i - j shows stripes parallel to its main
-    diagonal. Axes are positions 0 .. n-1, row 0 at the top; no cell values are printed.
-
-    Args:
-        grids: one or more (n, n) grids of one size (tensors or nested lists).
-        titles: one title per grid, wrapped to the panel's width.
-        title: the figure's title, or None.
-        xlabel: the columns' label (default "key position j").
-        ylabel: the rows' label (default "query position i").
-
-    Returns:
-        The figure: one panel and colour bar per grid.
-
-    Raises:
-        ShapeError: no grids, a title count that differs, or grids that are not square
-            and of one size.
-    """
-    if isinstance(titles, str):
-        raise ShapeError("titles must be a list of strings, one per grid; got one string")
-    arrays = [_as_array(grid, "each grid", "(n, n)", (2,)) for grid in grids]
-    if not arrays or len(titles) != len(arrays):
-        raise ShapeError(f"score_grids_figure needs one or more grids and one title each; got {len(arrays)} grids "
-                         f"and {len(titles)} titles")
-    n = arrays[0].shape[0]
-    if any(a.shape != (n, n) for a in arrays):
-        raise ShapeError(f"every grid must be square and of one size; got {[a.shape for a in arrays]}")
-    panel = _clamp(2.0 + 0.25 * n, 3.5, 7.0)
-    fig = _new_figure(min(1.0 + len(arrays) * (panel + 1.2), 28), panel + 1.6)
-    axes = fig.subplots(1, len(arrays), squeeze=False)[0]
-    labels = _labels(None, n, "")
-    for ax, array, panel_title in zip(axes, arrays, titles):
-        finite = np.abs(array[np.isfinite(array)])
-        limit = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
-        image = _draw_matrix(ax, array, labels, labels, cmap="RdBu_r", vmin=-limit, vmax=limit, xlabel=xlabel,
-                             ylabel=ylabel)
-        ax.set_title(textwrap.fill(str(panel_title), width=max(20, int(panel * 9))), parse_math=False)  # panel-wide
-        fig.colorbar(image, ax=ax, shrink=0.8, label="score")
-    if title:
-        fig.suptitle(textwrap.fill(title, width=max(40, int(fig.get_figwidth() * 10))), parse_math=False)
-    return fig
 
 def check_output_path(path) -> Path:
     """Validate a picture path before any work: .png or .svg, in a folder we may write."""

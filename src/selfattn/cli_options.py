@@ -1,0 +1,198 @@
+"""The options and help texts the ``selfattn`` commands share, and the parser they use.
+
+The option groups (the sentence and its embeddings, the attention variant, the query, a
+pretrained model, --layer and --head), the long help and example texts, and the parser
+that wraps help to the terminal and turns a usage error into one line and exit status 2
+live here, so ``cli.py`` reads as the list of commands. Only argparse and textwrap:
+nothing heavy is imported, so ``--help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import textwrap
+
+EXIT_USAGE = 2
+
+QUERY_HELP = (
+    "the query token, case-sensitive ('The' and 'the' differ). A repeated token picks its first "
+    "occurrence; to pick another, give its 0-based position instead (in 'the cat saw the dog', "
+    "--query 3 is the second 'the'). A number is read as a position unless the sentence contains it "
+    "as a word. Default: the token at position 1, as the seed picks 'cat'"
+)
+
+COMPARE_QUERY_HELP = (
+    "the query token, looked up in each sentence on its own (required). Case-sensitive for the toy variants; "
+    "with --model one of the model's WordPiece tokens, in any case ([CLS] is 0); a word the model cuts into "
+    "pieces is refused with the pieces named. A repeated token picks its first occurrence; a 0-based "
+    "position picks that position in both sentences"
+)
+
+
+EXPLAIN_EXAMPLES = """examples:
+  selfattn explain                              the seed's example, query 'cat'
+  selfattn explain --query the --precision 6    another query, more decimals
+  selfattn explain "the cat saw the dog" --query 3 --embed random --dim 4
+  selfattn explain "my words" --embeddings table.json --format markdown
+  selfattn explain --format json > trace.json   every number, full precision
+  selfattn explain --variant scaled             divide the scores by sqrt(d)
+  selfattn explain --variant causal --d-k 2     Q/K/V projections and a causal mask
+  selfattn explain --variant gqa --heads 4 --kv-heads 2 --positional rope
+  selfattn explain --variant flash --block-size 2   the online softmax, key block by key block
+  selfattn explain --model all-MiniLM-L6-v2 --layer 2 --head 5 --query cat
+                                                a real pretrained model's head
+"""
+
+MODEL_NAME = "all-MiniLM-L6-v2"
+
+HEADS_EXAMPLES = """examples:
+  selfattn heads                                         the seed's sentence
+  selfattn heads "The cat sat on the warm mat because it was tired"
+  selfattn heads "my sentence" --format json > heads.json
+"""
+
+COMPARE_EXAMPLES = """examples:
+  selfattn compare "I sat by the river bank" "I paid at the bank" --query bank
+  selfattn compare "I sat by the river bank" "I paid at the bank" --query bank \\
+      --model all-MiniLM-L6-v2         a real model: every layer and head, and the vectors' cosines
+  selfattn compare "the cat saw the dog" "a dog saw the cat" --query cat --variant multihead --dim 8
+  selfattn compare "the cat sat" "the cat ran" --query 1 --format json > compare.json
+"""
+
+SIMILARITY_EXAMPLES = """examples:
+  selfattn similarity "The cat sat on the mat" "A kitten rested on the rug" "Stocks fell sharply"
+  selfattn similarity "first" "second" --format json
+"""
+
+
+PLOT_EXAMPLES = """examples:
+  selfattn plot --kind heatmap -o weights.png            the seed's weight matrix
+  selfattn plot --kind arrows --query cat -o cat.svg      the seed's picture of 'cat' attending
+  selfattn plot --variant multihead --heads 4 --kind heads -o heads.png
+  selfattn plot --kind mask --mask sliding-window:3 -o window.png
+  selfattn plot --kind positional --positional rope --dim 64 -o rope.png
+  selfattn plot --model all-MiniLM-L6-v2 --layer 2 --head 5 --kind heatmap -o head.png
+  selfattn plot --model all-MiniLM-L6-v2 --kind heads -o heads.png   every layer x head
+"""
+
+
+VIEW_EXAMPLES = """examples:
+  selfattn view -o explorer.html                  the seed's example; open it in a browser
+  selfattn view --variant causal -o causal.html   Q/K/V and a causal mask
+  selfattn view "the cat saw the dog" --variant gqa --heads 4 --embed random --dim 8 -o gqa.html
+  selfattn view --model all-MiniLM-L6-v2 --layer 2 --head 5 -o minilm.html
+                                                  a real model: every layer and head
+"""
+
+
+class _Formatter(argparse.HelpFormatter):
+    """Wraps prose to the terminal's width; keeps indented lines (the examples) as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        lines, prose = [], []
+        for line in text.splitlines() + [""]:
+            if line.strip() and not line[0].isspace():
+                prose.append(line)
+                continue
+            if prose:
+                lines += textwrap.wrap(" ".join(prose), width, initial_indent=indent, subsequent_indent=indent)
+                prose = []
+            lines.append(indent + line if line.strip() else "")
+        return "\n".join(lines).rstrip("\n")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line on stderr and exit status 2, and help is wrapped."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def add_model_option(command: argparse.ArgumentParser, default: str | None = MODEL_NAME) -> None:
+    """--model: the pretrained model to run.
+
+    Args:
+        command: the parser or argument group to add it to.
+        default: the model when none is named; None makes the model optional (the toy
+            embeddings and variants run instead).
+    """
+    note = f" (default {default})" if default else " instead of the toy embeddings and variants"
+    command.add_argument(
+        "--model", default=default, metavar="MODEL",
+        help=f"a pretrained model, installed as a Python package: {MODEL_NAME}{note}",
+    )
+
+
+def add_input_options(command: argparse.ArgumentParser, sentence: bool = True, query: bool = True) -> None:
+    """The sentence, its embeddings, the attention variant and the query: shared by every command.
+
+    compare takes two sentences and its own --query, so it asks for neither here.
+
+    Args:
+        command: the command's parser.
+        sentence: whether to add the positional sentence argument.
+        query: whether to add --query.
+    """
+    if sentence:
+        command.add_argument(
+            "sentence", nargs="*", help="the sentence, quoted or as separate words (default: the seed's example)"
+        )
+    source = command.add_argument_group("embeddings (default: the seed's table if it knows every token, else random)")
+    source.add_argument(
+        "--embeddings",
+        metavar="FILE",
+        help="a table from a file: a JSON object token -> vector, or a matrix with one row per token "
+        "as .json, .csv, .npy, .pt or .safetensors",
+    )
+    source.add_argument(
+        "--embed",
+        choices=["auto", "seed", "random"],
+        default="auto",
+        help="seed: the seed's 3-d table; random: seeded, untrained N(0, 1) vectors (default: auto)",
+    )
+    source.add_argument("--dim", type=int, metavar="D", help="width of random embeddings, 1 to 1024 (default 3)")
+    source.add_argument(
+        "--seed", type=int, default=0, metavar="S",
+        help="seed for random embeddings and untrained projection weights (default 0)",
+    )
+    variant = command.add_argument_group("attention variant (default: the seed's simple attention)")
+    variant.add_argument(
+        "--variant",
+        default="simple",
+        metavar="VARIANT",
+        help="simple | scaled (divide by sqrt(d)) | qkv (Q/K/V projections, untrained) | causal (+ mask) | "
+        "multihead (+ heads, output projection) | gqa (query heads share key/value heads) | "
+        "flash (the seed's attention, keys folded in block by block with the online softmax)",
+    )
+    variant.add_argument("--heads", type=int, metavar="H", help="query heads for multihead (default 2) and gqa (default 4)")
+    variant.add_argument("--kv-heads", type=int, metavar="K", help="key/value heads for gqa (default heads / 2)")
+    variant.add_argument("--d-k", type=int, metavar="DK", help="width of each head's queries and keys (default d / heads, at least 2)")
+    variant.add_argument("--block-size", type=int, metavar="KEYS", help="keys per block for flash, 1 or more (default 2)")
+    variant.add_argument(
+        "--positional",
+        default="none",
+        metavar="ENCODING",
+        help="none | sinusoidal | learned (untrained) | rope | alibi (default none)",
+    )
+    pretrained = command.add_argument_group("pretrained model (instead of the embeddings and variant above)")
+    add_model_option(pretrained, default=None)
+    if query:
+        command.add_argument("--query", metavar="TOKEN", help=QUERY_HELP)
+
+
+def add_view_options(command: argparse.ArgumentParser, default: int | None = 0, needs: str = "") -> None:
+    """--layer and --head. explain uses them only with --model; plot and view also pick a variant's head.
+
+    Args:
+        command: the command's parser.
+        default: the layer and head when none is given (None: not given).
+        needs: what --head's help says it needs; empty for a model's or a multi-head variant's head.
+    """
+    head_needs = needs or "of --model, or of --variant multihead or gqa"
+    command.add_argument("--layer", type=int, default=default, metavar="LAYER",
+                         help="the layer to show, from 0 (default 0); needs --model (the variants have one layer)")
+    command.add_argument("--head", type=int, default=default, metavar="HEAD", help=f"the head to show, from 0 (default 0); {head_needs}")

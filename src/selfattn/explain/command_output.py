@@ -1,0 +1,102 @@
+"""What the model commands share: checking their input and writing text, markdown or JSON.
+
+``selfattn heads``, ``selfattn similarity`` and ``selfattn compare`` check the format and
+precision before any work, refuse an empty sentence the same way, and write through
+the project's document model and renderers (JSON at full precision).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TextIO
+
+from selfattn.config import check_precision
+from selfattn.errors import OptionError, SentenceError
+from selfattn.explain.document import Document, Heading
+from selfattn.explain.json_out import _compact, plain
+
+FORMATS = ("text", "json", "markdown")
+SHOWN_CHARS = 70  # a longer sentence is cut where it is named
+
+
+def check_output(output_format: str, precision: int) -> None:
+    """Refuse an unknown format or a precision out of range, before any work.
+
+    Args:
+        output_format: one of ``FORMATS``.
+        precision: decimals for the numbers, 0 to 10.
+
+    Raises:
+        OptionError: an unknown format or precision.
+    """
+    if output_format not in FORMATS:
+        raise OptionError(f"unknown format {output_format!r}: choose one of {', '.join(FORMATS)}")
+    check_precision(precision)
+
+
+def check_sentence(sentence, name: str = "the sentence") -> None:
+    """Refuse a sentence that is not a string or holds no word.
+
+    Args:
+        sentence: what the user gave as a sentence.
+        name: how the error names it, e.g. "sentence B".
+
+    Raises:
+        SentenceError: not a string, or empty or only blanks.
+    """
+    if not isinstance(sentence, str):
+        raise SentenceError(f"{name} must be a string, got {type(sentence).__name__}")
+    if not sentence.strip():
+        raise SentenceError(f"{name} is empty: give at least one word")
+
+
+def shorten(sentence: str) -> str:
+    """The sentence, cut to ``SHOWN_CHARS`` characters with "…" when longer.
+
+    Args:
+        sentence: the text to show.
+
+    Returns:
+        The text itself, or its start and "…", ``SHOWN_CHARS`` characters in all.
+    """
+    return sentence if len(sentence) <= SHOWN_CHARS else sentence[: SHOWN_CHARS - 1] + "…"
+
+
+def write_json(data: dict, stream: TextIO) -> None:
+    """Full-precision JSON: nested objects indented, each record of a list (one head) on one line.
+
+    Args:
+        data: the object to write; tensors become nested lists, non-finite floats strings.
+        stream: where to write.
+    """
+    stream.write(_layout(plain(data), 0) + "\n")
+
+
+def _layout(value, indent: int) -> str:
+    pad = "  " * indent
+    if isinstance(value, dict) and value:
+        items = [f"{pad}  {json.dumps(k)}: {_layout(v, indent + 1)}" for k, v in value.items()]
+        return "{\n" + ",\n".join(items) + "\n" + pad + "}"
+    if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        rows = [f"{pad}  {json.dumps(v, ensure_ascii=False, allow_nan=False)}" for v in value]
+        return "[\n" + ",\n".join(rows) + "\n" + pad + "]"
+    return _compact(value, indent)  # numbers, strings, lists: one line per row of a matrix
+
+
+def write_document(doc: Document, title: str, output_format: str, stream: TextIO) -> None:
+    """Render ``doc`` under ``title`` as markdown, or as text for any other format.
+
+    Args:
+        doc: the blocks to render.
+        title: the heading above them.
+        output_format: "markdown", or "text".
+        stream: where to write.
+    """
+    if output_format == "markdown":
+        from selfattn.explain.markdown import render_markdown
+
+        stream.write(render_markdown(doc, title))
+    else:
+        from selfattn.explain.text import render_text
+
+        render_text(Document([Heading(title), *doc.blocks]), stream)

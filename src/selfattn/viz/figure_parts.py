@@ -1,0 +1,106 @@
+"""The pieces every attention figure is built from: input checks, a figure, a labelled matrix.
+
+Inputs are plain data (torch tensors or nested lists, token strings), checked here with
+one clear error each. A figure sits on the Agg canvas directly, never on
+``matplotlib.pyplot``, which may pick a GUI backend and keeps global state. Token labels
+are plain text: "$x$" or "a_b^c" show literally, never as mathtext.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import textwrap
+import warnings
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from selfattn.errors import OptionError, ShapeError
+
+CELL_VALUE_LIMIT = 20  # cell values print by default up to this many tokens per axis
+MAX_TICK_LABELS = 60  # beyond this, only every k-th token is labelled
+
+
+def _quiet_glyphs(func):
+    """Silence 'Glyph ... missing from font' warnings: the box drawn instead is enough."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r"Glyph .* missing from", category=UserWarning)
+            return func(*args, **kwargs)
+
+    return wrapper
+
+
+def _as_array(data, name: str, shape_doc: str, ndims: tuple[int, ...], dtype=float) -> np.ndarray:
+    """Tensor or nested lists -> numpy array with one of ``ndims`` dimensions, none empty."""
+    if hasattr(data, "detach"):  # a torch tensor; numpy cannot read bfloat16, so widen floats
+        data = data.detach().cpu()
+        data = (data.double() if data.is_floating_point() else data).numpy()
+    try:
+        array = np.asarray(data, dtype=dtype)
+    except (TypeError, ValueError) as exc:
+        raise ShapeError(f"{name} must be a rectangular array {shape_doc}: {exc}") from None
+    if array.ndim not in ndims or 0 in array.shape:
+        raise ShapeError(f"{name} must have shape {shape_doc}; got {tuple(array.shape)}")
+    return array
+
+
+def _check_weights(weights: np.ndarray, name: str) -> None:
+    # NaN is allowed (torch gives NaN for a fully masked row); the slack admits rounding error.
+    finite = weights[np.isfinite(weights)]
+    if finite.size and (finite.min() < -1e-3 or finite.max() > 1 + 1e-3):
+        raise OptionError(f"{name} must lie in [0, 1]; got values from {finite.min():.4g} to {finite.max():.4g}")
+
+
+def _labels(labels, count: int, name: str, prefix: str = "", start: int = 0) -> list[str]:
+    """Labels as strings, one per row or column; None gives prefix + position, from ``start``."""
+    if labels is None:
+        return [f"{prefix}{i + start}" for i in range(count)]
+    if isinstance(labels, str) or len(labels) != count:
+        got = "one string" if isinstance(labels, str) else f"{len(labels)} labels"
+        raise ShapeError(f"{name} must hold {count} labels, one per position; got {got}")
+    return [str(label) for label in labels]
+
+
+def _new_figure(width: float, height: float) -> Figure:
+    fig = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _clamp(value: float, low: float, high: float) -> float:
+    return max(low, min(high, value))
+
+
+def _tick_font_size(count: int) -> float:
+    return 9 if count <= CELL_VALUE_LIMIT else 7 if count <= MAX_TICK_LABELS else 5
+
+
+def _set_ticks(axis, labels: list[str] | None, *, rotate: bool = False) -> None:
+    """Label every position, or every k-th beyond MAX_TICK_LABELS; None hides the ticks."""
+    if labels is None:
+        axis.set_ticks([])
+        return
+    step = math.ceil(len(labels) / MAX_TICK_LABELS)
+    positions = list(range(0, len(labels), step))
+    axis.set_ticks(positions, labels=[labels[i] for i in positions], fontsize=_tick_font_size(len(labels)),
+                   rotation=90 if rotate else 0, parse_math=False)
+
+
+def _draw_matrix(ax, data, row_labels, col_labels, *, cmap, vmin, vmax, aspect="equal", title=None, xlabel=None,
+                 ylabel=None):
+    """Draw a (rows, cols) matrix as an image, row 0 at the top, with its labels as plain text."""
+    image = ax.imshow(data, cmap=cmap, vmin=vmin, vmax=vmax, aspect=aspect, interpolation="nearest")
+    _set_ticks(ax.xaxis, col_labels, rotate=True)
+    _set_ticks(ax.yaxis, row_labels)
+    if title:
+        # About 9 characters of title per inch of figure; longer titles wrap instead of being cut.
+        title = textwrap.fill(title, width=max(20, int(ax.figure.get_figwidth() * 9)))
+    for setter, text in ((ax.set_title, title), (ax.set_xlabel, xlabel), (ax.set_ylabel, ylabel)):
+        if text:
+            setter(text, parse_math=False)
+    return image
