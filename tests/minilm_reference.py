@@ -45,3 +45,16 @@ def ours():
     from selfattn import load_pretrained
 
     return load_pretrained(MODEL)
+
+
+def run_reference(model, tokenizer, sentence: str, **outputs):
+    """transformers' BertModel on one sentence: (its WordPiece tokens, the model's output).
+
+    ``outputs`` asks for extras, e.g. ``output_attentions=True`` or ``output_hidden_states=True``.
+    """
+    import torch
+
+    encoded = tokenizer([sentence], return_tensors="pt")
+    with torch.no_grad():
+        out = model(**encoded, **outputs)
+    return tokenizer.convert_ids_to_tokens(encoded["input_ids"][0]), out

@@ -11,7 +11,7 @@ import math
 
 import pytest
 import torch
-from minilm_reference import MODEL, needs_model
+from minilm_reference import MODEL, needs_model, run_reference
 
 import selfattn as sa
 from selfattn.errors import OptionError, QueryError, SentenceError
@@ -189,11 +189,8 @@ def reference():
 
 
 def reference_hidden(reference, sentence):
-    model, tokenizer = reference
-    encoded = tokenizer([sentence], return_tensors="pt")
-    with torch.no_grad():
-        out = model(**encoded, output_hidden_states=True)
-    return tokenizer.convert_ids_to_tokens(encoded["input_ids"][0]), [h[0].double() for h in out.hidden_states]
+    tokens, out = run_reference(*reference, sentence, output_hidden_states=True)
+    return tokens, [h[0].double() for h in out.hidden_states]
 
 
 @needs_model

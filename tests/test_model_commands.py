@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+from minilm_reference import run_reference
 from selfattn.models.head_roles import PARTS, PATTERNS, ROLE_THRESHOLD, ROLES
 
 MODEL = "all-MiniLM-L6-v2"
@@ -43,11 +44,7 @@ def reference():
 
 
 def reference_attentions(reference, sentence):
-    model, tokenizer = reference
-    encoded = tokenizer([sentence], return_tensors="pt")
-    with torch.no_grad():
-        out = model(**encoded, output_attentions=True)
-    tokens = tokenizer.convert_ids_to_tokens(encoded["input_ids"][0])
+    tokens, out = run_reference(*reference, sentence, output_attentions=True)
     return tokens, np.stack([a[0].double().numpy() for a in out.attentions])  # (layers, heads, n, n)
 
 
