@@ -29,6 +29,7 @@ from selfattn.pipeline.tokenize import (
     find_query,
     missing_tokens,
     quote_tokens,
+    read_position,
 )
 from selfattn.trace import Trace
 from selfattn.variant_trace import VariantTrace
@@ -214,7 +215,7 @@ def compare(sentence_a: str, sentence_b: str, query: str | int, model: str | Non
             with _about(label):
                 tokens.append(loaded.tokenize(sentence).tokens[0])
         piece = query
-        if isinstance(query, str) and not _reads_as_position(query):
+        if isinstance(query, str) and read_position(query) is None:
             piece = model_query_piece(query, tokens, lambda text: loaded.tokenize(text).tokens[0][1:-1])
         indices = [_locate(t, piece, label, find_model_query, query) for t, label in zip(tokens, LABELS)]
     traces = []
@@ -320,22 +321,13 @@ def _locate(tokens: list[str], query: str | int, label: str, find, shown: str | 
     try:
         return find(tokens, query)
     except QueryError as error:
-        if isinstance(query, str) and not _reads_as_position(query):
+        if isinstance(query, str) and read_position(query) is None:
             case = "in any case" if "[CLS]" in tokens else "case-sensitive"
             raise QueryError(
                 f"the query {shown!r} is not in sentence {label}: its tokens are "
                 f"{quote_tokens(tokens, 12, count=True)} ({case}); give one of them or a 0-based position"
             ) from None
         raise QueryError(f"sentence {label}: {error}") from None
-
-
-def _reads_as_position(query: str) -> bool:
-    """Whether find_query would read this string as a 0-based position (when it is not a token)."""
-    try:
-        int(query.strip())
-    except ValueError:
-        return False
-    return True
 
 
 @contextmanager

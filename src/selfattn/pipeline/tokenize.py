@@ -63,13 +63,12 @@ def find_query(tokens: list[str], query: str | int | None) -> int:
         check_text(query, "the query", QueryError)
         if query in tokens:
             return tokens.index(query)
-        try:
-            position = int(query.strip())
-        except ValueError:
+        position = read_position(query)
+        if position is None:
             raise QueryError(
                 f"query token {query!r} is not in the sentence (tokens are case-sensitive): "
                 f"choose one of {quote_tokens(tokens, 12, count=True)} or a 0-based position"
-            ) from None
+            )
         query = position
     if isinstance(query, bool) or not isinstance(query, int):
         raise QueryError(f"the query must be a token or a 0-based position, not {query!r}")
@@ -79,6 +78,14 @@ def find_query(tokens: list[str], query: str | int | None) -> int:
             f"token{'s' if len(tokens) != 1 else ''} (positions 0 to {len(tokens) - 1})"
         )
     return query
+
+
+def read_position(text: str) -> int | None:
+    """The position a query string names when it is not a token ("3", " 3 "), or None if it names none."""
+    try:
+        return int(text.strip())
+    except ValueError:
+        return None
 
 
 def quote_tokens(tokens: list[str], limit: int, count: bool = False) -> str:
