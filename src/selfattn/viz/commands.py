@@ -257,11 +257,12 @@ def rope_distance_picture(config: ExplainConfig, layer: int = 0, head: int = 0) 
         sinusoidal = sinusoidal_score_grid(trace.embeddings[qi], trace.embeddings[ki], n, w_q=w_q, w_k=w_k)
         width = f"q and k of width {d_k}"
         added = "((x_q + P_i) W_q)·((x_k + P_j) W_k)"
+        rotary = None  # the trace was built with RoPE, so d_k is even: every feature turns
     else:
         d = trace.embeddings.shape[1]
         if d < 2:
             raise OptionError("--kind rope-distance turns pairs of features: the embeddings need at least 2 (give --dim 2 or more)")
-        rotary = d - d % 2
+        rotary = d - d % 2  # an odd width keeps its last feature, as explain does
         q, k = trace.embeddings[qi], trace.embeddings[ki]  # (d,) each
         sinusoidal = sinusoidal_score_grid(q, k, n)
         width = f"RoPE turns features 0-{rotary - 1} and keeps feature {d - 1}" if rotary < d else f"all {d} features"
@@ -271,7 +272,6 @@ def rope_distance_picture(config: ExplainConfig, layer: int = 0, head: int = 0) 
         f"Sinusoidal added to X: {added}: changes along the diagonals",
     ]
     title = f"One pair, {pair}, placed at every pair of positions 0-{n - 1} ({where}; {width})"
-    rotary = None if projected else q.shape[0] - q.shape[0] % 2  # an odd width keeps its last feature, as explain does
     return RopeDistancePicture(rope_score_grid(q, k, n, rotary_dim=rotary), sinusoidal, titles, title)
 
 
