@@ -174,7 +174,7 @@ LONG = " ".join(["word"] * 50)  # 52 tokens with [CLS] and [SEP]
         ([SENTENCE, "--variant", "scaled"], "--variant does not apply with --model"),
         ([SENTENCE, "--embeddings", "table.json"], "--embeddings does not apply with --model"),
         ([SENTENCE, "--dim", "4"], "--dim does not apply with --model"),
-        ([LONG], "52 WordPiece tokens"),
+        ([LONG], "52 tokens"),
     ],
 )
 def test_user_errors_are_one_line(run_cli, args, message):

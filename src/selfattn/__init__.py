@@ -19,14 +19,17 @@ Long sequences            flash_attention (tiled, exact, O(N) memory, with backw
                           attention_probs_from_lse (exact weights of chosen rows)
 Modules                   MultiHeadAttention (GQA, cross-attention, RoPE, ALiBi, flash),
                           SelfAttention, KVCache, Transformer, TransformerBlock,
-                          FeedForward; configs AttentionConfig, TransformerConfig
+                          FeedForward, GatedFeedForward (SwiGLU), RMSNorm, rms_norm;
+                          configs AttentionConfig, TransformerConfig
 To and from torch.nn      from_torch, TorchStyleMultiheadAttention, torch_masks_to_ours
 Masks                     causal_mask, causal_top_left, causal_bottom_right,
                           sliding_window_mask, padding_mask, user_mask, combine_masks;
                           rules the kernel skips tiles with: selfattn.masks
 Positions                 sinusoidal_encoding, LearnedPositionalEmbedding, apply_rope,
                           rope_angles, rope_distance_check, alibi_slopes, alibi_bias
-A pretrained model        load_pretrained("all-MiniLM-L6-v2") -> BertModel -> ModelOutput
+Pretrained models         load_pretrained("all-MiniLM-L6-v2" | FOLDER | "org/name") ->
+                          BertModel | DecoderModel -> ModelOutput; DecoderModel.generate
+                          -> Generation; selfattn.integrations.transformers.register
 Across processes          ring_attention; sharding helpers in selfattn.distributed
 Errors                    SelfAttnError (a ValueError) and its subclasses ConfigError,
                           SentenceError, QueryError, EmbeddingError, OptionError,
@@ -77,6 +80,9 @@ _EXPORTS = {
     "MultiHeadAttention": "selfattn.attention.modules",
     "KVCache": "selfattn.attention.kv_cache",
     "FeedForward": "selfattn.attention.transformer",
+    "GatedFeedForward": "selfattn.attention.layers",
+    "RMSNorm": "selfattn.attention.layers",
+    "rms_norm": "selfattn.attention.layers",
     "TransformerBlock": "selfattn.attention.transformer",
     "Transformer": "selfattn.attention.transformer",
     "TransformerOutput": "selfattn.attention.transformer",
@@ -105,7 +111,11 @@ _EXPORTS = {
     "ring_attention": "selfattn.distributed.ring",
     "load_pretrained": "selfattn.models",
     "BertModel": "selfattn.models",
+    "DecoderModel": "selfattn.models",
+    "DecoderConfig": "selfattn.models",
     "ModelOutput": "selfattn.models",
+    "Generation": "selfattn.models.generation",
+    "TokenChance": "selfattn.models.generation",
     "SelfAttnError": "selfattn.errors",
     "ConfigError": "selfattn.errors",
     "SentenceError": "selfattn.errors",

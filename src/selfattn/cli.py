@@ -16,6 +16,7 @@ from selfattn.cli_options import (
     COMPARE_QUERY_HELP,
     EXIT_USAGE,
     EXPLAIN_EXAMPLES,
+    GENERATE_EXAMPLES,
     HEADS_EXAMPLES,
     PLOT_EXAMPLES,
     SIMILARITY_EXAMPLES,
@@ -119,6 +120,29 @@ def build_parser() -> argparse.ArgumentParser:
     similarity.add_argument("--precision", type=int, default=3, metavar="DIGITS", help="decimals shown, 0 to 10 (default 3)")
     similarity.add_argument("--format", choices=["text", "json", "markdown"], default="text", help="output format")
     similarity.set_defaults(run=run_similarity)
+
+    generate = commands.add_parser(
+        "generate",
+        help="continue a prompt with a decoder model (GPT-2, Llama, Mistral, Qwen2)",
+        description=(
+            "Continue a prompt with a decoder model, one token at a time on a key/value cache: the most "
+            "likely token each step (temperature 0, the default), or a draw. In a terminal the text appears "
+            "as it is made; --format json gives the ids, tokens and the five most likely tokens at each step."
+        ),
+    )
+    generate.epilog = GENERATE_EXAMPLES
+    generate.add_argument("prompt", metavar="PROMPT", help="the text to continue, quoted")
+    generate.add_argument("--model", required=True, metavar="MODEL",
+                          help="a decoder: a folder in the Hugging Face layout, or a hub id already in the local cache")
+    generate.add_argument("--max-new-tokens", type=int, default=20, metavar="N", help="the most tokens to add (default 20)")
+    generate.add_argument("--temperature", type=float, default=0.0, metavar="T",
+                          help="0 (default): always the most likely token; above 0: sample, higher is more random")
+    generate.add_argument("--top-k", type=int, metavar="K", help="sample only among the K most likely tokens")
+    generate.add_argument("--top-p", type=float, metavar="P",
+                          help="sample only from the most likely tokens that together reach probability P, in (0, 1]")
+    generate.add_argument("--seed", type=int, metavar="S", help="seed of the draws, for the same text every run")
+    generate.add_argument("--format", choices=["text", "json"], default="text", help="output format")
+    generate.set_defaults(run=run_generate)
 
     compare = commands.add_parser(
         "compare",
@@ -236,6 +260,16 @@ def run_similarity(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_generate(args: argparse.Namespace) -> int:
+    from selfattn.explain.generate_command import generate_command
+
+    generate_command(
+        args.prompt, args.model, args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.seed,
+        args.format, sys.stdout,
+    )
+    return 0
+
+
 def run_compare(args: argparse.Namespace) -> int:
     from selfattn.comparison import OPTIONS, compare
     from selfattn.explain.compare_render import render_comparison
@@ -260,6 +294,8 @@ def check_text_arguments(args: argparse.Namespace) -> None:
     for label in ("a", "b"):
         if getattr(args, f"sentence_{label}", None) is not None:
             check_text(getattr(args, f"sentence_{label}"), f"sentence {label.upper()}")
+    if getattr(args, "prompt", None) is not None:
+        check_text(args.prompt, "the prompt")
     if getattr(args, "query", None) is not None:
         check_text(args.query, "the query", QueryError)
 

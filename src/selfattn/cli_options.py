@@ -51,6 +51,13 @@ HEADS_EXAMPLES = """examples:
   selfattn heads "my sentence" --format json > heads.json
 """
 
+GENERATE_EXAMPLES = """examples:
+  selfattn generate "Once upon a time" --model ./my-gpt2           a folder in the Hugging Face layout
+  selfattn generate "The cat" --model Qwen/Qwen2.5-0.5B --max-new-tokens 40
+                                                                   a hub id already in the local cache
+  selfattn generate "The cat" --model ./my-llama --temperature 0.8 --top-p 0.9 --seed 1
+  selfattn generate "The cat" --model ./my-llama --format json > steps.json
+"""
 COMPARE_EXAMPLES = """examples:
   selfattn compare "I sat by the river bank" "I paid at the bank" --query bank
   selfattn compare "I sat by the river bank" "I paid at the bank" --query bank \\
@@ -123,7 +130,8 @@ def add_model_option(command: argparse.ArgumentParser, default: str | None = MOD
     note = f" (default {default})" if default else " instead of the toy embeddings and variants"
     command.add_argument(
         "--model", default=default, metavar="MODEL",
-        help=f"a pretrained model, installed as a Python package: {MODEL_NAME}{note}",
+        help=f"a pretrained model: {MODEL_NAME} (installed as a package), a folder in the Hugging Face "
+        f"layout (bert, gpt2, llama, mistral, qwen2), or a hub id already in the local cache{note}",
     )
 
 

@@ -215,9 +215,9 @@ def build_trace(config: ExplainConfig) -> Trace | VariantTrace | ModelTrace:
 
 def check_model_options(config: ExplainConfig) -> None:
     """With --model the tokens, embeddings and attention are the model's: refuse the options that would change them."""
-    from selfattn.models.files import model_spec
+    from selfattn.models.loading import model_key
 
-    model_spec(config.model)  # an unknown name fails here, before anything loads
+    model_key(config.model)  # a model that is not there fails here, before anything loads
     defaults = {"embeddings": None, "embed": "auto", "dim": None, "seed": 0, "variant": "simple", "heads": None,
                 "kv_heads": None, "d_k": None, "positional": "none", "block_size": None}
     for field, default in defaults.items():

@@ -10,12 +10,17 @@ from dataclasses import dataclass
 
 from selfattn.errors import ConfigError, OptionError
 from selfattn.positional import check_positional
+from selfattn.positional.rope import ROPE_PAIRS
+from selfattn.positional.rope_scaling import Llama3RopeScaling
 
 # Selected by name. "reference": the score matrix in full (in place when no gradient is
 # needed); "flash": the tiled kernel (kernels/flash.py), used wherever the weights are not
 # asked for, which never holds the q_len x kv_len matrix.
 ATTENTION_IMPLS = ("reference", "flash")
-ACTIVATIONS = ("gelu", "relu")
+# "gelu" is the exact (erf) form, "gelu_tanh" its tanh approximation (GPT-2's "gelu_new"),
+# "swiglu" the gated unit of Llama, Mistral and Qwen2: (silu(x W_gate) * x W_up) W_down.
+ACTIVATIONS = ("gelu", "relu", "gelu_tanh", "swiglu")
+NORMS = ("layer", "rms")
 
 
 def _positive_int(name: str, value, allow_none: bool = False) -> None:
@@ -56,12 +61,19 @@ class AttentionConfig:
         rope_base: the RoPE frequency base, a number > 1 (default 10000).
         attn_impl: "reference" (default: the full score matrix) or "flash" (the tiled
             kernel, used where the weights are not asked for; it needs dropout=0).
+        rope_pairs: how RoPE pairs features: "interleaved" (default, 2i with 2i+1) or
+            "half" (i with i + head_dim/2, as Llama, Mistral and Qwen2 checkpoints).
+        rope_scaling: None, or a ``Llama3RopeScaling`` of RoPE's frequencies.
+        sliding_window: None, or W: a query sees only the W newest keys up to its own
+            position (itself included), as Mistral's window; acts together with causal.
+        out_bias: whether W_o has a bias; None (default) means ``bias`` (Qwen2 has
+            biases on W_q, W_k, W_v only).
 
     Raises:
         ConfigError: a size is not a positive integer, d_model is not divisible by n_heads
             (without head_dim), n_heads is not divisible by n_kv_heads, dropout is outside
-            [0, 1), bias is not a bool, positional or attn_impl is unknown, RoPE gets an odd
-            head_dim, rope_base <= 1, or "flash" gets dropout > 0.
+            [0, 1), bias is not a bool, positional, attn_impl or rope_pairs is unknown,
+            RoPE gets an odd head_dim, rope_base <= 1, or "flash" gets dropout > 0.
 
     Examples:
         >>> import selfattn as sa
@@ -82,9 +94,20 @@ class AttentionConfig:
     positional: str = "none"
     rope_base: float = 10000.0
     attn_impl: str = "reference"
+    rope_pairs: str = "interleaved"
+    rope_scaling: Llama3RopeScaling | None = None
+    sliding_window: int | None = None
+    out_bias: bool | None = None
 
     def __post_init__(self) -> None:
         _positive_int("d_model", self.d_model)
+        _positive_int("sliding_window", self.sliding_window, allow_none=True)
+        if self.rope_pairs not in ROPE_PAIRS:
+            raise ConfigError(f"unknown RoPE pairing {self.rope_pairs!r}: choose one of {', '.join(ROPE_PAIRS)}")
+        if self.rope_scaling is not None and not isinstance(self.rope_scaling, Llama3RopeScaling):
+            raise ConfigError(f"rope_scaling must be None or a Llama3RopeScaling, got {type(self.rope_scaling).__name__}")
+        if self.out_bias is not None and not isinstance(self.out_bias, bool):
+            raise ConfigError(f"out_bias must be True, False or None, got {self.out_bias!r}")
         _positive_int("n_heads", self.n_heads)
         _positive_int("n_kv_heads", self.n_kv_heads, allow_none=True)
         _positive_int("head_dim", self.head_dim, allow_none=True)
@@ -133,6 +156,11 @@ class AttentionConfig:
         """Query heads per key/value head: 1 for multi-head, n_heads for multi-query."""
         return self.n_heads // self.kv_heads
 
+    @property
+    def output_bias(self) -> bool:
+        """Whether W_o has a bias: out_bias, or bias when that is None."""
+        return self.bias if self.out_bias is None else self.out_bias
+
 
 @dataclass(frozen=True)
 class TransformerConfig:
@@ -164,11 +192,18 @@ class TransformerConfig:
         head_dim: width of each head; None means d_model // n_heads.
         rope_base: the RoPE frequency base, a number > 1 (default 10000).
         attn_impl: "reference" (default) or "flash"; see ``AttentionConfig``.
+        norm: "layer" (default, LayerNorm) or "rms" (RMSNorm, no centring and no bias).
+        attention_bias: biases on W_q, W_k, W_v; None (default) means ``bias``.
+        out_bias: a bias on W_o; None (default) means attention_bias.
+        rope_pairs: RoPE's pairing of features, "interleaved" (default) or "half"; see
+            ``AttentionConfig``.
+        rope_scaling: None, or a ``Llama3RopeScaling`` (``AttentionConfig``).
+        sliding_window: None, or each query's window of W newest keys (``AttentionConfig``).
 
     Raises:
-        ConfigError: n_layers, d_ff or max_len is not a positive integer, the activation is
-            unknown, layer_norm_eps <= 0, norm_first or causal is not a bool, or the
-            attention part is invalid (see ``AttentionConfig``).
+        ConfigError: n_layers, d_ff or max_len is not a positive integer, the activation or
+            norm is unknown, layer_norm_eps <= 0, norm_first or causal is not a bool, or
+            the attention part is invalid (see ``AttentionConfig``).
     """
 
     d_model: int
@@ -187,9 +222,19 @@ class TransformerConfig:
     head_dim: int | None = None  # default d_model / n_heads
     rope_base: float = 10000.0
     attn_impl: str = "reference"  # or "flash": see ATTENTION_IMPLS
+    norm: str = "layer"
+    attention_bias: bool | None = None
+    out_bias: bool | None = None
+    rope_pairs: str = "interleaved"
+    rope_scaling: Llama3RopeScaling | None = None
+    sliding_window: int | None = None
 
     def __post_init__(self) -> None:
         _positive_int("n_layers", self.n_layers)
+        if self.norm not in NORMS:
+            raise ConfigError(f"unknown norm {self.norm!r}: choose one of {', '.join(NORMS)}")
+        if self.attention_bias is not None and not isinstance(self.attention_bias, bool):
+            raise ConfigError(f"attention_bias must be True, False or None, got {self.attention_bias!r}")
         _positive_int("d_ff", self.d_ff, allow_none=True)
         _positive_int("max_len", self.max_len)
         if self.activation not in ACTIVATIONS:
@@ -209,11 +254,15 @@ class TransformerConfig:
             n_heads=self.n_heads,
             n_kv_heads=self.n_kv_heads,
             head_dim=self.head_dim,
-            bias=self.bias,
+            bias=self.bias if self.attention_bias is None else self.attention_bias,
             dropout=self.dropout,
             positional=self.positional,
             rope_base=self.rope_base,
             attn_impl=self.attn_impl,
+            rope_pairs=self.rope_pairs,
+            rope_scaling=self.rope_scaling,
+            sliding_window=self.sliding_window,
+            out_bias=self.out_bias,
         )
 
     @property

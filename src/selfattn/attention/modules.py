@@ -21,7 +21,7 @@ from selfattn.attention.config import AttentionConfig
 from selfattn.attention.functional import AttentionSteps, attention_forward, attention_steps
 from selfattn.attention.kv_cache import KVCache
 from selfattn.errors import ShapeError
-from selfattn.masks import causal_mask, check_mask_kind, combine_masks
+from selfattn.masks import causal_mask, check_mask_kind, combine_masks, sliding_window_mask
 from selfattn.positional import alibi_bias, apply_rope
 
 
@@ -108,6 +108,8 @@ class MultiHeadSteps(NamedTuple):
     attention: AttentionSteps  # scores, softmax and per-head outputs, heads (batch, H, ...)
     concat: torch.Tensor  # (batch, q_len, H * head_dim)
     output: torch.Tensor  # (batch, q_len, d_model): concat W_o
+    q_plain: torch.Tensor | None = None  # (batch, H, q_len, head_dim) before RoPE; None without RoPE
+    k_plain: torch.Tensor | None = None  # (batch, Hkv, new_len, head_dim): this call's keys before RoPE
 
 
 class MultiHeadAttention(nn.Module):
@@ -181,7 +183,7 @@ class MultiHeadAttention(nn.Module):
         self.w_q = nn.Linear(c.d_model, c.n_heads * c.head_size, bias=c.bias)
         self.w_k = nn.Linear(c.kdim or c.d_model, c.kv_heads * c.head_size, bias=c.bias)
         self.w_v = nn.Linear(c.vdim or c.d_model, c.kv_heads * c.head_size, bias=c.bias)
-        self.w_o = nn.Linear(c.n_heads * c.head_size, c.d_model, bias=c.bias)
+        self.w_o = nn.Linear(c.n_heads * c.head_size, c.d_model, bias=c.output_bias)
 
     @classmethod
     def from_config(cls, config: AttentionConfig) -> MultiHeadAttention:
@@ -223,6 +225,7 @@ class MultiHeadAttention(nn.Module):
         is_causal: bool = False,
         cache: KVCache | None = None,
         need_weights: bool = False,
+        positions: torch.Tensor | None = None,
     ):
         """Y, or (Y, weights (batch, H, q_len, kv_len)) with need_weights=True (no batch axis if unbatched).
 
@@ -243,6 +246,10 @@ class MultiHeadAttention(nn.Module):
                 RoPE) and values; attention then covers the cached keys and the new ones.
             need_weights: also return the attention weights (this always takes the
                 reference path, also with attn_impl="flash").
+            positions: with RoPE, the positions of the q_len new tokens, (q_len,) or
+                (batch, q_len) (a left-padded batch counts from each row's first real
+                token); the new keys get the same ones. None: kv_len - q_len .. kv_len - 1.
+                Self-attention only.
 
         Returns:
             Y, (batch, q_len, d_model); with need_weights=True the pair (Y, weights),
@@ -255,8 +262,8 @@ class MultiHeadAttention(nn.Module):
                 does not broadcast, or the cache holds keys of another shape.
         """
         if self.config.attn_impl == "flash" and not need_weights:
-            return self._flash_forward(query, key, value, attn_mask, is_causal, cache)
-        heads = self._heads(query, key, value, attn_mask, is_causal, cache, fast=True)
+            return self._flash_forward(query, key, value, attn_mask, is_causal, cache, positions)
+        heads = self._heads(query, key, value, attn_mask, is_causal, cache, positions, fast=True)
         attended = attention_forward(
             heads.q, heads.k, heads.v,
             attn_mask=heads.mask, dropout_p=self._dropout_p, scale=heads.scale, enable_gqa=self._gqa,
@@ -278,6 +285,7 @@ class MultiHeadAttention(nn.Module):
         attn_mask: torch.Tensor | None = None,
         is_causal: bool = False,
         cache: KVCache | None = None,
+        positions: torch.Tensor | None = None,
     ) -> MultiHeadSteps:
         """Run attention and return every intermediate (the projections, each head, the concat).
 
@@ -290,10 +298,12 @@ class MultiHeadAttention(nn.Module):
             attn_mask: as in ``forward``.
             is_causal: hide later keys, aligned bottom-right (as in ``forward``).
             cache: a ``KVCache`` to extend with this call's keys and values, in place.
+            positions: RoPE's positions of the new tokens, as in ``forward``.
 
         Returns:
-            ``MultiHeadSteps(q, k, v, mask, attention, concat, output)``: q (batch, H, q_len,
-                head_dim) after RoPE; k, v (batch, Hkv, kv_len, head_dim), cached keys
+            ``MultiHeadSteps(q, k, v, mask, attention, concat, output, q_plain, k_plain)``:
+                q (batch, H, q_len, head_dim) after RoPE (q_plain and k_plain: before it, None
+                without RoPE); k, v (batch, Hkv, kv_len, head_dim), cached keys
                 included; the one mask applied (bool, float or None); the ``AttentionSteps``
                 of the heads (batch, H, ...); concat (batch, q_len, H * head_dim); output
                 (batch, q_len, d_model). For unbatched input only concat and output drop
@@ -302,7 +312,7 @@ class MultiHeadAttention(nn.Module):
         Raises:
             ShapeError: the inputs, the mask or the cache do not fit (as in ``forward``).
         """
-        heads = self._heads(query, key, value, attn_mask, is_causal, cache)
+        heads = self._heads(query, key, value, attn_mask, is_causal, cache, positions)
         steps = attention_steps(
             heads.q, heads.k, heads.v, attn_mask=heads.mask, dropout_p=self._dropout_p, enable_gqa=self._gqa
         )  # heads: (batch, H, q_len, head_dim)
@@ -310,15 +320,17 @@ class MultiHeadAttention(nn.Module):
         output = self.w_o(concat)  # (batch, q_len, d_model)
         if heads.unbatched:
             output, concat = output[0], concat[0]
-        return MultiHeadSteps(heads.q, heads.k, heads.v, heads.mask, steps, concat, output)
+        return MultiHeadSteps(heads.q, heads.k, heads.v, heads.mask, steps, concat, output, heads.q_plain, heads.k_plain)
 
-    def _flash_forward(self, query, key, value, attn_mask, is_causal: bool, cache: KVCache | None) -> torch.Tensor:
+    def _flash_forward(self, query, key, value, attn_mask, is_causal: bool, cache: KVCache | None, positions=None):
         """Y through the tiled kernel. A causal mask alone stays a causal mask (bottom-right), so
-        the kernel skips the future's blocks; with other masks or ALiBi it gets one combined mask."""
+        the kernel skips the future's blocks; with other masks, a window or ALiBi it gets one
+        combined mask."""
         from selfattn.kernels.flash import flash_with_offset
 
-        alone = is_causal and attn_mask is None and self.config.positional != "alibi"
-        heads = self._heads(query, key, value, attn_mask, is_causal and not alone, cache, fast=True)
+        c = self.config
+        alone = is_causal and attn_mask is None and c.positional != "alibi" and c.sliding_window is None
+        heads = self._heads(query, key, value, attn_mask, is_causal and not alone, cache, positions, fast=True)
         offset = heads.k.shape[-2] - heads.q.shape[-2] if alone else None  # bottom-right: the queries are the newest
         out, _ = flash_with_offset(heads.q, heads.k, heads.v, heads.mask, offset, heads.scale, self._gqa)
         output = self.w_o(_merge_heads(out))  # (batch, H, q_len, head_dim) -> (batch, q_len, d_model)
@@ -332,7 +344,9 @@ class MultiHeadAttention(nn.Module):
     def _gqa(self) -> bool:
         return self.config.kv_heads != self.config.n_heads
 
-    def _heads(self, query, key, value, attn_mask, is_causal: bool, cache: KVCache | None, fast: bool = False) -> _Heads:
+    def _heads(
+        self, query, key, value, attn_mask, is_causal: bool, cache: KVCache | None, positions=None, fast: bool = False
+    ) -> _Heads:
         """Project the inputs into heads, apply RoPE and the cache, and build the one mask.
 
         fast: ``forward`` may take the stacked projection, whose queries come out already
@@ -360,15 +374,19 @@ class MultiHeadAttention(nn.Module):
         q = _split_heads(q, c.n_heads)  # (batch, H, q_len, head_dim)
         k = _split_heads(k, c.kv_heads)  # (batch, Hkv, new_len, head_dim)
         v = _split_heads(v, c.kv_heads)  # (batch, Hkv, new_len, head_dim)
+        if positions is not None and (c.positional != "rope" or key is not query):
+            raise ShapeError("positions are RoPE's positions of self-attention's new tokens: give them only with RoPE and no key")
+        q_plain, k_plain = (q, k) if c.positional == "rope" else (None, None)
         if c.positional == "rope":
-            k = apply_rope(k, torch.arange(past, past + k.shape[-2], device=k.device), c.rope_base)
+            rope = dict(base=c.rope_base, pairs=c.rope_pairs, scaling=c.rope_scaling)
+            k = apply_rope(k, torch.arange(past, past + k.shape[-2], device=k.device) if positions is None else positions, **rope)
         if cache is not None:
             k, v = cache.append(k, v)  # (batch, Hkv, past + new_len, head_dim)
         q_len, kv_len = q.shape[-2], k.shape[-2]
         if c.positional == "rope":
             # The queries are the newest positions: bottom-right aligned with the keys.
-            q = apply_rope(q, torch.arange(kv_len - q_len, kv_len, device=q.device), c.rope_base)
-        return _Heads(q, k, v, self._mask(attn_mask, is_causal, q_len, kv_len, q), unbatched, scale)
+            q = apply_rope(q, torch.arange(kv_len - q_len, kv_len, device=q.device) if positions is None else positions, **rope)
+        return _Heads(q, k, v, self._mask(attn_mask, is_causal, q_len, kv_len, q), unbatched, scale, q_plain, k_plain)
 
     def _project(self, query, key, value, fast: bool):
         """Q = X W_q, K = X W_k, V = X W_v, and the scale still to apply to Q K^T (None: the default).
@@ -403,8 +421,11 @@ class MultiHeadAttention(nn.Module):
         return cached[1], cached[2]
 
     def _mask(self, attn_mask, is_causal: bool, q_len: int, kv_len: int, q: torch.Tensor):
-        """The user's mask, the causal mask (bottom-right) and the ALiBi bias, as one mask."""
+        """The user's mask, the causal mask (bottom-right), the window and the ALiBi bias, as one mask."""
         causal = causal_mask(q_len, kv_len, align="bottom_right", device=q.device) if is_causal else None
+        if self.config.sliding_window is not None:
+            window = sliding_window_mask(q_len, kv_len, left=self.config.sliding_window - 1, right=None, device=q.device)
+            causal = window if causal is None else causal & window
         bias = None
         if self.config.positional == "alibi":
             bias = alibi_bias(self.config.n_heads, q_len, kv_len, dtype=q.dtype, device=q.device)  # (H, q_len, kv_len)
@@ -422,6 +443,8 @@ class _Heads(NamedTuple):
     mask: torch.Tensor | None
     unbatched: bool
     scale: float | None  # what is left to multiply Q K^T by; None: 1 / sqrt(head_dim)
+    q_plain: torch.Tensor | None = None  # before RoPE
+    k_plain: torch.Tensor | None = None
 
 
 def _merge_heads(x: torch.Tensor) -> torch.Tensor:

@@ -28,11 +28,16 @@ from torch import nn
 
 from selfattn.attention.config import TransformerConfig
 from selfattn.attention.kv_cache import KVCache
-from selfattn.attention.modules import MultiHeadAttention, check_width
-from selfattn.errors import ShapeError
+from selfattn.attention.modules import MultiHeadAttention, MultiHeadSteps, check_width
+from selfattn.attention.layers import GatedFeedForward, make_norm
+from selfattn.errors import ConfigError, ShapeError
 from selfattn.positional import LearnedPositionalEmbedding, sinusoidal_encoding
 
-_ACTIVATIONS = {"gelu": F.gelu, "relu": F.relu}  # F.gelu's default is the exact erf form
+_ACTIVATIONS = {  # F.gelu's default is the exact erf form; GPT-2's "gelu_new" is the tanh form
+    "gelu": F.gelu,
+    "relu": F.relu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+}
 
 
 class FeedForward(nn.Module):
@@ -45,7 +50,8 @@ class FeedForward(nn.Module):
     Args:
         d_model: width of the input and the output.
         d_ff: hidden width (the columns of W_1).
-        activation: "gelu" (default, the exact erf form) or "relu".
+        activation: "gelu" (default, the exact erf form), "gelu_tanh" (its tanh
+            approximation, GPT-2's) or "relu". The gated "swiglu" is ``GatedFeedForward``.
         dropout: chance of dropping each hidden activation in training, in [0, 1).
         bias: whether both linear layers have biases (default True).
 
@@ -58,6 +64,8 @@ class FeedForward(nn.Module):
         """Create the two linear layers; the class docstring describes the arguments."""
         super().__init__()
         TransformerConfig(d_model, 1, d_ff=d_ff, activation=activation, dropout=dropout, bias=bias)  # validates
+        if activation not in _ACTIVATIONS:
+            raise ConfigError(f"FeedForward takes {', '.join(_ACTIVATIONS)}; 'swiglu' is GatedFeedForward")
         self.activation = activation
         self.linear1 = nn.Linear(d_model, d_ff, bias=bias)
         self.dropout = nn.Dropout(dropout)
@@ -96,11 +104,14 @@ class TransformerBlock(nn.Module):
         """Create the block's layers; the class docstring describes the argument."""
         super().__init__()
         self.config = config
-        d, eps = config.d_model, config.layer_norm_eps
+        d = config.d_model
         self.attention = MultiHeadAttention.from_config(config.attention)
-        self.feed_forward = FeedForward(d, config.ff_size, config.activation, config.dropout, config.bias)
-        self.norm1 = nn.LayerNorm(d, eps=eps, bias=config.bias)
-        self.norm2 = nn.LayerNorm(d, eps=eps, bias=config.bias)
+        if config.activation == "swiglu":
+            self.feed_forward = GatedFeedForward(d, config.ff_size, config.bias)
+        else:
+            self.feed_forward = FeedForward(d, config.ff_size, config.activation, config.dropout, config.bias)
+        self.norm1 = make_norm(config)
+        self.norm2 = make_norm(config)
         self.dropout1 = nn.Dropout(config.dropout)
         self.dropout2 = nn.Dropout(config.dropout)
 
@@ -112,6 +123,7 @@ class TransformerBlock(nn.Module):
         is_causal: bool | None = None,
         cache: KVCache | None = None,
         need_weights: bool = False,
+        positions: torch.Tensor | None = None,
     ):
         """x', or (x', weights (batch, H, q_len, kv_len)) with need_weights=True.
 
@@ -124,6 +136,8 @@ class TransformerBlock(nn.Module):
             cache: a ``KVCache`` for this layer, extended in place with this call's keys
                 and values.
             need_weights: also return the attention weights.
+            positions: with RoPE, the new tokens' positions, (seq,) or (batch, seq); see
+                ``MultiHeadAttention.forward``.
 
         Returns:
             x', the shape of x; with need_weights=True the pair (x', weights), weights
@@ -137,9 +151,10 @@ class TransformerBlock(nn.Module):
         causal = self.config.causal if is_causal is None else is_causal
 
         def attend(h: torch.Tensor):
+            options = dict(attn_mask=attn_mask, is_causal=causal, cache=cache, positions=positions)
             if not need_weights:
-                return self.dropout1(self.attention(h, attn_mask=attn_mask, is_causal=causal, cache=cache)), None
-            out, weights = self.attention(h, attn_mask=attn_mask, is_causal=causal, cache=cache, need_weights=True)
+                return self.dropout1(self.attention(h, **options)), None
+            out, weights = self.attention(h, **options, need_weights=True)
             return self.dropout1(out), weights  # (..., seq, d_model), (batch, H, q_len, kv_len)
 
         if self.config.norm_first:
@@ -155,6 +170,24 @@ class TransformerBlock(nn.Module):
         if x.dim() == 2 and weights.dim() == 4:
             weights = weights[0]  # (1, H, q_len, kv_len) -> (H, q_len, kv_len)
         return x, weights
+
+
+    def attention_steps(self, x: torch.Tensor, **options) -> MultiHeadSteps:
+        """The block's attention on x with every intermediate (for tracing).   (batch, seq, d_model) -> MultiHeadSteps
+
+        The attention sees what it sees inside ``forward``: LN1(x) in a pre-LN block, x
+        itself in a post-LN one.
+
+        Args:
+            x: the block's input, (batch, seq, d_model).
+            options: ``MultiHeadAttention.steps``'s keywords (attn_mask, is_causal, cache,
+                positions); is_causal defaults to config.causal.
+
+        Returns:
+            The ``MultiHeadSteps`` of the block's attention.
+        """
+        options.setdefault("is_causal", self.config.causal)
+        return self.attention.steps(self.norm1(x) if self.config.norm_first else x, **options)
 
 
 class TransformerOutput(NamedTuple):
@@ -212,9 +245,7 @@ class Transformer(nn.Module):
             LearnedPositionalEmbedding(config.max_len, config.d_model) if config.positional == "learned" else None
         )
         self.layers = nn.ModuleList(TransformerBlock(config) for _ in range(config.n_layers))
-        self.norm = (
-            nn.LayerNorm(config.d_model, eps=config.layer_norm_eps, bias=config.bias) if config.norm_first else None
-        )
+        self.norm = make_norm(config) if config.norm_first else None
 
     def new_caches(self) -> list[KVCache]:
         """One empty KVCache per layer, for decoding a sequence piece by piece.

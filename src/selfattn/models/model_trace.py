@@ -1,10 +1,11 @@
 """One head of a pretrained model on one sentence, with every intermediate recorded.
 
-The same walk as the seed's, on real learned numbers: WordPiece tokens, the embedding
-layer's vectors, the chosen layer's input, that head's Q, K and V, the scores, the
-scaling, the softmax and the context vectors. Everything comes from running the model
-(``BertModel.run``) and the layer's own ``MultiHeadAttention.steps``; nothing here
-computes attention a second way.
+The same walk as the seed's, on real learned numbers: the model's tokens, its embedding
+step, the chosen layer's input, that head's Q, K and V (and RoPE's turn of them), the
+scores, the mask, the scaling, the softmax and the context vectors. Everything comes from
+running the model (``run``) and the layer's own ``attention_steps``; nothing here
+computes attention a second way. Encoders and decoders alike: the model describes
+itself (``embedding_step``, ``attention_info``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from selfattn.errors import OptionError, QueryError, SentenceError
+from selfattn.models.description import AttentionInfo, EmbeddingStep
 from selfattn.models.loading import shared_model
 from selfattn.pipeline.steps import attention_scores
 from selfattn.pipeline.tokenize import find_query, quote_tokens
@@ -26,11 +28,18 @@ MAX_MODEL_TOKENS = {"text": 48, "markdown": 48, "json": 512, "html": 512, "plot"
 
 @dataclass
 class ModelTrace:
-    """A pretrained model's layer ``layer``, head ``head`` on one sentence.   n tokens, d wide, d_h per head."""
+    """A pretrained model's layer ``layer``, head ``head`` on one sentence.   n tokens, d wide, d_h per head.
+
+    Architecture-neutral: the model describes its own embedding step (``embedding``) and
+    the layer's attention (``attention``: causal, RoPE, grouped-query heads, window), so
+    every renderer reads one record for BERT, GPT-2, Llama, Mistral and Qwen2 alike.
+    """
 
     model_name: str
     sentence: str
-    tokens: list[str]  # WordPiece tokens, [CLS] first and [SEP] last
+    tokens: list[str]  # the vocabulary's tokens, specials included ([CLS] ... [SEP], <s> ...)
+    readable: list[str]  # each token decoded alone: ' cat' where a byte-level vocabulary writes 'Ġcat'
+    special_tokens: frozenset[str]  # which of the vocabulary's tokens are special
     input_ids: list[int]
     n_layers: int
     n_heads: int
@@ -39,23 +48,26 @@ class ModelTrace:
     layer: int  # 0-based
     head: int  # 0-based
     query_index: int
-    word_embeddings: torch.Tensor  # (n, d): E_word[id] of each token
-    position_embeddings: torch.Tensor  # (n, d): E_pos[i]
-    type_embedding: torch.Tensor  # (d,): E_type[0], the same for every token of one text
-    embeddings: torch.Tensor  # (n, d): LN(word + type + position), the encoder's input
+    embedding: EmbeddingStep  # the summands of X0 and their formula
+    attention: AttentionInfo  # this layer's attention: causal, positions, kv heads, window
+    embeddings: torch.Tensor  # (n, d): X0, the first layer's input
     layer_input: torch.Tensor  # (n, d): hidden state entering layer ``layer``
-    q: torch.Tensor  # (n, d_h): this head's queries
-    k: torch.Tensor  # (n, d_h)
+    attention_input: torch.Tensor  # (n, d): what the attention reads: LN1(layer_input) pre-LN, layer_input post-LN
+    q: torch.Tensor  # (n, d_h): this head's queries (after RoPE, with RoPE)
+    k: torch.Tensor  # (n, d_h): the keys of the key/value head this head reads
     v: torch.Tensor  # (n, d_h)
+    q_plain: torch.Tensor | None  # (n, d_h): the queries before RoPE; None without RoPE
+    k_plain: torch.Tensor | None  # (n, d_h): the keys before RoPE
     scale: float  # 1 / sqrt(d_h)
+    allowed: torch.Tensor | None  # (n, n) bool: which keys each query may see (causal, window); None: all
     scores_unscaled: torch.Tensor  # (n, n): q_i . k_j
-    scores: torch.Tensor  # (n, n): scale * q_i . k_j, the softmax input (no mask for one text)
+    scores: torch.Tensor  # (n, n): scale * q_i . k_j, -inf where not allowed: the softmax input
     row_max: torch.Tensor  # (n,): m, the stable softmax's shift
     exp: torch.Tensor  # (n, n): exp(scores - m)
     exp_sum: torch.Tensor  # (n,)
     weights: torch.Tensor  # (n, n): this head's attention weights
     context: torch.Tensor  # (n, d_h): weights @ V, this head's output
-    layer_output: torch.Tensor  # (n, d): hidden state leaving layer ``layer``
+    layer_output: torch.Tensor  # (n, d): hidden state leaving layer ``layer`` (the last: after the final norm)
     hidden_states: tuple[torch.Tensor, ...]  # n_layers + 1 of (n, d)
     all_weights: torch.Tensor  # (n_layers, n_heads, n, n): every head of every layer, each layer's steps
 
@@ -69,6 +81,22 @@ class ModelTrace:
         """The query's vector after the embeddings and after each layer.   -> (n_layers + 1, d)"""
         return torch.stack([h[self.query_index] for h in self.hidden_states])  # n_layers + 1 of (d,) -> (L + 1, d)
 
+    @property
+    def kv_head(self) -> int:
+        """The key/value head this query head reads (itself without grouped-query attention)."""
+        return self.attention.kv_head(self.head)
+
+    @property
+    def first_token_share(self) -> float:
+        """This head's mean weight on token 0 over the queries after it (the "attention sink")."""
+        if len(self.tokens) < 2:
+            return 1.0
+        return float(self.weights[1:, 0].mean())
+
+    def is_special(self, index: int) -> bool:
+        """Whether token ``index`` is one of the vocabulary's special tokens."""
+        return self.tokens[index] in self.special_tokens
+
     def _repr_html_(self) -> str:
         """Jupyter shows a model trace as the interactive explorer."""
         from selfattn.viz.explorer import notebook_explorer
@@ -76,26 +104,41 @@ class ModelTrace:
         return notebook_explorer(self)
 
 
-def default_model_query(tokens: list[str]) -> int:
-    """The seed's choice, past [CLS]: the second word piece ('cat'), or the first for a one-token text."""
-    return 2 if len(tokens) > 3 else 1
+def default_model_query(tokens: list[str], special: frozenset[str] = SPECIAL_TOKENS) -> int:
+    """The seed's choice past the leading special tokens: the second token ('cat'), or the first for a one-word text."""
+    start = 0
+    while start < len(tokens) - 1 and tokens[start] in special:
+        start += 1
+    words = [i for i in range(start, len(tokens)) if tokens[i] not in special]
+    return words[1] if len(words) > 1 else (words[0] if words else 0)
 
 
-def find_model_query(tokens: list[str], query: str | int | None) -> int:
-    """A query given as a WordPiece token (any case: the model lower-cases) or a 0-based position."""
+def find_model_query(
+    tokens: list[str], query: str | int | None, readable: list[str] | None = None, special: frozenset[str] = SPECIAL_TOKENS
+) -> int:
+    """A query given as one of the model's tokens or a 0-based position.
+
+    A token matches as the vocabulary writes it ('Ġcat', '##s'), as it reads ('cat' for
+    ' cat'), or in any case when nothing matches exactly (BERT lower-cases its input).
+    """
     if query is None:
-        return default_model_query(tokens)
+        return default_model_query(tokens, special)
     if isinstance(query, str) and query not in tokens:
-        lowered = [t if t in SPECIAL_TOKENS else t.lower() for t in tokens]
-        if query.lower() in lowered:
-            return lowered.index(query.lower())
+        forms = [(r or "").strip() for r in (readable or tokens)]
+        for candidates, wanted in ((forms, query.strip()), ([t.lower() for t in tokens], query.lower()),
+                                   ([f.lower() for f in forms], query.strip().lower())):
+            if wanted in candidates:
+                return candidates.index(wanted)
     try:
         return find_query(tokens, query)
     except QueryError as error:
         if isinstance(query, str) and "not in the sentence" in str(error):
+            shown = [r.strip() or t for r, t in zip(readable or tokens, tokens)]
+            first = next((t for t in tokens if t in special), None)
+            hint = f" ({first} is 0)" if tokens and tokens[0] in special else ""
             raise QueryError(
-                f"query token {query!r} is not among the model's WordPiece tokens: choose one of "
-                f"{quote_tokens(tokens, 12, count=True)} (any case) or a 0-based position ([CLS] is 0)"
+                f"query token {query!r} is not among the model's tokens: choose one of "
+                f"{quote_tokens(shown, 12, count=True)} (any case) or a 0-based position{hint}"
             ) from None
         raise
 
@@ -150,63 +193,79 @@ def trace_model(
     query: str | int | None = None,
     output_format: str = "text",
 ) -> ModelTrace:
-    """Run the model on ``sentence`` and record layer ``layer``, head ``head`` for the query."""
+    """Run the model on ``sentence`` and record layer ``layer``, head ``head`` for the query.
+
+    Any supported family: the model describes its embedding step and attention, and the
+    chosen block's own ``attention_steps`` records the head (causal mask, RoPE, the key/value
+    head it reads under grouped-query attention, the window).
+    """
     if not isinstance(sentence, str) or not sentence.strip():
         raise SentenceError("the sentence is empty: give at least one word")
     model = shared_model(model_name)
-    config = model.config
-    check_layer_head(layer, head, config.num_hidden_layers, config.num_attention_heads)
+    n_layers, n_heads = len(model.blocks), model.attention_info(0).n_heads
+    check_layer_head(layer, head, n_layers, n_heads)
     encoded = model.tokenize(sentence)
     tokens = encoded.tokens[0]
     limit = MAX_MODEL_TOKENS.get(output_format, 512)
     if len(tokens) > limit:
         hint = f" (use --format json for up to {MAX_MODEL_TOKENS['json']})" if limit < MAX_MODEL_TOKENS["json"] else ""
         raise SentenceError(
-            f"the sentence has {len(tokens)} WordPiece tokens ([CLS] and [SEP] included); "
+            f"the sentence has {len(tokens)} tokens (special tokens included); "
             f"{output_format} output shows at most {limit}{hint}"
         )
-    query_index = find_model_query(tokens, query)
+    ids = encoded.input_ids  # (1, n)
+    special = model.tokenizer.special_tokens
+    readable = model.tokenizer.readable(ids[0].tolist())
+    query_index = find_model_query(tokens, query, readable, special)
+    info = model.attention_info(layer)
+    kv_head = info.kv_head(head)
 
     with torch.no_grad():
         out = model.run(encoded, output_attentions=True, output_hidden_states=True)
-        ids = encoded.input_ids  # (1, n)
-        emb = model.embeddings
-        positions = torch.arange(ids.shape[1])
-        block = model.encoder.layers[layer]
         layer_input = out.hidden_states[layer]  # (1, n, d)
-        steps = block.attention.steps(layer_input)  # one text: no padding, no mask
+        block = model.blocks[layer]
+        steps = block.attention_steps(layer_input, **model.trace_options())  # one text: no padding
         a = steps.attention
         weights = a.weights[0, head]  # (n, n)
         # Every layer's weights from its own steps, like this head's: the forward pass takes a
         # fused path that rounds differently (~1e-7), and explain and compare must agree exactly.
         all_weights = torch.stack([
-            (steps if l == layer else model.encoder.layers[l].attention.steps(out.hidden_states[l])).attention.weights[0]
-            for l in range(config.num_hidden_layers)
+            (steps if l == layer else model.blocks[l].attention_steps(out.hidden_states[l], **model.trace_options()))
+            .attention.weights[0]
+            for l in range(n_layers)
         ])  # (layers, heads, n, n)
         # The model's own forward pass must have used these weights.
         torch.testing.assert_close(all_weights, torch.stack([w[0] for w in out.attentions]), rtol=0, atol=1e-5)
-        q, k, v = steps.q[0, head], steps.k[0, head], steps.v[0, head]  # (n, d_h) each
+        q, k, v = steps.q[0, head], steps.k[0, kv_head], steps.v[0, kv_head]  # (n, d_h) each
+        rope = steps.q_plain is not None
+        allowed = None if steps.mask is None else _allowed(steps.mask, len(tokens))
+        attention_input = block.norm1(layer_input) if block.config.norm_first else layer_input
         return ModelTrace(
             model_name=model.name,
             sentence=sentence,
             tokens=tokens,
+            readable=readable,
+            special_tokens=special,
             input_ids=ids[0].tolist(),
-            n_layers=config.num_hidden_layers,
-            n_heads=config.num_attention_heads,
-            d_model=config.hidden_size,
+            n_layers=n_layers,
+            n_heads=n_heads,
+            d_model=layer_input.shape[-1],
             head_dim=q.shape[-1],
             layer=layer,
             head=head,
             query_index=query_index,
-            word_embeddings=emb.word(ids)[0],
-            position_embeddings=emb.position(positions),
-            type_embedding=emb.token_type.weight[0].clone(),
+            embedding=model.embedding_step(ids),
+            attention=info,
             embeddings=out.hidden_states[0][0],
             layer_input=layer_input[0],
+            attention_input=attention_input[0],
             q=q,
             k=k,
             v=v,
+            q_plain=steps.q_plain[0, head] if rope else None,
+            k_plain=steps.k_plain[0, kv_head] if rope else None,
             scale=a.scale,
+            allowed=allowed,
             scores_unscaled=attention_scores(q, k),  # (n, n): q_i . k_j before the scaling
             scores=a.masked_scores[0, head],
             row_max=a.softmax.shift[0, head, :, 0],
@@ -218,3 +277,10 @@ def trace_model(
             hidden_states=tuple(h[0] for h in out.hidden_states),
             all_weights=all_weights,
         )
+
+
+def _allowed(mask: torch.Tensor, n: int) -> torch.Tensor:
+    """The (n, n) bool of the keys each query may see, from the mask the attention applied."""
+    if mask.dtype == torch.bool:
+        return mask.reshape(-1, n, n)[0].clone()
+    return torch.isfinite(mask.reshape(-1, n, n)[0])

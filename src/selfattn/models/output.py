@@ -16,8 +16,10 @@ class ModelOutput:
     Jupyter the output shows itself as the interactive attention explorer of its first text.
 
     Attributes:
-        tokens: the WordPiece tokens of each text ([CLS] ... [SEP], no padding).
-        input_ids: (batch, seq) int64 token ids, padded to the longest text.
+        tokens: the tokens of each text as the vocabulary writes them, no padding
+            (WordPiece [CLS] ... [SEP] for BERT; byte-level BPE pieces for GPT-2).
+        input_ids: (batch, seq) int64 token ids, padded to the longest text (on the
+            right for an encoder, on the left for a decoder).
         attention_mask: (batch, seq) int64, 1 for real tokens and 0 for padding.
         last_hidden_state: (batch, seq, d) the last layer's output.
         hidden_states: n_layers + 1 tensors (batch, seq, d): the embeddings, then each
@@ -25,6 +27,7 @@ class ModelOutput:
         attentions: n_layers tensors (batch, heads, seq, seq), the weights of every head,
             rows = queries, columns = keys; None unless asked for (``output_attentions=True``).
         model_name: the name of the model that made it ("" when not given).
+        logits: (batch, seq, vocab) next-token scores, from a decoder; None from an encoder.
     """
 
     tokens: list[list[str]]
@@ -34,6 +37,7 @@ class ModelOutput:
     hidden_states: tuple[torch.Tensor, ...] | None = None
     attentions: tuple[torch.Tensor, ...] | None = None
     model_name: str = ""
+    logits: torch.Tensor | None = None
 
     @property
     def lengths(self) -> list[int]:

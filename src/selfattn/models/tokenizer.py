@@ -34,19 +34,35 @@ class Encoded:
         return [len(t) for t in self.tokens]
 
 
-class WordPieceTokenizer:
-    """Texts -> padded ids.   max_length: the most tokens a text may have, specials included."""
+class TextTokenizer:
+    """Texts -> padded ids with a model's own tokenizer.json.   max_length: the most tokens a text may have.
 
-    def __init__(self, tokenizer_file: Path, max_length: int, pad_id: int = 0) -> None:
+    The specials the file's post-processor adds (BERT's [CLS] ... [SEP], Llama's
+    <|begin_of_text|>) count towards max_length. padding_side "right" suits encoders
+    (BERT), "left" decoders: the newest token of every row sits in the last column, so
+    generation appends one column for the whole batch.
+    """
+
+    def __init__(self, tokenizer_file: Path, max_length: int, pad_id: int = 0, padding_side: str = "right") -> None:
         try:
             from tokenizers import Tokenizer
         except ImportError:
             raise ModelError(f"reading the model's tokenizer needs the tokenizers package. {install_hint()}") from None
-        self.tokenizer = Tokenizer.from_file(str(tokenizer_file))
+        try:
+            self.tokenizer = Tokenizer.from_file(str(tokenizer_file))
+        except Exception as error:  # a user's file that tokenizers cannot read is bad input, not our bug
+            reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+            raise ModelError(f"cannot read the tokenizer {tokenizer_file}: {reason}") from None
         self.tokenizer.no_padding()
         self.tokenizer.no_truncation()
         self.max_length = max_length
         self.pad_id = pad_id
+        self.padding_side = padding_side
+
+    @property
+    def vocab_size(self) -> int:
+        """Ids the tokenizer knows, added tokens included."""
+        return self.tokenizer.get_vocab_size(with_added_tokens=True)
 
     def encode(self, texts: str | list[str] | tuple[str, ...]) -> Encoded:
         """One text or a list of texts -> Encoded (a batch of one for a single text)."""
@@ -56,16 +72,57 @@ class WordPieceTokenizer:
             if len(encoding.ids) > self.max_length:
                 which = "the text" if len(texts) == 1 else f"text {index}"
                 raise SentenceError(
-                    f"{which} has {len(encoding.ids)} tokens ([CLS] and [SEP] included); this model has "
+                    f"{which} has {len(encoding.ids)} tokens{self.specials_note}; this model has "
                     f"{self.max_length} positions, so at most {self.max_length} tokens: shorten it or split it"
                 )
-        longest = max(len(e.ids) for e in encodings)
-        input_ids = torch.full((len(texts), longest), self.pad_id, dtype=torch.long)  # (batch, seq)
-        attention_mask = torch.zeros((len(texts), longest), dtype=torch.long)  # (batch, seq)
-        for row, encoding in enumerate(encodings):
-            input_ids[row, : len(encoding.ids)] = torch.tensor(encoding.ids, dtype=torch.long)
-            attention_mask[row, : len(encoding.ids)] = 1
-        return Encoded([list(e.tokens) for e in encodings], input_ids, attention_mask)
+        return self.pad([list(e.ids) for e in encodings], [list(e.tokens) for e in encodings])
+
+    def pad(self, rows: list[list[int]], tokens: list[list[str]] | None = None) -> Encoded:
+        """Lists of ids -> one padded batch on this tokenizer's side (tokens looked up if not given)."""
+        if tokens is None:
+            tokens = [[self.token(i) for i in row] for row in rows]
+        longest = max(len(row) for row in rows)
+        input_ids = torch.full((len(rows), longest), self.pad_id, dtype=torch.long)  # (batch, seq)
+        attention_mask = torch.zeros((len(rows), longest), dtype=torch.long)  # (batch, seq)
+        for index, row in enumerate(rows):
+            span = slice(0, len(row)) if self.padding_side == "right" else slice(longest - len(row), longest)
+            input_ids[index, span] = torch.tensor(row, dtype=torch.long)
+            attention_mask[index, span] = 1
+        return Encoded(tokens, input_ids, attention_mask)
+
+    def token(self, token_id: int) -> str:
+        """The vocabulary's string for one id (byte-level BPE shows a space as 'Ġ')."""
+        token = self.tokenizer.id_to_token(int(token_id))
+        return f"<id {token_id}>" if token is None else token
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        """Ids -> text, as the tokenizer's decoder joins them."""
+        return self.tokenizer.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
+
+    def readable(self, ids: list[int]) -> list[str]:
+        """Each id decoded on its own: ' cat' where the vocabulary says 'Ġcat'."""
+        return [self.tokenizer.decode([int(i)], skip_special_tokens=False) for i in ids]
+
+    @property
+    def special_tokens(self) -> frozenset[str]:
+        """The vocabulary's special tokens ([CLS], <s>, <|endoftext|> ...), as written."""
+        added = self.tokenizer.get_added_tokens_decoder().values()
+        return frozenset(token.content for token in added if token.special)
+
+    @property
+    def specials_note(self) -> str:
+        return ""
+
+
+class WordPieceTokenizer(TextTokenizer):
+    """A BERT tokenizer: WordPiece with [CLS] ... [SEP] around each text, padded on the right."""
+
+    def __init__(self, tokenizer_file: Path, max_length: int, pad_id: int = 0) -> None:
+        super().__init__(tokenizer_file, max_length, pad_id, padding_side="right")
+
+    @property
+    def specials_note(self) -> str:
+        return " ([CLS] and [SEP] included)"
 
 
 def as_text_list(texts) -> list[str]:

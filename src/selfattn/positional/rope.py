@@ -20,28 +20,40 @@ from dataclasses import dataclass
 import torch
 
 from selfattn.errors import OptionError, ShapeError
+from selfattn.positional.rope_scaling import Llama3RopeScaling, rope_frequencies
 
 
 def rope_angles(
-    positions: torch.Tensor, d_head: int, base: float = 10000.0, dtype: torch.dtype = torch.float64
+    positions: torch.Tensor,
+    d_head: int,
+    base: float = 10000.0,
+    dtype: torch.dtype = torch.float64,
+    scaling: Llama3RopeScaling | None = None,
 ) -> torch.Tensor:
     """angle[p, i] = positions[p] * base^(-2i/d_head).   (seq,) -> (seq, d_head // 2)
 
     Computed in float64: the product of a large position and a small frequency
     needs the extra digits before cos/sin. Returned in ``dtype`` (float64 by default).
+    Positions may also be (batch, seq), one row per sequence (left-padded batches
+    count each row's positions from its first real token); the angles are then
+    (batch, seq, d_head // 2).
 
     Args:
-        positions: the position p of each token, (seq,), any real or integer dtype.
+        positions: the position p of each token, (seq,) or (batch, seq), any real or
+            integer dtype.
         d_head: the width of a head's queries and keys; even and at least 2.
         base: sets the frequencies theta_i = base^(-2i/d_head); default 10000, as in
             the paper.
         dtype: the result's dtype (default float64).
+        scaling: None, or a ``Llama3RopeScaling`` that rescales the frequencies
+            (``selfattn.positional.rope_scaling``).
 
     Returns:
-        The angles p theta_i, (seq, d_head // 2): column i turns the feature pair (2i, 2i+1).
+        The angles p theta_i, (seq, d_head // 2) or (batch, seq, d_head // 2): column i
+            turns feature pair i.
 
     Raises:
-        ShapeError: ``positions`` is not 1-D, or ``d_head`` is odd or below 2.
+        ShapeError: ``positions`` is not 1-D or 2-D, or ``d_head`` is odd or below 2.
         OptionError: ``base`` is not above 0.
 
     Examples:
@@ -50,27 +62,32 @@ def rope_angles(
         >>> sa.rope_angles(torch.arange(3), 4).tolist()
         [[0.0, 0.0], [1.0, 0.01], [2.0, 0.02]]
     """
-    if positions.dim() != 1:
-        raise ShapeError(f"positions must be 1-D (seq,), got {tuple(positions.shape)}")
+    if positions.dim() not in (1, 2):
+        raise ShapeError(f"positions must be (seq,) or (batch, seq), got {tuple(positions.shape)}")
     if d_head < 2 or d_head % 2:
         raise ShapeError(f"d_head must be even and >= 2 for RoPE, got {d_head}")
     if not base > 0:
         raise OptionError(f"base must be > 0, got {base}")
-    pair = torch.arange(0, d_head, 2, dtype=torch.float64, device=positions.device)  # (d_head/2,): 2i
-    theta = torch.pow(torch.tensor(base, dtype=torch.float64, device=positions.device), -pair / d_head)
-    angles = positions.to(torch.float64)[:, None] * theta[None, :]  # (seq, 1) * (1, d_head/2) -> (seq, d_head/2)
+    theta = rope_frequencies(d_head, base, scaling, positions.device)  # (d_head/2,)
+    angles = positions.to(torch.float64)[..., None] * theta  # (..., seq, 1) * (d_head/2,) -> (..., seq, d_head/2)
     return angles.to(dtype)
 
 
 def apply_rope(
-    x: torch.Tensor, positions: torch.Tensor | None = None, base: float = 10000.0, rotary_dim: int | None = None
+    x: torch.Tensor,
+    positions: torch.Tensor | None = None,
+    base: float = 10000.0,
+    rotary_dim: int | None = None,
+    *,
+    pairs: str = "interleaved",
+    scaling: Llama3RopeScaling | None = None,
 ) -> torch.Tensor:
     """x'_(2i, 2i+1) = R(p theta_i) x_(2i, 2i+1).   (..., seq, d_head), (seq,) -> (..., seq, d_head)
 
-    Pairs are neighbours (2i, 2i+1), the paper's interleaved convention. GPT-NeoX and
-    LLaMA-style code pairs feature i with feature i + d_head/2 ("rotate half"); the two
-    agree up to a fixed permutation of the features, so weights trained with one need
-    their q/k projection rows permuted before use with the other.
+    By default pairs are neighbours (2i, 2i+1), the paper's interleaved convention.
+    GPT-NeoX, Llama, Mistral and Qwen2 pair feature i with feature i + d_head/2
+    (``pairs="half"``); the two agree up to a fixed permutation of the features, so a
+    checkpoint trained with one is read with the same convention.
     Default positions are 0 .. seq-1; pass e.g. arange(cached, cached + seq) for new
     tokens behind a KV cache. The result keeps x's dtype and is differentiable in x.
     With ``rotary_dim`` only the first rotary_dim features turn (with frequencies
@@ -79,17 +96,22 @@ def apply_rope(
 
     Args:
         x: queries or keys, (..., seq, d_head), d_head even unless ``rotary_dim`` is given.
-        positions: the position of each of the seq rows, (seq,). None: 0 .. seq-1.
+        positions: the position of each of the seq rows, (seq,); or (batch, seq) for x
+            (batch, heads, seq, d_head), one row of positions per sequence. None: 0 .. seq-1.
         base: sets the frequencies theta_i = base^(-2i/d_head); default 10000.
         rotary_dim: how many leading features turn, even, 2 to d_head. None: all of them.
+        pairs: "interleaved" (default: pair i is features 2i, 2i+1) or "half" (pair i is
+            features i and i + d_head/2).
+        scaling: None, or a ``Llama3RopeScaling`` of the frequencies.
 
     Returns:
         x with each feature pair turned by its angle, (..., seq, d_head), in x's dtype.
 
     Raises:
         ShapeError: ``x`` has fewer than 2 dimensions, d_head (or ``rotary_dim``) is odd
-            or 0, ``rotary_dim`` is wider than x, or ``positions`` is not (seq,).
-        OptionError: ``base`` is not above 0.
+            or 0, ``rotary_dim`` is wider than x, or ``positions`` is not (seq,) or
+            (batch, seq) for a 4-D x.
+        OptionError: ``base`` is not above 0, or ``pairs`` is unknown.
 
     Examples:
         >>> import selfattn as sa
@@ -102,23 +124,49 @@ def apply_rope(
     """
     if x.dim() < 2:
         raise ShapeError(f"x must be (..., seq, d_head), got {tuple(x.shape)}")
+    if pairs not in ROPE_PAIRS:
+        raise OptionError(f"unknown RoPE pairing {pairs!r}: choose one of {', '.join(ROPE_PAIRS)}")
     seq, d_head = x.shape[-2], x.shape[-1]
     if rotary_dim is not None and rotary_dim != d_head:
         if isinstance(rotary_dim, bool) or not isinstance(rotary_dim, int) or not 2 <= rotary_dim <= d_head or rotary_dim % 2:
             raise ShapeError(f"rotary_dim must be even, from 2 to the width {d_head} of x, got {rotary_dim!r}")
-        turned = apply_rope(x[..., :rotary_dim], positions, base)  # (..., seq, rotary_dim)
+        turned = apply_rope(x[..., :rotary_dim], positions, base, pairs=pairs, scaling=scaling)  # (..., seq, rotary_dim)
         return torch.cat((turned, x[..., rotary_dim:]), dim=-1)  # the rest passes through: (..., seq, d_head)
     if d_head % 2:
         raise ShapeError(f"RoPE rotates feature pairs, so d_head must be even: x {tuple(x.shape)}")
     if positions is None:
         positions = torch.arange(seq, device=x.device)
-    if positions.dim() != 1 or positions.shape[0] != seq:
+    batched = positions.dim() == 2 and x.dim() == 4 and positions.shape[0] in (1, x.shape[0])
+    if positions.shape[-1] != seq or not (positions.dim() == 1 or batched):
         raise ShapeError(
-            f"positions must be (seq,) with seq = {seq} from x {tuple(x.shape)}, got {tuple(positions.shape)}"
+            f"positions must be (seq,), or (batch, seq) for x (batch, heads, seq, d_head), with seq = {seq} "
+            f"from x {tuple(x.shape)}; got {tuple(positions.shape)}"
         )
-    angles = rope_angles(positions.to(x.device), d_head, base)  # (seq, d_head/2), float64
-    cos = torch.cos(angles).to(x.dtype)
-    sin = torch.sin(angles).to(x.dtype)
+    angles = rope_angles(positions.to(x.device), d_head, base, scaling=scaling)  # (seq, d_head/2) or (batch, seq, d_head/2)
+    if batched:
+        angles = angles[:, None]  # (batch, 1, seq, d_head/2): the same turn for every head
+    return rotate_pairs(x, torch.cos(angles).to(x.dtype), torch.sin(angles).to(x.dtype), pairs)
+
+
+ROPE_PAIRS = ("interleaved", "half")
+"""How features are paired for RoPE: neighbours (2i, 2i+1), or i with i + d_head/2."""
+
+
+def rotate_pairs(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pairs: str = "interleaved") -> torch.Tensor:
+    """(a, b) -> (a cos - b sin, a sin + b cos) for every feature pair.   (..., seq, d), (..., seq, d/2) x 2 -> (..., seq, d)
+
+    Args:
+        x: the vectors, (..., seq, d_head).
+        cos: cos of each pair's angle, broadcastable to (..., seq, d_head / 2).
+        sin: sin of each pair's angle, the same shape.
+        pairs: "interleaved" (pair i = features 2i, 2i+1) or "half" (i, i + d_head/2).
+
+    Returns:
+        x turned, (..., seq, d_head).
+    """
+    if pairs == "half":
+        first, second = x.chunk(2, dim=-1)  # (..., seq, d_head/2) each: feature i and i + d_head/2
+        return torch.cat((first * cos - second * sin, first * sin + second * cos), dim=-1)
     even, odd = x[..., 0::2], x[..., 1::2]  # (..., seq, d_head/2) each
     rotated_even = even * cos - odd * sin
     rotated_odd = even * sin + odd * cos

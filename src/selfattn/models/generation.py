@@ -1,0 +1,212 @@
+"""Text generation with a decoder: one new token per step, the earlier keys and values cached.
+
+    step 0:  logits = model(prompt)[:, -1]            the prompt fills every layer's KVCache
+    step t:  next = choose(logits);  logits = model(next, caches)[:, -1]    one token in, one out
+
+choose: the most likely token at temperature 0 (greedy); otherwise a draw from
+softmax(logits / T), first cut to the k most likely tokens (top_k) and then to the
+smallest set whose probabilities reach p (top_p, "nucleus"). A row stops at its first
+end-of-sequence token (which is kept in its ids); the batch stops when every row has, or
+after max_new_tokens. Prompts are padded on the left, so every row's newest token is in
+the last column and one column is appended per step.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from selfattn.errors import OptionError
+from selfattn.models.tokenizer import Encoded
+from selfattn.pipeline.steps import softmax
+
+TOP = 5  # how many of the most likely next tokens each step records
+
+
+@dataclass(frozen=True)
+class TokenChance:
+    """One candidate next token.
+
+    Attributes:
+        id: its token id.
+        token: the vocabulary's string for it.
+        probability: softmax(logits) at that id, in [0, 1].
+    """
+
+    id: int
+    token: str
+    probability: float
+
+
+@dataclass
+class Generation:
+    """What ``generate`` made, per input in the order given.
+
+    Attributes:
+        ids: the new token ids of each input (prompt excluded, the end-of-sequence token
+            kept when it came), a list of lists.
+        text: each input's new text, decoded without special tokens.
+        prompt_ids: each prompt's ids (no padding).
+        tokens: the new tokens of each input as the vocabulary writes them.
+        top: per input, per generated step, the ``TOP`` most likely next tokens under
+            the model's softmax(logits) (before temperature, top_k and top_p).
+    """
+
+    ids: list[list[int]]
+    text: list[str]
+    prompt_ids: list[list[int]]
+    tokens: list[list[str]]
+    top: list[list[list[TokenChance]]]
+
+
+def generate(
+    model,
+    texts_or_ids,
+    max_new_tokens: int = 20,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int | None = None,
+    use_cache: bool = True,
+    on_token: Callable[[int, int], None] | None = None,
+) -> Generation:
+    """Continue each input with up to max_new_tokens tokens.   -> Generation (ids, text)
+
+    Args:
+        model: a ``DecoderModel``.
+        texts_or_ids: a string, a list of strings, or token ids (as the model's forward).
+        max_new_tokens: how many tokens to add at most, from 1 to what the model's
+            positions leave after the longest prompt.
+        temperature: 0 (default) picks the most likely token; above 0 samples from
+            softmax(logits / temperature).
+        top_k: sample only among the k most likely tokens (None: all).
+        top_p: sample only from the smallest set of tokens whose probabilities add up
+            to at least p, in (0, 1] (None: all).
+        seed: the sampling generator's seed, for the same draws every run (None: fresh).
+        use_cache: keep each layer's keys and values (default); False recomputes the
+            whole sequence every step (the same result, slower: a check of the cache).
+        on_token: called as on_token(row, token_id) for each token as it is chosen, e.g.
+            to stream text.
+
+    Returns:
+        A ``Generation``.
+
+    Raises:
+        OptionError: an argument is out of range (the message gives the range).
+        SentenceError: a prompt is not valid input or longer than the model's positions.
+    """
+    _check_options(max_new_tokens, temperature, top_k, top_p, seed)
+    encoded = model.tokenize(texts_or_ids)
+    limit = model.config.max_positions
+    room = limit - encoded.input_ids.shape[1]
+    if max_new_tokens > room:
+        raise OptionError(
+            f"max_new_tokens is {max_new_tokens}, but the longest prompt has {encoded.input_ids.shape[1]} tokens of "
+            f"this model's {limit} positions: at most {max(room, 0)} new tokens"
+        )
+    sampler = None if temperature == 0 else torch.Generator().manual_seed(seed if seed is not None else _fresh_seed())
+    batch = encoded.input_ids.shape[0]
+    prompt_ids = [row[keep.bool()].tolist() for row, keep in zip(encoded.input_ids, encoded.attention_mask)]
+    new_ids: list[list[int]] = [[] for _ in range(batch)]
+    top: list[list[list[TokenChance]]] = [[] for _ in range(batch)]
+    done = [False] * batch
+    eos = set(model.config.eos_ids)
+    caches = model.new_caches() if use_cache else None
+    ids, mask = encoded.input_ids, encoded.attention_mask
+    with torch.no_grad():
+        logits = model.run(encoded, caches).logits[:, -1]  # (batch, vocab)
+        for _ in range(max_new_tokens):
+            chosen = choose(logits, temperature, top_k, top_p, sampler)  # (batch,)
+            probabilities = softmax(logits.double(), dim=-1)  # (batch, vocab)
+            for row in range(batch):
+                if done[row]:
+                    continue
+                token = int(chosen[row])
+                new_ids[row].append(token)
+                top[row].append(_top(probabilities[row], model))
+                done[row] = token in eos
+                if on_token is not None:
+                    on_token(row, token)
+            if all(done):
+                break
+            step = torch.tensor([[t[-1] if t else model.config.pad_id] for t in new_ids])  # (batch, 1)
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)  # (batch, past + 1)
+            if use_cache:
+                logits = model.run(Encoded(encoded.tokens, step, mask), caches).logits[:, -1]
+            else:
+                ids = torch.cat([ids, step], dim=1)  # (batch, seq + 1)
+                logits = model.run(Encoded(encoded.tokens, ids, mask)).logits[:, -1]
+    tokenizer = model._padder()
+    texts = [tokenizer.decode(row) if hasattr(tokenizer, "decode") else "" for row in new_ids]
+    tokens = [[tokenizer.token(i) for i in row] for row in new_ids]
+    return Generation(new_ids, texts, prompt_ids, tokens, top)
+
+
+def choose(logits: torch.Tensor, temperature: float, top_k=None, top_p=None, generator=None) -> torch.Tensor:
+    """The next token of each row.   (batch, vocab) -> (batch,) int64
+
+    argmax at temperature 0; else a draw from softmax(logits / T) restricted to the
+    top_k most likely tokens, then to the smallest set reaching probability top_p.
+
+    Args:
+        logits: next-token scores, (batch, vocab).
+        temperature: 0 for greedy, else > 0.
+        top_k: keep only the k largest logits of each row (None: all).
+        top_p: keep the smallest set of most likely tokens whose probabilities sum to at
+            least p (the most likely token always stays); None: all.
+        generator: the ``torch.Generator`` to draw with.
+
+    Returns:
+        One token id per row.
+
+    Examples:
+        >>> import torch
+        >>> from selfattn.models.generation import choose
+        >>> logits = torch.tensor([[0.0, 3.0, 1.0], [2.0, 0.0, 0.0]])
+        >>> choose(logits, 0.0).tolist()
+        [1, 0]
+        >>> choose(logits, 1.0, top_k=1, generator=torch.Generator().manual_seed(0)).tolist()
+        [1, 0]
+    """
+    if temperature == 0:
+        return logits.argmax(dim=-1)
+    scaled = logits.double() / temperature  # (batch, vocab)
+    if top_k is not None and top_k < scaled.shape[-1]:
+        kth = scaled.topk(top_k, dim=-1).values[:, -1:]  # (batch, 1): the k-th largest
+        scaled = scaled.masked_fill(scaled < kth, -math.inf)
+    if top_p is not None and top_p < 1:
+        ordered, order = scaled.sort(dim=-1, descending=True)  # (batch, vocab)
+        probs = softmax(ordered, dim=-1)
+        before = probs.cumsum(dim=-1) - probs  # probability of the more likely tokens
+        ordered = ordered.masked_fill(before >= top_p, -math.inf)  # the first token always stays (before = 0)
+        scaled = torch.full_like(scaled, -math.inf).scatter(-1, order, ordered)
+    return torch.multinomial(softmax(scaled, dim=-1), 1, generator=generator)[:, 0]
+
+
+def _top(probabilities: torch.Tensor, model) -> list[TokenChance]:
+    values, ids = probabilities.topk(min(TOP, probabilities.shape[-1]))
+    padder = model._padder()
+    return [TokenChance(int(i), padder.token(int(i)), float(p)) for p, i in zip(values, ids)]
+
+
+def _check_options(max_new_tokens, temperature, top_k, top_p, seed) -> None:
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise OptionError(f"max_new_tokens must be a whole number >= 1, got {max_new_tokens!r}")
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not (
+        math.isfinite(temperature) and temperature >= 0
+    ):
+        raise OptionError(f"temperature must be a number >= 0 (0: greedy), got {temperature!r}")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+        raise OptionError(f"top_k must be a whole number >= 1, got {top_k!r}")
+    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1):
+        raise OptionError(f"top_p must be a number in (0, 1], got {top_p!r}")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+        raise OptionError(f"seed must be a whole number >= 0, got {seed!r}")
+
+
+def _fresh_seed() -> int:
+    return int(torch.randint(0, 2**62, (1,)).item())
+

