@@ -95,8 +95,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="what every head of a pretrained model does on a sentence",
         description=(
             "For every layer and head of a pretrained model, what the head mostly does on this input "
-            "(looks at the previous token, the next token, itself, [CLS]/[SEP], or spreads its attention) "
-            "and how spread out its weights are (entropy), so you can find the heads worth a closer look."
+            "and how spread out its weights are (entropy), so you can find the heads worth a closer look. "
+            "An encoder's heads look at the previous token, the next token, themselves, [CLS]/[SEP], or "
+            "spread their attention; a decoder's (gpt2, llama, mistral, qwen2) are scored as previous-token, "
+            "duplicate-token, induction and first-token heads, on the sentence or on a probe."
         ),
     )
     heads.epilog = HEADS_EXAMPLES
@@ -104,6 +106,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_option(heads)
     heads.add_argument("--precision", type=int, default=2, metavar="DIGITS", help="decimals shown, 0 to 10 (default 2)")
     heads.add_argument("--format", choices=["text", "json", "markdown"], default="text", help="output format")
+    probe = heads.add_argument_group("probe (decoders only, instead of a sentence)")
+    probe.add_argument("--probe", choices=["induction"], metavar="KIND",
+                       help="induction: random tokens, then the same tokens again; every head is scored on how much "
+                       "the second copy looks at the token after its first copy")
+    probe.add_argument("--probe-length", type=int, metavar="N",
+                       help="random tokens in each copy, at least 2 (default 20); the probe has 2N tokens, one more "
+                       "with a BOS token, and must fit the model's positions")
+    probe.add_argument("--seed", type=int, metavar="S", help="seed of the probe's random tokens (default 0)")
     heads.set_defaults(run=run_heads)
 
     similarity = commands.add_parser(
@@ -249,7 +259,8 @@ def run_heads(args: argparse.Namespace) -> int:
     from selfattn.explain.model_commands import heads_command
 
     sentence = " ".join(args.sentence) if args.sentence else None
-    heads_command(sentence, args.model, args.format, args.precision, sys.stdout)
+    heads_command(sentence, args.model, args.format, args.precision, sys.stdout,
+                  probe=args.probe, probe_length=args.probe_length, seed=args.seed)
     return 0
 
 

@@ -49,6 +49,10 @@ HEADS_EXAMPLES = """examples:
   selfattn heads                                         the seed's sentence
   selfattn heads "The cat sat on the warm mat because it was tired"
   selfattn heads "my sentence" --format json > heads.json
+  selfattn heads "the cat sat, the cat ran" --model ./my-gpt2
+                                                         a decoder: four pattern scores per head
+  selfattn heads --model ./my-gpt2 --probe induction     random tokens twice: find induction heads
+  selfattn heads --model ./my-llama --probe induction --probe-length 50 --seed 3
 """
 
 GENERATE_EXAMPLES = """examples:

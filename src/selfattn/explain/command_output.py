@@ -100,3 +100,16 @@ def write_document(doc: Document, title: str, output_format: str, stream: TextIO
         from selfattn.explain.text import render_text
 
         render_text(Document([Heading(title), *doc.blocks]), stream)
+
+
+def command_lines(start: str, rest: str) -> list[str]:
+    """A shell command on one line, or on two joined by a backslash when one would pass 96 characters.
+
+    Args:
+        start: the command's start (program, subcommand, sentence).
+        rest: its options.
+
+    Returns:
+        One or two lines.
+    """
+    return [f"{start} {rest}"] if len(start) + len(rest) < 96 else [f"{start} \\", f"    {rest}"]

@@ -1,9 +1,13 @@
 """`selfattn heads`: what every head of a pretrained model does on the user's sentence.
 
-Run the model once, classify every layer's every head (``head_roles``) and print a table
-with a short explanation, as text, markdown or JSON through the project's document model
-and renderers. `selfattn similarity` lives in ``similarity_command``; what both share
-(checks, JSON and document writers) in ``command_output``.
+Run the model once, classify every layer's every head and print a table with a short
+explanation, as text, markdown or JSON through the project's document model and
+renderers. An encoder's heads get ``head_roles``'s roles (previous, next, self,
+[CLS]/[SEP]); a decoder's (causal) heads get ``decoder_roles``'s pattern scores
+(previous token, duplicate token, induction, first token), on the sentence or on the
+induction probe (``--probe induction``). `selfattn similarity` lives in
+``similarity_command``; what both share (checks, JSON and document writers) in
+``command_output``.
 """
 
 from __future__ import annotations
@@ -15,8 +19,10 @@ from typing import TextIO
 
 import torch
 
-from selfattn.explain.command_output import check_output, check_sentence, write_document, write_json
+from selfattn.errors import OptionError
+from selfattn.explain.command_output import check_output, check_sentence, command_lines, write_document, write_json
 from selfattn.explain.document import Document, Heading, Lines, Note, Paragraph, Table, display_token, fmt
+from selfattn.explain.decoder_heads import PROBE_LENGTH, PROBE_SEED, check_probe_options, decoder_heads, induction_probe_for
 from selfattn.models.head_roles import PARTS, ROLE_THRESHOLD, ROLES, SPREAD, HeadRole, classify_heads
 from selfattn.models.loading import shared_model
 from selfattn.pipeline.embeddings import SEED_SENTENCE
@@ -28,24 +34,43 @@ PART_COLUMNS = {"previous token": "prev", "next token": "next", "self": "self", 
                 "other": "other"}
 
 
-def heads_command(sentence: str | None, model_name: str, output_format: str, precision: int, stream: TextIO) -> None:
-    """Classify every head of ``model_name`` on one sentence and print the table.
+def heads_command(
+    sentence: str | None, model_name: str, output_format: str, precision: int, stream: TextIO,
+    probe: str | None = None, probe_length: int | None = None, seed: int | None = None,
+) -> None:
+    """Classify every head of ``model_name`` on one sentence, or on a probe, and print the table.
 
     Args:
-        sentence: the text to run the model on; None for the seed's sentence.
-        model_name: a pretrained model's name, e.g. "all-MiniLM-L6-v2".
+        sentence: the text to run the model on; None for the seed's sentence (or the probe).
+        model_name: a pretrained model's name, e.g. "all-MiniLM-L6-v2", or a model folder.
         output_format: "text", "markdown" or "json".
         precision: decimals for the numbers in text and markdown.
         stream: where to write.
+        probe: None, or "induction": a decoder reads random tokens repeated twice instead of a sentence.
+        probe_length: the random tokens in one copy of the probe (default PROBE_LENGTH); needs ``probe``.
+        seed: the seed of the probe's tokens (default PROBE_SEED); needs ``probe``.
 
     Raises:
-        OptionError: an unknown format or precision.
+        OptionError: an unknown format, precision or probe; a probe with a sentence, on an
+            encoder, or longer than the model's positions; probe_length or seed without a probe.
         SentenceError: the sentence is not a non-empty string, or too long for the model.
     """
     check_output(output_format, precision)
+    check_probe_options(sentence, probe, probe_length, seed)
     text = SEED_SENTENCE if sentence is None else sentence
-    check_sentence(text)
+    if probe is None:
+        check_sentence(text)
     model = shared_model(model_name)
+    if model.attention_info(0).causal:
+        made = None if probe is None else induction_probe_for(
+            model, PROBE_LENGTH if probe_length is None else probe_length, PROBE_SEED if seed is None else seed)
+        decoder_heads(model, model_name, None if made else text, made, output_format, precision, stream)
+        return
+    if probe is not None:
+        raise OptionError(
+            f"--probe {probe} needs a decoder (gpt2, llama, mistral, qwen2): {model.name} is an encoder, and "
+            "induction heads are how a decoder continues a text it has seen"
+        )
     with torch.no_grad():
         out = model(text, output_attentions=True)  # one text: no padding; > 512 tokens is refused here
     tokens = out.tokens[0]
@@ -219,19 +244,9 @@ def heads_summary(model_name, sentence, heads, precision, is_seed) -> list[Parag
     return blocks
 
 
-def command_lines(start: str, rest: str) -> list[str]:
-    """A shell command on one line, or on two joined by a backslash when one would pass 96 characters.
-
-    Args:
-        start: the command's start (program, subcommand, sentence).
-        rest: its options.
-
-    Returns:
-        One or two lines.
-    """
-    return [f"{start} {rest}"] if len(start) + len(rest) < 96 else [f"{start} \\", f"    {rest}"]
-
-
 def percent(share: float, precision: int) -> str:
     """A share in percent, as fine as the share itself at ``precision`` decimals (0.1234 at 4 -> 12.34%)."""
     return fmt(100 * share, max(precision - 2, 0)) + "%"
+
+
+# ---------------------------------------------------------------- decoders

@@ -22,9 +22,11 @@ head's total attention that falls on the pattern, sum(a * P) / sum(a), over ALL 
 rows where P is empty count in the denominator and pull the score down. A perfect
 previous-token head scores (seq - 1) / seq, because row 0 can only look at itself.
 
-``classify_decoder_heads`` reads rows i >= 1 only, for its scores and its entropy: row 0
-has a single key, so it says nothing about the head, and counting it would hand every head
-1/seq of first-token share. There a perfect previous-token head scores 1.
+``classify_decoder_heads`` reads rows i >= 1 only by default, for its scores and its
+entropy: row 0 has a single key, so it says nothing about the head, and counting it would
+hand every head 1/seq of first-token share. There a perfect previous-token head scores 1.
+With ``first_row=0`` its scores read every row and are TransformerLens's own numbers
+(``selfattn heads`` shows those); the entropy still leaves row 0 out.
 """
 
 from __future__ import annotations
@@ -317,25 +319,30 @@ class DecoderHeadRole:
         return dict(zip(DECODER_PATTERNS, values))
 
 
-def classify_decoder_heads(attentions, ids, threshold: float = DECODER_THRESHOLD) -> list[list[DecoderHeadRole]]:
+def classify_decoder_heads(
+    attentions, ids, threshold: float = DECODER_THRESHOLD, *, first_row: int = 1
+) -> list[list[DecoderHeadRole]]:
     """Every head's role.   attentions: (n_layers, n_heads, seq, seq) or n_layers x (n_heads, seq, seq); ids: (seq,)
 
-    Scores are detect_score(a, P, first_row=1) for the four patterns built from ``ids``;
-    role = argmax of the scores (the first of equals, in DECODER_PATTERNS order) when that
-    score >= threshold, else "mixed". With seq = 1 there are no rows to read: every score
-    and the entropy are 0 and the role is "mixed".
+    Scores are detect_score(a, P, first_row=first_row) for the four patterns built from
+    ``ids``; role = argmax of the scores (the first of equals, in DECODER_PATTERNS order)
+    when that score >= threshold, else "mixed". The entropy reads rows i >= 1 either way.
+    With seq = 1 and first_row = 1 there are no rows to read: every score and the entropy
+    are 0 and the role is "mixed".
 
     Args:
         attentions: the weights of every head, stacked or as one tensor per layer; rows sum to 1.
         ids: the token ids of the sequence, (seq,) integers.
         threshold: the score a pattern needs to name the head, in [0, 1].
+        first_row: 1 (default): the scores leave row 0 out; 0: they read every row, as
+            TransformerLens's detect_head.
 
     Returns:
         One list per layer of one DecoderHeadRole per head.
 
     Raises:
         ShapeError: the weights are not 4-D, invalid, rows do not sum to 1, or seq != len(ids).
-        OptionError: threshold is not a number in [0, 1].
+        OptionError: threshold is not a number in [0, 1], or first_row is not 0 or 1.
 
     Examples:
         >>> import torch
@@ -344,9 +351,13 @@ def classify_decoder_heads(attentions, ids, threshold: float = DECODER_THRESHOLD
         >>> head = classify_decoder_heads(a[None, None], [5, 7, 5, 7])[0][0]
         >>> head.role, head.previous_token, round(head.induction, 4), head.entropy
         ('previous token', 1.0, 0.6667, 0.0)
+        >>> classify_decoder_heads(a[None, None], [5, 7, 5, 7], first_row=0)[0][0].previous_token  # row 0 counts
+        0.75
     """
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 <= threshold <= 1:
         raise OptionError(f"threshold must be a number from 0 to 1, got {threshold!r}")
+    if isinstance(first_row, bool) or not isinstance(first_row, int) or first_row not in (0, 1):
+        raise OptionError(f"first_row must be 0 (every row) or 1 (rows after the first), got {first_row!r}")
     a = _stack_layers(attentions)  # (n_layers, n_heads, seq, seq)
     t = check_ids(ids)
     a = check_weights(a, len(t))
@@ -355,7 +366,7 @@ def classify_decoder_heads(attentions, ids, threshold: float = DECODER_THRESHOLD
         raise ShapeError(f"each row of attention weights must sum to 1; one sums to {float(sums.flatten()[(sums - 1).abs().argmax()]):.6g}")
     n = len(t)
     patterns = (previous_token_pattern(n), duplicate_token_pattern(t), induction_pattern(t), first_token_pattern(n))
-    scores = torch.stack([detect_score(a, p, first_row=1) for p in patterns], dim=-1)  # (n_layers, n_heads, 4)
+    scores = torch.stack([detect_score(a, p, first_row=first_row) for p in patterns], dim=-1)  # (n_layers, n_heads, 4)
     entropy = row_entropy(a[..., 1:, :]) * math.log(2)  # (n_layers, n_heads, seq - 1): bits -> nats
     entropy = entropy.mean(dim=-1).clamp(min=0.0) if n > 1 else torch.zeros(a.shape[:2], dtype=torch.float64)
     heads = []
