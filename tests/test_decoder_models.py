@@ -197,3 +197,15 @@ def test_a_hub_id_is_read_from_the_local_cache(checkpoints, tmp_path, monkeypatc
     assert model.name == "tiny/gpt2" and model.config.model_type == "gpt2"
     with pytest.raises(sa.ModelError, match=str(tmp_path / "hub")):
         sa.load_pretrained("tiny/absent")
+
+
+def test_an_older_hub_id_without_organisation_is_read_from_the_cache(checkpoints, tmp_path, monkeypatch):
+    snapshot = tmp_path / "models--gpt2" / "snapshots" / "f00d"
+    snapshot.mkdir(parents=True)
+    for item in checkpoints["gpt2"].iterdir():
+        (snapshot / item.name).write_bytes(item.read_bytes())
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    model = sa.load_pretrained("gpt2")
+    assert model.name == "gpt2" and model.config.model_type == "gpt2"
+    with pytest.raises(sa.ModelError, match="unknown model 'gpt3'"):
+        sa.load_pretrained("gpt3")

@@ -11,7 +11,7 @@ from typing import TextIO
 
 import torch
 
-from selfattn.errors import OptionError, SentenceError
+from selfattn.errors import ModelError, OptionError, SentenceError
 from selfattn.explain.command_output import check_output, check_sentence, shorten, write_document, write_json
 from selfattn.explain.document import Document, Lines, Note, Paragraph, Table, display_token, fmt
 from selfattn.explain.text import PIPED_WIDTH
@@ -39,6 +39,11 @@ def similarity_command(
     check_output(output_format, precision)
     check_sentences(sentences)
     model = shared_model(model_name)
+    if not hasattr(model, "encode"):
+        raise ModelError(
+            f"{model.name} is a decoder: similarity needs a sentence encoder such as all-MiniLM-L6-v2 "
+            f"(or a BERT folder), trained so that similar sentences get close mean-pooled vectors"
+        )
     lengths = []
     for index, sentence in enumerate(sentences):
         try:

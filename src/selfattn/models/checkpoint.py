@@ -120,6 +120,23 @@ def read_weights(folder: Path) -> dict[str, torch.Tensor]:
     raise ModelError(f"{folder} has no weights: looked for {', '.join(WEIGHT_FILES)}")
 
 
+def find_cached(name: str) -> Path | None:
+    """A name the hub keeps without an organisation ("gpt2"): its cached snapshot, or None if not cached.
+
+    Args:
+        name: the bare name.
+
+    Returns:
+        The snapshot folder, or None when the cache has no ``models--NAME``.
+
+    Raises:
+        ModelError: the cache has the model but no usable snapshot.
+    """
+    if not _HUB_PART.fullmatch(name) or not (_hub_cache() / f"models--{name}").is_dir():
+        return None
+    return _cached_snapshot(name)
+
+
 def _checked_model_folder(folder: Path) -> Path:
     if not (folder / "config.json").is_file():
         raise ModelError(f"{folder} has no config.json: {LAYOUT}")

@@ -16,7 +16,7 @@ from pathlib import Path
 from selfattn.errors import ModelError
 from selfattn.models import gpt2, llama
 from selfattn.models.bert import BertModel, load_bert
-from selfattn.models.checkpoint import LAYOUT, find_model_folder, read_config, read_weights
+from selfattn.models.checkpoint import LAYOUT, find_cached, find_model_folder, read_config, read_weights
 from selfattn.models.decoder import DecoderConfig, DecoderModel
 from selfattn.models.files import ALIASES, MODELS, model_folder, model_spec
 from selfattn.models.tokenizer import TextTokenizer
@@ -127,10 +127,14 @@ def locate(name_or_path) -> Path:
     """The folder of a model that is not built in: a folder, or a hub id's snapshot in the cache.
 
     Raises:
-        ModelError: a plain name (no "/") that is neither built in nor a folder here is an
-            unknown model; otherwise as ``checkpoint.find_model_folder``.
+        ModelError: a plain name (no "/") that is neither built in, a folder here, nor an
+            organisation-less hub id in the cache ("gpt2") is an unknown model; otherwise
+            as ``checkpoint.find_model_folder``.
     """
     if isinstance(name_or_path, str) and "/" not in name_or_path and not Path(name_or_path).expanduser().exists():
+        cached = find_cached(name_or_path.strip())  # the hub's older ids have no organisation: "gpt2"
+        if cached is not None:
+            return cached
         raise ModelError(
             f"unknown model {name_or_path!r}: give {', '.join(MODELS)} (built in), a folder in the Hugging Face "
             f"layout, or a hub id 'org/name' already in the local Hugging Face cache"
