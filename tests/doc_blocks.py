@@ -16,6 +16,10 @@ Fences by language:
 - ``json title="NAME.json"`` (or any fence with a title naming a file, outside python):
   a file the page asks the reader to save; the tests write it into the folder the
   commands run in, so a command that reads ``NAME.json`` reads exactly what the page shows.
+- ``python title="makes NAME/"``: a script that makes the folder NAME (a small model to
+  try things on). It runs once per test session; every command of every page then runs
+  beside a copy of that folder, so ``--model NAME`` finds it, as it would for a reader who
+  ran the script first.
 - ``text`` and anything else: shown, not run (benchmark tables, outputs of long runs).
 """
 
@@ -56,6 +60,19 @@ def blocks(page: Path, language: str | None = None) -> list[Block]:
 
 
 SAVED_AS = re.compile(r'title="([\w.-]+\.\w+)"')
+MAKES = re.compile(r'title="makes ([\w.-]+)/"')
+
+
+def setup_scripts() -> dict[str, Block]:
+    """{folder name: the python block that makes it}, over all the pages."""
+    scripts: dict[str, Block] = {}
+    for page in PAGES:
+        for block in blocks(page, "python"):
+            made = MAKES.fullmatch(block.info)
+            if made:
+                assert made.group(1) not in scripts, f"{block.page}:{block.line}: two pages make {made.group(1)}"
+                scripts[made.group(1)] = block
+    return scripts
 
 
 def saved_files() -> dict[str, str]:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from doc_blocks import (
+    MAKES,
     PAGES,
     ROOT,
     blocks,
@@ -25,6 +26,7 @@ from doc_blocks import (
     missing_from_output,
     run_python,
     saved_files,
+    setup_scripts,
     shell_commands,
 )
 
@@ -36,13 +38,31 @@ def page_id(page: Path) -> str:
     return str(page.relative_to(ROOT))
 
 
+@pytest.fixture(scope="session")
+def made_folders(tmp_path_factory):
+    """The folders the pages' setup scripts make (``python title="makes NAME/"``), made once."""
+    root = tmp_path_factory.mktemp("made")
+    here = os.getcwd()
+    os.chdir(root)
+    try:
+        for name, block in setup_scripts().items():
+            failed = run_python(block.body, f"{block.page}:{block.line}", {})
+            assert failed == [] and (root / name).is_dir(), f"{block.page}:{block.line} did not make {name}/"
+    finally:
+        os.chdir(here)
+    return root
+
+
 @pytest.fixture
-def in_scratch_folder(tmp_path, monkeypatch):
-    """Commands run in an empty folder, with the embeddings file the guides name and the files the pages show."""
+def in_scratch_folder(tmp_path, monkeypatch, made_folders):
+    """Commands run in an empty folder, with the embeddings file the guides name, the files the pages show,
+    and the folders their setup scripts make."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "table.json").write_text(json.dumps({"my": [0.1, 0.9, 0.3], "own": [0.7, 0.2, 0.5], "words": [0.4, 0.4, 0.8]}))
     for name, body in saved_files().items():
         (tmp_path / name).write_text(body)
+    for folder in made_folders.iterdir():
+        (tmp_path / folder.name).symlink_to(folder, target_is_directory=True)
     return tmp_path
 
 
@@ -54,7 +74,7 @@ def test_python_blocks_run_and_their_claims_hold(page, in_scratch_folder):
     namespace: dict = {}
     failed = []
     for block in blocks(page, "python"):
-        if "torchrun" not in block.info:  # a script for torchrun runs below
+        if "torchrun" not in block.info and not MAKES.fullmatch(block.info):  # torchrun: below; setup: once, above
             failed += run_python(block.body, f"{block.page}:{block.line}", namespace)
     assert failed == []
 
