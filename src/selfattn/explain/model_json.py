@@ -1,14 +1,24 @@
 """A ModelTrace as JSON: one head of a pretrained model, every number at full precision.
 
-Matrices are for the chosen layer and head only: embeddings and layer_input (n, d_model),
-q, k, v and context (n, head_dim), the score and weight matrices (n, n) with every token
-as the query; row_max and exp_sum are (n,). ``top`` lists where the query looks most.
-``query_hidden_states`` (n_layers + 1, d_model) is the query's vector after the
-embeddings and after each layer, from the same run.
+Matrices are for the chosen layer and head only: embeddings (X0), layer_input and
+attention_input (n, d_model), q, k, v and context (n, head_dim), the score and weight
+matrices (n, n) with every token as the query; row_max and exp_sum are (n,). ``top``
+lists where the query looks most, among the keys it may see. ``query_hidden_states``
+(n_layers + 1, d_model) is the query's vector after the embeddings and after each layer,
+from the same run.
+
+Any family: ``family``, ``readable`` and ``special`` describe the tokens; ``embedding``
+the summands of X0 (``parts``: name -> (n, d_model)); ``attention`` the layer's
+attention (causal, positional, rope_base, rope_scaling, n_heads, n_kv_heads, window,
+norm, norm_first, feed_forward, group_size, kv_head); ``allowed`` (n, n) which keys each
+query may see (null: all); ``q_before_rope`` and ``k_before_rope`` (n, head_dim) the
+queries and keys before RoPE's turn (null without RoPE); ``first_token_share`` this
+head's mean weight on token 0 over the queries after it.
 """
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 from selfattn.explain.json_out import plain
@@ -18,14 +28,19 @@ TOP_TOKENS = 3  # as many as the text walkthrough names
 
 
 def model_to_dict(t: ModelTrace) -> dict[str, Any]:
-    q = t.query_index
-    order = sorted(range(len(t.tokens)), key=lambda j: -float(t.weights[q, j]))
+    q, n = t.query_index, len(t.tokens)
+    seen = range(n) if t.allowed is None else [j for j in range(n) if bool(t.allowed[q, j])]
+    order = sorted(seen, key=lambda j: -float(t.weights[q, j]))
+    a = t.attention
     return plain(
         {
             "variant": "model",
             "model": t.model_name,
+            "family": a.family,
             "sentence": t.sentence,
             "tokens": t.tokens,
+            "readable": list(t.readable),  # each token decoded alone: ' cat' for 'Ġcat'
+            "special": [t.is_special(i) for i in range(n)],
             "input_ids": t.input_ids,
             "layer": t.layer,
             "head": t.head,
@@ -33,13 +48,24 @@ def model_to_dict(t: ModelTrace) -> dict[str, Any]:
             "n_heads": t.n_heads,
             "d_model": t.d_model,
             "head_dim": t.head_dim,
+            "attention": {**asdict(a), "group_size": a.group_size, "kv_head": t.kv_head},
             "query": {"index": q, "token": t.query_token},
-            "embeddings": t.embeddings,  # (n, d_model): the encoder's input, after LayerNorm
+            "embeddings": t.embeddings,  # (n, d_model): X0, the first layer's input
+            "embedding": {
+                "formula": t.embedding.formula,
+                "normalised": t.embedding.normalised,
+                "note": t.embedding.note,
+                "parts": {part.name: part.vectors for part in t.embedding.parts},  # name -> (n, d_model)
+            },
             "layer_input": t.layer_input,  # (n, d_model): the hidden state entering this layer
-            "q": t.q,  # (n, head_dim)
-            "k": t.k,
+            "attention_input": t.attention_input,  # (n, d_model): what the attention reads (Norm(x) pre-norm)
+            "q": t.q,  # (n, head_dim), after RoPE with RoPE
+            "k": t.k,  # of key/value head kv_head
             "v": t.v,
+            "q_before_rope": t.q_plain,  # (n, head_dim) or None
+            "k_before_rope": t.k_plain,
             "scale": t.scale,
+            "allowed": None if t.allowed is None else t.allowed.tolist(),  # (n, n) bool, True = may see
             "scores_unscaled": t.scores_unscaled,  # (n, n)
             "scores": t.scores,
             "row_max": t.row_max,  # (n,)
@@ -47,7 +73,9 @@ def model_to_dict(t: ModelTrace) -> dict[str, Any]:
             "exp_sum": t.exp_sum,  # (n,)
             "weights": t.weights,  # (n, n)
             "context": t.context,  # (n, head_dim)
+            "first_token_share": t.first_token_share,
             "query_hidden_states": t.query_hidden_states,  # (n_layers + 1, d_model): embeddings, then each layer
-            "top": [{"index": j, "token": t.tokens[j], "weight": float(t.weights[q, j])} for j in order[:TOP_TOKENS]],
+            "top": [{"index": j, "token": t.tokens[j], "readable": t.readable[j], "weight": float(t.weights[q, j])}
+                    for j in order[:TOP_TOKENS]],
         }
     )

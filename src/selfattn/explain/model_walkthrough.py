@@ -1,17 +1,17 @@
 """The walkthrough of one head of a pretrained model, as a Document built from a ModelTrace.
 
-The same steps as the seed's (tokens, embeddings, scores, softmax, context), on the
-learned numbers of a real model: WordPiece tokens, 384-wide embeddings, one head's
-32-wide queries, keys and values. Vectors this wide are shown by their first and last
-components and their length. All numbers come from the trace; nothing here computes
-attention.
+The seed's steps (tokens, embeddings, scores, softmax, context) on a real model's learned
+numbers, for any family we load. What differs between models (encoder or decoder, the
+embedding's parts, pre- or post-norm, RoPE, grouped-query heads, a sliding window) is
+read from the trace's ``embedding`` and ``attention`` records, never from the family's
+name. Wide vectors are shown by their first and last components and their length. All
+numbers come from the trace; nothing here computes attention.
 """
 
 from __future__ import annotations
 
 import math
 
-import torch
 
 from selfattn.config import check_precision
 from selfattn.explain.document import (
@@ -27,23 +27,24 @@ from selfattn.explain.document import (
     fmt_vector,
     vector_cells,
 )
-from selfattn.models.model_trace import SPECIAL_TOKENS, ModelTrace
-
-TOP_SHOWN = 3  # tokens named in "puts the most weight on"
-SPECIAL_SHARE_NOTED = 0.25  # above this share of weight on [CLS]/[SEP], say why
-SPLIT_WORDS_SHOWN = 3  # words cut into "##" pieces named in the tokens step
-
+from selfattn.explain.model_input import (
+    FEED_FORWARD, NORM_TEXT, NORMS, SPECIAL_SHARE_NOTED, TOP_SHOWN, embeddings_step, layers_before,
+    hidden_name, intro_step, is_builtin_model, key_span, query_label, rope_base_text,
+    seen_keys, token_label, tokens_step, vector_length, wide_table,
+)
+from selfattn.models.model_trace import ModelTrace
+from selfattn.pipeline.steps import attention_scores
 
 def model_walkthrough(t: ModelTrace, precision: int = 4) -> Document:
     """Every step of layer ``t.layer``, head ``t.head`` for the query, in reading order."""
     check_precision(precision)
     p = precision
     doc = Document()
-    _intro(doc, t)
-    _tokens(doc, t)
-    _embeddings(doc, t, p)
+    intro_step(doc, t)
+    tokens_step(doc, t)
+    embeddings_step(doc, t, p)
     step = 3
-    if t.layer > 0:
+    if t.layer > 0 or t.attention.norm_first:
         _layer_input(doc, t, p, step)
         step += 1
     _projections(doc, t, p, step)
@@ -53,166 +54,153 @@ def model_walkthrough(t: ModelTrace, precision: int = 4) -> Document:
     return doc
 
 
-def _label(t: ModelTrace, j: int) -> str:
-    return display_token(t.tokens[j])
-
-
-def _query(t: ModelTrace) -> str:
-    return f"'{_label(t, t.query_index)}'"
-
-
-def _norm(vector: torch.Tensor) -> float:
-    """|x|, the length of a vector: a one-number summary of a wide vector, for display."""
-    return float(vector.double().norm())
-
-
-def _wide_rows(t: ModelTrace, vectors: torch.Tensor, p: int) -> list[list[str]]:
-    """One row per token: its label, the first and last components, then the length."""
-    return [[_label(t, j)] + vector_cells(vectors[j].tolist(), p) + [fmt(_norm(vectors[j]), 2)] for j in range(len(t.tokens))]
-
-
-def _intro(doc: Document, t: ModelTrace) -> None:
-    doc.add(
-        Paragraph(
-            f"Model {t.model_name}: a BERT encoder with {t.n_layers} layers of {t.n_heads} attention heads. "
-            f"Every token is a vector of {t.d_model} numbers, and each head works on {t.head_dim} of them "
-            f"({t.n_heads} × {t.head_dim} = {t.d_model})."
-        ),
-        Note(
-            "Every weight here was learned from data (this model was trained to place sentences with similar "
-            "meaning close together), unlike the seed's hand-made table or the variants' random weights. So the "
-            "patterns below are what a real model does, not arithmetic on made-up numbers."
-        ),
-        Paragraph(
-            f"This walkthrough follows layer {t.layer}, head {t.head}, with {_query(t)} (position {t.query_index}) "
-            f"as the query. Layers, heads and positions count from 0, as everywhere in selfattn: the model's "
-            f"{t.n_layers} layers are layers 0 to {t.n_layers - 1} and its {t.n_heads} heads are heads 0 to {t.n_heads - 1}."
-        ),
-    )
-
-
-def _split_words(tokens: list[str]) -> list[tuple[str, list[str]]]:
-    """Words the tokenizer cut into pieces: (the word, its pieces), in order."""
-    words: list[list[str]] = []
-    for token in tokens:
-        if token.startswith("##") and words:
-            words[-1].append(token)  # continues the word before it
-        else:
-            words.append([token])
-    return [("".join(piece.removeprefix("##") for piece in pieces), pieces) for pieces in words if len(pieces) > 1]
-
-
-def _tokens(doc: Document, t: ModelTrace) -> None:
-    n, q = len(t.tokens), t.query_index
-    text = (
-        f"The model cuts the text with its own WordPiece tokenizer: {n} tokens here. It lower-cases the text "
-        "(and drops accents), splits off punctuation, and cuts a word that is not in its vocabulary into pieces "
-        "that are; a piece starting with '##' continues the word before it. It also adds two tokens of its own: "
-        "[CLS] at the front and [SEP] at the end. Each token has an id, its row in the embedding table."
-    )
-    split = _split_words(t.tokens)
-    if split:
-        shown = "; ".join(f"'{display_token(word)}' became {' + '.join(display_token(piece) for piece in pieces)}" for word, pieces in split[:SPLIT_WORDS_SHOWN])
-        text += f" Here {shown}."
-    rows = [[str(i), _label(t, i), str(t.input_ids[i]), "← query" if i == q else ""] for i, _ in enumerate(t.tokens)]
-    doc.add(Heading("Step 1 · WordPiece tokens"), Paragraph(text), Table(["position", "token", "id", ""], rows, highlight_row=q, numeric_from=2))
-
-
-def _embeddings(doc: Document, t: ModelTrace, p: int) -> None:
-    q, d = t.query_index, t.d_model
-    names = {"word": f"word (id {t.input_ids[q]})", "position": f"position {q}", "type": "type 0"}
-    order = {"word": 0, "position": 1, "type": 2}
-    shown = sorted(t.embedding.parts, key=lambda part: order.get(part.name, 3))
-    parts = [(names.get(part.name, part.label), part.vectors[q]) for part in shown]
-    parts.append(("sum", sum(part.vectors[q] for part in shown)))  # for display; the model's sum feeds the LayerNorm
-    parts.append(("LayerNorm", t.embeddings[q]))
-    doc.add(
-        Heading(f"Step 2 · Embeddings: word + position + type, then LayerNorm ({len(t.tokens)} × {d})"),
-        Paragraph(
-            f"Each token starts as the sum of three learned vectors of {d} numbers: the row of the word table for "
-            "its id (what the token is), the row of the position table for its place (where it is), and a "
-            "token-type vector (which of two texts it belongs to; with one text every token gets type 0). "
-            "LayerNorm then rescales the sum: it subtracts the mean of its numbers, divides by their standard "
-            "deviation, and applies a learned scale and shift to each component."
-        ),
-        Paragraph(
-            f"{d} numbers do not fit on a line, so a vector is shown by its first components, '…', and its last "
-            "one, and |x| is the length of the whole vector. --format json has every number."
-        ),
-        Table(
-            [_query(t)] + component_headers(d, "x") + ["|x|"],
-            [[name] + vector_cells(v.tolist(), p) + [fmt(_norm(v), 2)] for name, v in parts],
-            title=f"The parts of {_query(t)}",
-        ),
-        Table(["token"] + component_headers(d, "x") + ["|x|"], _wide_rows(t, t.embeddings, p), title="X₀: every token after LayerNorm", highlight_row=q),
-        Paragraph(
-            "These vectors are what layer 0 reads"
-            + (", the layer this walkthrough follows." if t.layer == 0 else f"; {_layers_before(t.layer)} {'changes' if t.layer == 1 else 'change'} them before layer {t.layer} sees them.")
-        ),
-    )
-
-
-def _layers_before(layer: int) -> str:
-    return {1: "layer 0", 2: "layers 0 and 1"}.get(layer, f"layers 0 to {layer - 1}")
 
 
 def _layer_input(doc: Document, t: ModelTrace, p: int, step: int) -> None:
-    before = _layers_before(t.layer)
+    a, layer, x = t.attention, t.layer, hidden_name(t.layer)
+    norm = NORMS.get(a.norm, a.norm)
+    if layer > 0:
+        doc.add(
+            Heading(f"Step {step} · The input of layer {layer}" + (f", and the {norm} its attention reads" if a.norm_first else "")),
+            Paragraph(
+                f"Layer {layer} does not read the embeddings themselves but what {layers_before(layer)} made of them: each "
+                "layer mixes information between the tokens (attention) and then reworks each token on its own (a "
+                f"feed-forward network), so a token's vector now carries some of its context. This is {x}, "
+                f"still {len(t.tokens)} × {t.d_model}."
+            ),
+            wide_table(t, t.layer_input, p, f"{x}: the hidden states entering layer {layer}"),
+        )
+    else:
+        doc.add(Heading(f"Step {step} · What the attention of layer 0 reads: {norm}(X₀)"))
+    if a.norm_first:
+        doc.add(
+            Paragraph(
+                f"This model normalises before each part of a layer (pre-norm): the attention of layer {layer} reads "
+                f"{norm}({x}), not {x} itself, and its output is added back to {x} unnormalised (the residual "
+                f"connection). {NORM_TEXT.get(a.norm, '')}"
+            ),
+            wide_table(t, t.attention_input, p, f"{norm}({x}): what the attention of layer {layer} reads"),
+        )
+
+
+def _heads_text(t: ModelTrace, step: int) -> str:
+    a, h, d_h = t.attention, t.head, t.head_dim
+    first, kv = h * d_h, t.kv_head
+    x = f"x (here {NORMS.get(a.norm, a.norm)}(x), the step before)" if a.norm_first else "x"
+    text = (
+        f"Each token's vector {x} is projected three ways by learned matrices (some models also add a learned bias "
+        "vector to each): the query q (what the token is looking for), the key k (what it offers to be found by) and "
+        f"the value v (what it hands over). W_q is {t.d_model} × {t.n_heads * d_h}: its columns are {t.n_heads} groups "
+        f"of {d_h}, one group per head, and head {h} uses columns {first} to {first + d_h - 1}."
+    )
+    if a.n_kv_heads < a.n_heads:
+        text += (
+            f" W_k and W_v are narrower, {t.d_model} × {a.n_kv_heads * d_h}: {a.n_kv_heads} group{'s' if a.n_kv_heads > 1 else ''} "
+            f"of {d_h}, one per key/value head, and each key/value head serves {a.group_size} query heads. So head {h} "
+            f"reads the keys and values of key/value head {kv} (columns {kv * d_h} to {kv * d_h + d_h - 1} of W_k and W_v)."
+        )
+    else:
+        text += " W_k and W_v are cut into heads the same way."
+    return text + f" In this head every q, k and v has {d_h} numbers; v comes in at step {step + 2}."
+
+
+def _kv_name(t: ModelTrace) -> str:
+    return f"key/value head {t.kv_head}" if t.attention.n_kv_heads < t.attention.n_heads else f"head {t.head}"
+
+
+def _rope(doc: Document, t: ModelTrace, p: int) -> None:
+    a, q, d_h = t.attention, t.query_index, t.head_dim
+    seen = seen_keys(t, q)
+    others = [j for j in seen if j not in (0, q)] or [j for j in seen if j != q] or [q]  # token 0 is not turned
+    j = max(others, key=lambda k: float(t.weights[q, k]))  # the key the query weighs most
+    before = float(attention_scores(t.q_plain[q], t.k_plain[j][None])[0])  # (d_h,), (1, d_h) -> (1,)
+    scaling = f" This checkpoint rescales the frequencies θ_c first ({a.rope_scaling})." if a.rope_scaling else ""
+    pairs = [(f"q at {q}, before", t.q_plain[q]), (f"q at {q}, after", t.q[q]), (f"k at {j}, before", t.k_plain[j]), (f"k at {j}, after", t.k[j])]
+    rows = [[name] + vector_cells(v.tolist(), p) + [fmt(vector_length(v), p)] for name, v in pairs]
     doc.add(
-        Heading(f"Step {step} · The input of layer {t.layer}"),
         Paragraph(
-            f"Layer {t.layer} does not read the embeddings themselves but what {before} made of them: each "
-            "layer mixes information between the tokens (attention) and then reworks each token on its own (a "
-            f"feed-forward network), so a token's vector now carries some of its context. This is X_{t.layer}, "
-            f"still {len(t.tokens)} × {t.d_model}."
+            f"Positions enter here, through RoPE: before any score is taken, each query and key is turned by its "
+            f"position. Its {d_h} components form {d_h // 2} pairs, and pair c of the token at position i turns by the "
+            f"angle i·θ_c, with θ_c = {rope_base_text(a.rope_base)}^(−2c/{d_h}): the first pairs turn fast, the last ones slowly."
+            f"{scaling} A turn changes no length, only the direction. The query at position {q} turns by {q}·θ_c and "
+            f"the key at position {j} by {j}·θ_c; in their dot product only the difference of the angles is left, "
+            f"({q} − {j})·θ_c, so the score depends on how far apart the two tokens are ({abs(q - j)} positions), not "
+            "on where they stand."
         ),
-        Table(["token"] + component_headers(t.d_model, "x") + ["|x|"], _wide_rows(t, t.layer_input, p), title=f"X_{t.layer}: the hidden states entering layer {t.layer}", highlight_row=t.query_index),
+        Table(["RoPE"] + component_headers(d_h, "x") + ["|x|"], rows,
+              title=f"RoPE turns the query {query_label(t)} and the key of '{token_label(t, j)}'"),
+        Lines([f"q · k before the turn = {fmt(before, p)}   after the turn = {fmt(t.scores_unscaled[q, j], p)}"]),
     )
 
 
 def _projections(doc: Document, t: ModelTrace, p: int, step: int) -> None:
     q, h, d_h = t.query_index, t.head, t.head_dim
-    first = h * d_h
-    rows = [[_label(t, j)] + vector_cells(t.k[j].tolist(), p) + [fmt(t.scores_unscaled[q, j], p)] for j in range(len(t.tokens))]
+    rope = t.attention.positional == "rope" and t.q_plain is not None and t.k_plain is not None
+    rows = [[token_label(t, j)] + vector_cells(t.k[j].tolist(), p) + [fmt(t.scores_unscaled[q, j], p)] for j in range(len(t.tokens))]
+    doc.add(Heading(f"Step {step} · Queries and keys of head {h}: q = x W_q, k = x W_k"), Paragraph(_heads_text(t, step)))
+    if rope:
+        _rope(doc, t, p)
+    after = " (after RoPE)" if rope else ""
+    hidden = " Every key gets a score here, also those the mask hides in the next step." if t.allowed is not None else ""
     doc.add(
-        Heading(f"Step {step} · Queries and keys of head {h}: q = x W_q + b_q, k = x W_k + b_k"),
-        Paragraph(
-            f"Each token's vector x is projected three ways by learned {t.d_model} × {t.d_model} matrices plus a "
-            "bias: the query q (what the token is looking for), the key k (what it offers to be found by) and the "
-            f"value v (what it hands over). The {t.d_model} output columns are {t.n_heads} groups of {d_h}, one "
-            f"group per head: head {h} uses columns {first} to {first + d_h - 1}. So in this head every q, "
-            f"k and v has {d_h} numbers; v comes in at step {step + 2}."
-        ),
-        Lines([f"q of {_query(t)} = {fmt_vector(t.q[q].tolist(), p)}", f"|q| = {fmt(_norm(t.q[q]), p)}"]),
+        Lines([f"q of {query_label(t)}{after} = {fmt_vector(t.q[q].tolist(), p)}", f"|q| = {fmt(vector_length(t.q[q]), p)}"]),
         Paragraph(
             f"The score of key j is the dot product q · k_j: multiply the {d_h} pairs of components and add them "
-            f"up. The better key j matches what {_query(t)} is looking for, the larger its score."
+            f"up. The better key j matches what {query_label(t)} is looking for, the larger its score.{hidden}"
         ),
-        Table(["token"] + component_headers(d_h, "k") + ["q · k"], rows, title=f"Every token's key in head {h}, and its score", highlight_row=q),
+        Table(["token"] + component_headers(d_h, "k") + ["q · k"], rows, title=f"Every token's key in {_kv_name(t)}{after}, and its score", highlight_row=q),
+    )
+
+
+def _mask_text(t: ModelTrace, seen: list[int]) -> str:
+    a, q, n = t.attention, t.query_index, len(t.tokens)
+    reasons = []
+    if a.causal:
+        reasons.append("the causal mask hides every later token, since a model that predicts the next token may not look ahead")
+    if a.window is not None:
+        if seen[0] > 0:
+            reasons.append(f"layer {t.layer}'s sliding window of {a.window} keeps only the {a.window} newest keys, so the "
+                           f"tokens before position {seen[0]} are hidden too")
+        else:
+            reasons.append(f"layer {t.layer}'s sliding window of {a.window} hides nothing yet: it hides older tokens "
+                           f"only for queries at position {a.window} and later")
+    why = "; ".join(reasons) if reasons else "the mask hides the others"
+    return (
+        f"{query_label(t)} (position {q}) may see {len(seen)} of the {n} keys, {key_span(seen)}: {why}. The mask sets the "
+        "score of every hidden key to -inf before the softmax, so exp gives 0 and its weight α is exactly 0."
     )
 
 
 def _softmax(doc: Document, t: ModelTrace, p: int, step: int) -> None:
     q, n, d_h = t.query_index, len(t.tokens), t.head_dim
+    seen = seen_keys(t, q)
+    masked = t.allowed is not None
     columns = [t.scores_unscaled[q], t.scores[q], t.exp[q], t.weights[q]]
-    rows = [[_label(t, j)] + [fmt(col[j], p) for col in columns] for j in range(n)]
+    rows = [[token_label(t, j)] + [fmt(col[j], p) for col in columns] + (["" if j in seen else "hidden"] if masked else []) for j in range(n)]
+    add_up = ("The weights α of the keys it may see are positive and add up to 1; the hidden ones get 0."
+              if masked else "The weights α are positive and add up to 1.")
+    doc.add(Heading(f"Step {step} · Scaling and softmax for {query_label(t)}"))
+    if masked:
+        doc.add(Paragraph(_mask_text(t, seen)))
+    over = f" over the {len(seen)} key{'s' if len(seen) > 1 else ''} it may see" if masked else ""
     doc.add(
-        Heading(f"Step {step} · Scaling and softmax for {_query(t)}"),
         Paragraph(
             f"Before the softmax every score is divided by √{d_h} = {fmt(math.sqrt(d_h), p)} (times "
             f"{fmt(t.scale, p)}). A sum of {d_h} products spreads about √{d_h} times wider than one product, "
             "and softmax over widely spread scores hands nearly all the weight to one token, where learning "
             "stalls. Then the softmax, in its stable form: subtract the largest scaled score m, take exp, and "
-            "divide each by their sum. The weights α are positive and add up to 1."
+            f"divide each by their sum. {add_up}"
         ),
-        Table(["token", "q · k", f"s = q · k / √{d_h}", "exp(s - m)", "α"], rows, highlight_row=q),
-        Lines([f"m = {fmt(t.row_max[q], p)}   sum of exp(s - m) = {fmt(t.exp_sum[q], p)}   sum of α = {fmt(t.weights[q].sum(), p)}"]),
+        Table(["token", "q · k", f"s = q · k / √{d_h}", "exp(s - m)", "α"] + ([""] if masked else []), rows, highlight_row=q),
+        Lines([f"m = {fmt(t.row_max[q], p)}   sum of exp(s - m) = {fmt(t.exp_sum[q], p)}   sum of α{over} = {fmt(t.weights[q, seen].sum(), p)}"]),
     )
-    order = sorted(range(n), key=lambda j: -float(t.weights[q, j]))
+    order = sorted(seen, key=lambda j: -float(t.weights[q, j]))
     decimals = max(p - 2, 0)
-    top = ", ".join(f"'{_label(t, j)}' {100 * float(t.weights[q, j]):.{decimals}f}%" for j in order[:TOP_SHOWN])
-    doc.add(Paragraph(f"In layer {t.layer}, head {t.head}, {_query(t)} puts the most weight on {top}."))
-    special = [j for j in range(n) if t.tokens[j] in SPECIAL_TOKENS and j != q]
+    top = ", ".join(f"'{token_label(t, j)}' {100 * float(t.weights[q, j]):.{decimals}f}%" for j in order[:TOP_SHOWN])
+    doc.add(Paragraph(f"In layer {t.layer}, head {t.head}, {query_label(t)} puts the most weight on {top}."))
+    if t.attention.causal:
+        return  # a decoder's first token is explained after the head (the attention sink)
+    special = [j for j in range(n) if t.is_special(j) and j != q]
     share = float(sum(float(t.weights[q, j]) for j in special))
     if share >= SPECIAL_SHARE_NOTED:
         doc.add(
@@ -227,15 +215,16 @@ def _softmax(doc: Document, t: ModelTrace, p: int, step: int) -> None:
 
 def _context(doc: Document, t: ModelTrace, p: int, step: int) -> None:
     q, d_h = t.query_index, t.head_dim
-    rows = [[_label(t, j), fmt(t.weights[q, j], p)] + vector_cells(t.v[j].tolist(), p) for j in range(len(t.tokens))]
+    rows = [[token_label(t, j), fmt(t.weights[q, j], p)] + vector_cells(t.v[j].tolist(), p) for j in range(len(t.tokens))]
+    hidden = " The hidden keys have α = 0, so their values add nothing." if t.allowed is not None else ""
     doc.add(
-        Heading(f"Step {step} · Head {t.head}'s output for {_query(t)}: z = Σ α_j v_j"),
+        Heading(f"Step {step} · Head {t.head}'s output for {query_label(t)}: z = Σ α_j v_j"),
         Paragraph(
             f"The head hands back a blend of the value vectors, each scaled by its weight: {d_h} numbers for "
-            f"{_query(t)}. Tokens with a large α pull the blend towards their own v."
+            f"{query_label(t)}. Tokens with a large α pull the blend towards their own v.{hidden}"
         ),
-        Table(["token", "α"] + component_headers(d_h, "v"), rows, title=f"Every token's value in head {t.head}", highlight_row=q),
-        Lines([f"z of {_query(t)} = {fmt_vector(t.context[q].tolist(), p)}", f"|z| = {fmt(_norm(t.context[q]), p)}"]),
+        Table(["token", "α"] + component_headers(d_h, "v"), rows, title=f"Every token's value in {_kv_name(t)}", highlight_row=q),
+        Lines([f"z of {query_label(t)} = {fmt_vector(t.context[q].tolist(), p)}", f"|z| = {fmt(vector_length(t.context[q]), p)}"]),
     )
 
 
@@ -250,30 +239,73 @@ def _shell_quoted(sentence: str) -> str:
     return '"your sentence"'
 
 
-def _after_the_head(doc: Document, t: ModelTrace, p: int) -> None:
-    q, layer = t.query_index, t.layer
-    last = layer == t.n_layers - 1
-    result = (
-        "the model's final vectors; for a sentence embedding, the model averages them over the tokens "
-        "(see selfattn similarity)"
-        if last
-        else f"the input of the next layer, layer {layer + 1}"
+def _rest_of_layer(t: ModelTrace) -> str:
+    a, layer, width = t.attention, t.layer, t.n_heads * t.head_dim
+    norm, ff = NORMS.get(a.norm, a.norm), FEED_FORWARD.get(a.feed_forward, a.feed_forward)
+    result = "the model's final vectors" + (f", after one last {norm}" if a.norm_first else "")
+    if layer < t.n_layers - 1:
+        result = f"the input of the next layer, layer {layer + 1}"
+    elif a.causal:
+        result += "; the last token's vector, multiplied by the output matrix, scores every token of the vocabulary as the next one"
+    elif is_builtin_model(t):
+        result += "; for a sentence embedding, the model averages them over the tokens (see selfattn similarity)"
+    own = (f"W_q (and, shared with the other query heads of its group, {t.head_dim} columns of W_k and W_v)"
+           if a.n_kv_heads < a.n_heads else "W_q, W_k and W_v")
+    joined = (
+        f"Head {t.head} is one of {t.n_heads} heads that run side by side on the same input, each with its own "
+        f"{t.head_dim} columns of {own}, so each can look for something else. Their {t.n_heads} outputs of "
+        f"{t.head_dim} numbers are laid side by side into {width}, multiplied by W_o ({width} × {t.d_model}) and "
+        "added to the layer's input (the residual connection)"
     )
+    if a.norm_first:
+        rest = f". Then a feed-forward network reworks each token on its own: it reads {norm} of that sum ({ff}), and its output is added to the sum again."
+    else:
+        rest = f", then normalised by {norm}. Then a feed-forward network reworks each token on its own ({ff}), with another residual add and {norm}."
+    return joined + rest + f" The result is layer {layer}'s output, {result}."
+
+
+def _sink(t: ModelTrace, p: int) -> Paragraph:
+    """The decoder's first token as a place to park weight: this head's share on it, and the query's."""
+    decimals = max(p - 2, 0)
+    share, own = 100 * t.first_token_share, 100 * float(t.weights[t.query_index, 0])
+    alone = f" ({query_label(t)} is token 0 itself, so it may see only itself.)" if t.query_index == 0 else ""
+    blind = [i for i in range(1, len(t.tokens)) if t.allowed is not None and not bool(t.allowed[i, 0])]
+    window = (f" Here layer {t.layer}'s sliding window hides token 0 from the {len(blind)} queries at {key_span(blind)}, "
+              "which count with weight 0 in that average." if blind else "")
+    untrained = "" if is_builtin_model(t) else " In an untrained checkpoint the share is an accident of the random weights."
+    return Paragraph(
+        f"The first token: in this head the tokens after token 0 ('{token_label(t, 0)}') put on average {share:.{decimals}f}% "
+        f"of their weight on it, and {query_label(t)} puts {own:.{decimals}f}% on it.{alone} Many trained decoders park "
+        "weight there when a head has nothing to look for: under the causal mask token 0 is the one key that every "
+        "query may see, and a head whose weight sits on it adds nearly the same vector, token 0's value, to every "
+        f"token, which is close to doing nothing. This is called an attention sink.{window}{untrained}"
+    )
+
+
+def _after_the_head(doc: Document, t: ModelTrace, p: int) -> None:
+    q, a = t.query_index, t.attention
     doc.add(
-        Heading(f"After head {t.head}: the rest of layer {layer}"),
+        Heading(f"After head {t.head}: the rest of layer {t.layer}"),
+        Paragraph(_rest_of_layer(t)),
+        Lines([f"layer {t.layer}'s output for {query_label(t)} = {fmt_vector(t.layer_output[q].tolist(), p)}"]),
+    )
+    if a.causal and len(t.tokens) > 1:
+        doc.add(_sink(t, p))
+    specials = list(dict.fromkeys(display_token(t.tokens[j]) for j in range(len(t.tokens)) if t.is_special(j)))
+    looks = ["some look at the token before" + ("" if a.causal else " or after")]
+    if a.causal:
+        looks.append("some at the first token")
+    elif specials:
+        looks.append(f"some at {' and '.join(specials)}")
+    model = "" if is_builtin_model(t) else f" --model {t.model_name}"
+    doc.add(
         Paragraph(
-            f"Head {t.head} is one of {t.n_heads} heads that run side by side on the same input, each with its "
-            f"own {t.head_dim} columns of W_q, W_k and W_v, so each can look for something else. Their "
-            f"{t.n_heads} outputs of {t.head_dim} numbers are laid side by side into {t.d_model}, multiplied by "
-            f"W_o ({t.d_model} × {t.d_model}), added to the layer's input (the residual connection) and "
-            "normalised by LayerNorm. Then a feed-forward network reworks each token on its own (widen, GELU, "
-            f"narrow back), with another residual add and LayerNorm. The result is layer {layer}'s output, {result}."
+            f"Heads differ a lot: {', '.join(looks)}, some spread their weight widely. To see what all "
+            f"{t.n_layers * t.n_heads} heads do on this sentence, run"
         ),
-        Lines([f"layer {layer}'s output for {_query(t)} = {fmt_vector(t.layer_output[q].tolist(), p)}"]),
+        Lines([f"selfattn heads{model} {_shell_quoted(t.sentence)}"]),
         Paragraph(
-            "Heads differ a lot: some look at the token before or after, some at [CLS] and [SEP], some spread "
-            f"their weight widely. To see what all {t.n_layers * t.n_heads} heads do on this sentence, run"
+            ("then pick one and come back with --layer and --head" + ("" if is_builtin_model(t) else " (give --model the folder or hub id you gave here)"))
+            + ". --format json has every number of this walkthrough."
         ),
-        Lines([f"selfattn heads {_shell_quoted(t.sentence)}"]),
-        Paragraph("then pick one and come back with --layer and --head. --format json has every number of this walkthrough."),
     )
