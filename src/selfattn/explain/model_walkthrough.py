@@ -124,7 +124,7 @@ def _rope(doc: Document, t: ModelTrace, p: int) -> None:
             f"angle i·θ_c, with θ_c = {rope_base_text(a.rope_base)}^(−2c/{d_h}): the first pairs turn fast, the last ones slowly."
             f"{scaling} A turn changes no length, only the direction. The query at position {q} turns by {q}·θ_c and "
             f"the key at position {j} by {j}·θ_c; in their dot product only the difference of the angles is left, "
-            f"({q} − {j})·θ_c, so the score depends on how far apart the two tokens are ({abs(q - j)} positions), not "
+            f"({q} − {j})·θ_c, so the score depends on how far apart the two tokens are ({abs(q - j)} position{'' if abs(q - j) == 1 else 's'}), not "
             "on where they stand."
         ),
         Table(["RoPE"] + component_headers(d_h, "x") + ["|x|"], rows,
