@@ -249,7 +249,7 @@ def test_model_text_output(run_cli):
     [
         (["--query", "river"], "the query 'river' is not in sentence B"),
         (["--query", "paid"], "the query 'paid' is not in sentence A"),
-        (["--query", "embeddings"], "cuts the query 'embeddings' into 4 WordPiece tokens ('em', '##bed', '##ding', '##s')"),
+        (["--query", "embeddings"], "cuts the query 'embeddings' into 4 tokens ('em', '##bed', '##ding', '##s')"),
         (["--query", "8"], "sentence A: query position 8 is out of range"),
         (["--query", "bank", "--dim", "4"], "--dim does not apply with --model"),
         (["--query", "bank", "--variant", "gqa"], "--variant does not apply with --model"),

@@ -7,9 +7,13 @@ makes), and this module only reads the traces:
     H_X(l, h)     -sum_j a_lh[q_X, j] log2 a_lh[q_X, j], the query row's entropy in bits
     cos_l         h_l(A)[q_A] . h_l(B)[q_B] / (|h_l(A)[q_A]| |h_l(B)[q_B]|)   models only,
                   l = embeddings, layer 0, ..., layer L - 1
-    similarity    e_A . e_B, the sentence embeddings of `selfattn similarity`  models only
+    similarity    e_A . e_B, the sentence embeddings of `selfattn similarity`  encoders only
 
-The toy variants have one layer (layer 0); a model has its own layers and heads.
+The toy variants have one layer (layer 0); a model has its own layers and heads, and its
+own mask per layer (causal, a sliding window), read from each block's own steps
+(the trace's ``layer_allowed``): a key a mask hides is never among the top keys. A causal decoder was
+never trained to make one vector of a whole sentence, so it gets no similarity, only a
+note that says why.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import torch
 
 from selfattn.config import ExplainConfig, build_trace
 from selfattn.errors import EmbeddingError, OptionError, QueryError, SentenceError
+from selfattn.models.description import AttentionInfo
 from selfattn.models.head_roles import row_entropy
 from selfattn.pipeline.embeddings import SEED_TABLE
 from selfattn.pipeline.tokenize import (
@@ -46,14 +51,17 @@ class AttendedToken:
     """A key the query attends to in one head, and its weight.
 
     Attributes:
-        token: the key token.
-        index: its 0-based position in its sentence's tokens ([CLS] is 0 for a model).
+        token: the key token, as the vocabulary writes it ('Ġcat', '##s').
+        index: its 0-based position in its sentence's tokens (a model's special tokens
+            count: [CLS] or <s> is 0).
         weight: a[q, index], the query's attention weight on it.
+        readable: how a model's token reads decoded alone (' cat'); None for the toy variants.
     """
 
     token: str
     index: int
     weight: float
+    readable: str | None = None
 
 
 @dataclass(frozen=True)
@@ -87,16 +95,17 @@ class Comparison:
 
     Attributes:
         sentences: the two sentences, A then B.
-        tokens_a: the tokens of A: words for the toy variants, WordPiece tokens with
-            [CLS] and [SEP] for a model.
+        tokens_a: the tokens of A: words for the toy variants; for a model its own
+            tokens as its vocabulary writes them (WordPiece with [CLS] and [SEP],
+            byte-level BPE with 'Ġ' for a space ...), special tokens included.
         tokens_b: the tokens of B.
         index_a: the query's 0-based position in ``tokens_a``.
         index_b: the query's 0-based position in ``tokens_b``.
         model: the model's name, or None for the toy variants.
         variant: the attention variant, or "model".
         positional: the positional encoding of the toy variants ("none", "sinusoidal",
-            "learned", "rope" or "alibi"); "learned" for a model, whose position
-            embeddings are trained.
+            "learned", "rope" or "alibi"); a model's own: "learned" (a trained table)
+            or "rope".
         source: where the vectors came from, in words.
         n_layers: L (1 for the toy variants).
         n_heads: H.
@@ -109,8 +118,16 @@ class Comparison:
         token_cosine: L + 1 cosines of ``vectors_a`` and ``vectors_b``, row by row
             (embeddings first); None for the toy variants.
         similarity: the cosine of the two sentence embeddings (mean-pooled, length 1),
-            as ``selfattn similarity`` prints it; None for the toy variants.
+            as ``selfattn similarity`` prints it; None for the toy variants and for a
+            causal decoder (see ``notes``).
         notes: remarks on how to read this comparison (empty when there are none).
+        readable_a: a model's tokens of A each decoded alone (' cat' for 'Ġcat'); None
+            for the toy variants.
+        readable_b: the same for B.
+        special_tokens: the model's special tokens ([CLS], <s> ...); empty for the toy variants.
+        attention: a model's first layer's ``AttentionInfo`` (causal, positions, key/value
+            heads); None for the toy variants.
+        model_arg: the model as it was given (a name or a folder), for commands to rerun.
     """
 
     sentences: tuple[str, str]
@@ -132,6 +149,11 @@ class Comparison:
     token_cosine: tuple[float, ...] | None = None  # (L + 1,)
     similarity: float | None = None
     notes: tuple[str, ...] = ()
+    readable_a: list[str] | None = None
+    readable_b: list[str] | None = None
+    special_tokens: frozenset[str] = frozenset()
+    attention: AttentionInfo | None = None
+    model_arg: str | None = None
 
     @property
     def token_a(self) -> str:
@@ -156,20 +178,22 @@ def compare(sentence_a: str, sentence_b: str, query: str | int, model: str | Non
         sentence_a: the first sentence.
         sentence_b: the second sentence.
         query: the query, found in each sentence on its own: a token (case-sensitive for
-            the toy variants; for a model one of its WordPiece tokens in any case, since
-            it lower-cases) picks its first occurrence, and a 0-based position (an int, or
-            a string of digits that is not a token of that sentence) picks that position
-            in both. For a model [CLS] is 0, and a word the model cuts into several
+            the toy variants; for a model one of its tokens as written ('Ġcat') or as it
+            reads ('cat'), in any case when nothing matches exactly) picks its first
+            occurrence, and a 0-based position (an int, or a string of digits that is
+            not a token of that sentence) picks that position in both. A model's special
+            tokens count ([CLS] or <s> is 0), and a word the model cuts into several
             pieces is refused with the pieces named: give one of them.
-        model: a pretrained model ("all-MiniLM-L6-v2"); None: the toy variants.
+        model: a pretrained model ("all-MiniLM-L6-v2", or a folder of any supported
+            family); None: the toy variants.
         **options: the toy variants' inputs, as ``ExplainConfig`` fields: embeddings,
             embed, dim, seed, variant, heads, kv_heads, d_k, positional, block_size.
             With a model they must keep their defaults.
 
     Returns:
         The ``Comparison``: the query's top three keys and row entropy in every head of
-            both sentences; for a model also the query's cosine after each layer and the
-            sentence similarity.
+            both sentences; for a model also the query's cosine after each layer and (for
+            an encoder) the sentence similarity.
 
     Raises:
         OptionError: an unknown option, or options that do not combine (see ``ExplainConfig``).
@@ -205,36 +229,120 @@ def compare(sentence_a: str, sentence_b: str, query: str | int, model: str | Non
         configs = _shared_embeddings(configs)
         tokens = [config.tokens for config in configs]
         indices = [_locate(t, query, label, find_query, query) for t, label in zip(tokens, LABELS)]
+        loaded = None
     else:
         from selfattn.models.loading import shared_model
-        from selfattn.models.model_trace import find_model_query, model_query_piece
 
         loaded = shared_model(model)
-        tokens = []
+        tokens, readable = [], []
         for label, sentence in zip(LABELS, sentences):
             with _about(label):
-                tokens.append(loaded.tokenize(sentence).tokens[0])
+                encoded = loaded.tokenize(sentence)
+            tokens.append(encoded.tokens[0])
+            readable.append(loaded.tokenizer.readable(encoded.input_ids[0].tolist()))
         piece = query
         if isinstance(query, str) and read_position(query) is None:
-            piece = model_query_piece(query, tokens, lambda text: loaded.tokenize(text).tokens[0][1:-1])
-        indices = [_locate(t, piece, label, find_model_query, query) for t, label in zip(tokens, LABELS)]
+            piece = model_query_piece(query, tokens, readable, loaded)
+        indices = [_locate(t, piece, label, _model_finder(r, loaded), query, r)
+                   for t, r, label in zip(tokens, readable, LABELS)]
     traces = []
     for config, index, label in zip(configs, indices, LABELS):
         with _about(label):
             traces.append(build_trace(dataclasses.replace(config, query=index)))
-    return _compare_traces(sentences, traces, indices, model)
+    return _compare_traces(sentences, traces, indices, model, loaded)
 
 
-def _compare_traces(sentences, traces, indices, model) -> Comparison:
+def model_query_piece(query: str, tokens: list[list[str]], readable: list[list[str]], model) -> str:
+    """The query as one token of the model's vocabulary, when it is not already a token of both sentences.
+
+    A query found in both (as written, as it reads, in any case) is kept. Otherwise the
+    model's tokenizer cuts the query alone, and after a space (where a byte-level BPE
+    puts a word inside a sentence: 'Ġcat'); a form that is one token is the answer
+    ('Café' becomes BERT's 'cafe'). A word that every form cuts into several pieces is
+    refused with the pieces named, since no single token of a sentence is that word.
+
+    Args:
+        query: the query as given, a word (not a position).
+        tokens: each sentence's tokens, as the vocabulary writes them.
+        readable: each sentence's tokens decoded alone.
+        model: the loaded model (its ``tokenize`` and ``tokenizer``).
+
+    Returns:
+        The query, or the one token the tokenizer makes of it.
+
+    Raises:
+        QueryError: the tokenizer cuts the query into several pieces (named in the message).
+    """
+    finders = [_model_finder(r, model) for r in readable]
+    found = [_finds(find, t, query) for find, t in zip(finders, tokens)]
+    if all(found):
+        return query
+    special = model.tokenizer.special_tokens
+    forms: list[list[tuple[str, str]]] = []
+    for text in (query, " " + query.lstrip()):
+        encoded = model.tokenize(text)
+        pieces = [(t, r) for t, r in zip(encoded.tokens[0], model.tokenizer.readable(encoded.input_ids[0].tolist()))
+                  if t not in special]
+        if pieces and pieces not in forms:
+            forms.append(pieces)
+    singles = [form[0][0] for form in forms if len(form) == 1]
+    for single in singles:
+        if all(_finds(find, t, single) for find, t in zip(finders, tokens)):
+            return single
+    if singles:
+        return singles[0]  # _locate names the sentence without it
+    if any(found) or not forms:
+        return query  # in one sentence as given ('##ing'): _locate names the other
+    pieces = [r.strip() or t for t, r in forms[-1]]  # as they read: a query matches that form
+    example = next((p for t, p in zip(forms[-1], pieces) if t[1].strip()), pieces[0])
+    raise QueryError(
+        f"the model cuts the query {query!r} into {len(pieces)} tokens ({', '.join(repr(p) for p in pieces)}): "
+        f"give one of them, e.g. {example!r}, or a 0-based position"
+    )
+
+
+def _model_finder(readable: list[str], model):
+    """find(tokens, query) -> index for one sentence, matching the model's tokens as written or as they read."""
+    from selfattn.models.model_trace import find_model_query
+
+    special = model.tokenizer.special_tokens
+    return lambda tokens, query: find_model_query(tokens, query, readable, special)
+
+
+def _finds(find, tokens: list[str], query: str) -> bool:
+    try:
+        find(tokens, query)
+    except QueryError:
+        return False
+    return True
+
+
+def layer_masks(trace) -> tuple[torch.Tensor | None, ...]:
+    """Which keys each query may see in every layer of a model trace.   -> L of (n, n) bool, or None: every key
+
+    What the trace recorded from each block's own steps, so a layer with a sliding
+    window (Mistral, Qwen2's upper layers) shows its window.
+
+    Args:
+        trace: a ``ModelTrace``.
+
+    Returns:
+        One (n, n) bool per layer (True = may attend), or None where nothing is hidden.
+    """
+    return trace.layer_allowed or (trace.allowed,) * trace.n_layers
+
+
+def _compare_traces(sentences, traces, indices, model, loaded) -> Comparison:
     rows = [_query_rows(trace, q) for trace, q in zip(traces, indices)]  # (L, H, n) each
-    allowed = [_allowed_keys(trace, q) for trace, q in zip(traces, indices)]  # (n,) bool each
     n_layers, n_heads = rows[0].shape[:2]
+    allowed = [_allowed_keys(trace, q, n_layers, loaded) for trace, q in zip(traces, indices)]  # (L, n) bool each
+    shown = [getattr(trace, "readable", None) for trace in traces]
     heads = tuple(
         HeadComparison(
             layer=layer,
             head=head,
-            top_a=_top(rows[0][layer, head], traces[0].tokens, allowed[0]),
-            top_b=_top(rows[1][layer, head], traces[1].tokens, allowed[1]),
+            top_a=_top(rows[0][layer, head], traces[0].tokens, allowed[0][layer], shown[0]),
+            top_b=_top(rows[1][layer, head], traces[1].tokens, allowed[1][layer], shown[1]),
             entropy_a=_entropy(rows[0][layer, head]),
             entropy_b=_entropy(rows[1][layer, head]),
         )
@@ -251,15 +359,35 @@ def _compare_traces(sentences, traces, indices, model) -> Comparison:
         return Comparison(model=None, variant=getattr(t, "variant", "simple"), positional=getattr(t, "positional", "none"),
                           source=t.source.description, **common)
     vectors = [trace.query_hidden_states for trace in traces]  # (L + 1, d) each
+    first = traces[0]
+    info = first.attention
+    notes = []
+    if info.causal:
+        notes.append(
+            f"{first.model_name} is causal: a query sees only itself and the tokens before it, so every top key is "
+            "at or before the query"
+            + (" (and inside the layer's sliding window)." if any(t.attention.window for t in traces) else ".")
+        )
+        notes.append(
+            f"No sentence similarity: {first.model_name} is a decoder trained to predict the next token, not to make "
+            "one vector of a whole sentence, so a cosine of its mean token vectors would measure nothing it learned. "
+            "The query's cosines above compare what it did learn."
+        )
     return Comparison(
-        model=traces[0].model_name,
+        model=first.model_name,
         variant="model",
-        positional="learned",
-        source=f"{traces[0].model_name}'s own tokens, embeddings and attention",
+        positional=info.positional,
+        source=f"{first.model_name}'s own tokens, embeddings and attention",
         vectors_a=vectors[0],
         vectors_b=vectors[1],
         token_cosine=tuple(_cosines(vectors[0], vectors[1]).tolist()),
-        similarity=_sentence_similarity(model, sentences),
+        similarity=None if info.causal else _sentence_similarity(model, sentences),
+        notes=tuple(notes),
+        readable_a=list(traces[0].readable),
+        readable_b=list(traces[1].readable),
+        special_tokens=frozenset(first.special_tokens),
+        attention=info,
+        model_arg=str(model),
         **common,
     )
 
@@ -273,17 +401,23 @@ def _query_rows(trace, q: int) -> torch.Tensor:
     return trace.all_weights[:, :, q]  # (L, H, n, n) -> (L, H, n)
 
 
-def _allowed_keys(trace, q: int) -> torch.Tensor:
-    """Which keys the query may see: a causal mask hides the later ones.   -> (n,) bool"""
-    mask = getattr(trace, "mask", None)  # (n, n) bool, True = may attend; None: every key
-    return torch.ones(len(trace.tokens), dtype=torch.bool) if mask is None else mask[q]
+def _allowed_keys(trace, q: int, n_layers: int, model) -> torch.Tensor:
+    """Which keys the query may see in each layer: a causal mask hides the later ones.   -> (L, n) bool"""
+    n = len(trace.tokens)
+    if model is None:
+        masks = (getattr(trace, "mask", None),) * n_layers  # (n, n) bool, True = may attend; None: every key
+    else:
+        masks = layer_masks(trace)
+    return torch.stack([torch.ones(n, dtype=torch.bool) if m is None else m[q] for m in masks])  # (L, n)
 
 
-def _top(row: torch.Tensor, tokens: list[str], allowed: torch.Tensor) -> tuple[AttendedToken, ...]:
-    """The TOP_TOKENS largest weights of one row, largest first, ties in sentence order.   row: (n,)"""
+def _top(row: torch.Tensor, tokens: list[str], allowed: torch.Tensor, readable: list[str] | None = None
+         ) -> tuple[AttendedToken, ...]:
+    """The TOP_TOKENS largest weights of one row among the keys it may see, largest first, ties in sentence order.   row: (n,)"""
     keys = [j for j in range(len(tokens)) if bool(allowed[j])]
     order = sorted(keys, key=lambda j: -float(row[j]))  # sorted is stable: equal weights keep their order
-    return tuple(AttendedToken(tokens[j], j, float(row[j])) for j in order[:TOP_TOKENS])
+    return tuple(AttendedToken(tokens[j], j, float(row[j]), None if readable is None else readable[j])
+                 for j in order[:TOP_TOKENS])
 
 
 def _entropy(row: torch.Tensor) -> float:
@@ -316,16 +450,18 @@ def _shared_embeddings(configs: list[ExplainConfig]) -> list[ExplainConfig]:
     return [dataclasses.replace(config, embed=method) for config in configs]
 
 
-def _locate(tokens: list[str], query: str | int, label: str, find, shown: str | int) -> int:
+def _locate(tokens: list[str], query: str | int, label: str, find, shown: str | int,
+            readable: list[str] | None = None) -> int:
     """The query's position in one sentence; a query that is not there names the sentence (and ``shown``, as given)."""
     try:
         return find(tokens, query)
     except QueryError as error:
         if isinstance(query, str) and read_position(query) is None:
-            case = "in any case" if "[CLS]" in tokens else "case-sensitive"
+            listed = tokens if readable is None else [r.strip() or t for t, r in zip(tokens, readable)]
+            case = "case-sensitive" if readable is None else "as they read, in any case"
             raise QueryError(
                 f"the query {shown!r} is not in sentence {label}: its tokens are "
-                f"{quote_tokens(tokens, 12, count=True)} ({case}); give one of them or a 0-based position"
+                f"{quote_tokens(listed, 12, count=True)} ({case}); give one of them or a 0-based position"
             ) from None
         raise QueryError(f"sentence {label}: {error}") from None
 

@@ -10,6 +10,7 @@ itself (``embedding_step``, ``attention_info``).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -70,6 +71,8 @@ class ModelTrace:
     layer_output: torch.Tensor  # (n, d): hidden state leaving layer ``layer`` (the last: after the final norm)
     hidden_states: tuple[torch.Tensor, ...]  # n_layers + 1 of (n, d)
     all_weights: torch.Tensor  # (n_layers, n_heads, n, n): every head of every layer, each layer's steps
+    model_source: str = ""  # what the model was loaded from (a name, folder or hub id): loads it again
+    layer_allowed: tuple[torch.Tensor | None, ...] = ()  # per layer: (n, n) bool, True = may attend; None: every key
 
     @property
     def query_token(self) -> str:
@@ -229,16 +232,17 @@ def trace_model(
         weights = a.weights[0, head]  # (n, n)
         # Every layer's weights from its own steps, like this head's: the forward pass takes a
         # fused path that rounds differently (~1e-7), and explain and compare must agree exactly.
-        all_weights = torch.stack([
-            (steps if l == layer else model.blocks[l].attention_steps(out.hidden_states[l], **model.trace_options()))
-            .attention.weights[0]
+        every = [
+            steps if l == layer else model.blocks[l].attention_steps(out.hidden_states[l], **model.trace_options())
             for l in range(n_layers)
-        ])  # (layers, heads, n, n)
+        ]
+        all_weights = torch.stack([s.attention.weights[0] for s in every])  # (layers, heads, n, n)
+        layer_allowed = tuple(None if s.mask is None else _allowed(s.mask, len(tokens)) for s in every)
         # The model's own forward pass must have used these weights.
         torch.testing.assert_close(all_weights, torch.stack([w[0] for w in out.attentions]), rtol=0, atol=1e-5)
         q, k, v = steps.q[0, head], steps.k[0, kv_head], steps.v[0, kv_head]  # (n, d_h) each
         rope = steps.q_plain is not None
-        allowed = None if steps.mask is None else _allowed(steps.mask, len(tokens))
+        allowed = layer_allowed[layer]
         attention_input = block.norm1(layer_input) if block.config.norm_first else layer_input
         return ModelTrace(
             model_name=model.name,
@@ -276,6 +280,8 @@ def trace_model(
             layer_output=out.hidden_states[layer + 1][0],
             hidden_states=tuple(h[0] for h in out.hidden_states),
             all_weights=all_weights,
+            model_source=os.fspath(model_name),
+            layer_allowed=layer_allowed,
         )
 
 

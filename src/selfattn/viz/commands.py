@@ -3,12 +3,15 @@
 Every check that can fail (the output path, the kind, the layer and head, the mask
 spec) runs before any file is touched; files are written atomically.
 
-With a pretrained model (--model) the pictures show the chosen layer and head; ``heads``
-draws every layer (rows) and head (columns); ``mask`` draws the model's own mask for
-one text, none (or a --mask spec over its tokens); ``positional`` draws the model's
-learned position embeddings. ``rope-distance`` places the query's vector and one other
-token's at every pair of positions, once turned by RoPE and once with the sinusoidal table
-added to X. The page holds every layer and head that fits its budget.
+With a pretrained model (--model, any family) the pictures show the chosen layer and head
+with the model's tokens as they read ('␣cat' for 'Ġcat'); ``heads`` draws every layer
+(rows) and head (columns); keys a mask hides (a decoder's later tokens, outside a sliding
+window) are grey. ``mask`` draws the model's own mask for one text (a --mask spec over
+its tokens instead); ``positional`` draws its learned position table, or for a RoPE model
+the layer's own rotation of q and k. ``rope-distance`` places the query's vector and one
+other token's at every pair of positions, once turned by RoPE and once with the
+sinusoidal table added to X; with a RoPE model, the traced head's q and k turned by the
+model's own RoPE. The page holds every layer and head that fits its budget.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from selfattn.positional.rope import rope_score_grid
 from selfattn.positional.sinusoidal import sinusoidal_score_grid
 from selfattn.trace import Trace
 from selfattn.variant_trace import PROJECTED, VariantTrace, distance_check_key
-from selfattn.viz import PLOT_KINDS
+from selfattn.viz import PLOT_KINDS, model_pictures
 from selfattn.viz.output import check_output_path, write_text
 
 if TYPE_CHECKING:
@@ -98,11 +101,18 @@ def plot(
         raise OptionError(f"--tile must be a whole number >= 1, got {tile}")
     if kind == "positional":
         if config.model is not None:
-            figure = _model_positional_figure(config.model, layer, head)
+            picture = model_pictures.positional_picture(config.model, layer, head)
+            figure = plots.positional_figure(picture.table, title=picture.title, limit=picture.limit,
+                                             xlabel=picture.xlabel)
         else:
             figure = _positional_figure(config, dim)
         return plots.save_figure(figure, target)
     if kind == "rope-distance":
+        if config.model is not None:
+            trace = build_trace(config)
+            grid = model_pictures.rope_grid(trace, config.model, max(ROPE_DISTANCE_POSITIONS, len(trace.tokens)))
+            figure = plots.score_grids_figure([grid.grid], [grid.panel_title], title=grid.title)
+            return plots.save_figure(figure, target)
         picture = rope_distance_picture(config, layer, head)
         figure = plots.score_grids_figure([picture.rope, picture.sinusoidal], picture.titles, title=picture.title)
         return plots.save_figure(figure, target)
@@ -110,17 +120,20 @@ def plot(
     trace = build_trace(config)
     weights = attention_weights(trace)  # (layers, heads, n, n)
     check_layer_head(weights, layer, head)
-    tokens = trace.tokens
+    tokens = model_pictures.trace_labels(trace)
     name = source_name(trace)
+    hidden, label = _hidden(trace, config, kind, layer)  # (layers, n, n) bool or None: what a mask hides
     if is_model(trace):
         where = f"{name}, layer {layer}, head {head}"
     else:
         where = f"layer {layer}, head {head}" if weights.shape[1] > 1 else name
     if kind == "heatmap":
-        figure = plots.heatmap_figure(weights[layer, head], tokens, tokens, title=f"Attention weights ({where})")
+        figure = plots.heatmap_figure(weights[layer, head], tokens, tokens, title=f"Attention weights ({where})",
+                                      hidden=None if hidden is None else hidden[layer], hidden_label=label)
     elif kind == "arrows":
         q = query_index(trace)
-        figure = plots.arrows_figure(tokens, weights[layer, head, q], q, title=f"Where '{tokens[q]}' looks ({where})")
+        figure = plots.arrows_figure(tokens, weights[layer, head, q], q, title=f"Where '{tokens[q]}' looks ({where})",
+                                     hidden=None if hidden is None else hidden[layer, q], hidden_label=label)
     elif kind == "heads":
         names = [f"head {h}" for h in range(weights.shape[1])]
         if is_model(trace):
@@ -128,11 +141,34 @@ def plot(
             title = f"Attention weights of every head ({name}: {n_layers} layers × {n_heads} heads, one row per layer)"
         else:
             title = f"Attention weights of every head ({name})"
-        figure = plots.heads_figure(weights, tokens, head_names=names, title=title)
+        figure = plots.heads_figure(weights, tokens, head_names=names, title=title, hidden=hidden, hidden_label=label)
     else:
         allowed, rows, columns, title = mask_picture(mask, trace)
-        figure = plots.mask_figure(allowed, rows, columns, title=title, block_size=tile or DEFAULT_TILE)
+        label = "masked" if mask is not None or not is_model(trace) else label
+        figure = plots.mask_figure(allowed, rows, columns, title=title, block_size=tile or DEFAULT_TILE,
+                                   hidden_label=label)
     return plots.save_figure(figure, target)
+
+
+def _hidden(trace, config: ExplainConfig, kind: str, layer: int) -> tuple[torch.Tensor | None, str]:
+    """(layers, n, n) bool, True where a model's mask hides a key (None: nothing hidden), and the legend's words.
+
+    Only a model's pictures grey hidden cells; the toy variants keep their own pictures.
+    """
+    if not is_model(trace) or kind == "mask":
+        infos = [trace.attention] if is_model(trace) else []
+        return None, model_pictures.hidden_label(infos) if infos else "masked"
+    if kind == "heads":
+        masks = model_pictures.model_masks(trace)
+        label = model_pictures.hidden_label(model_pictures.layer_infos(config.model))
+    else:
+        masks = tuple(trace.allowed if l == layer else None for l in range(trace.n_layers))
+        label = model_pictures.hidden_label(trace.attention)
+    if all(m is None for m in masks):
+        return None, label
+    n = len(trace.tokens)
+    everyone = torch.ones(n, n, dtype=torch.bool)
+    return ~torch.stack([everyone if m is None else m for m in masks]), label  # (layers, n, n)
 
 
 def view(config: ExplainConfig, output: str, *, layer: int = 0, head: int = 0) -> Path:
@@ -142,14 +178,14 @@ def view(config: ExplainConfig, output: str, *, layer: int = 0, head: int = 0) -
     target = check_output_path(output, PAGE_EXTENSIONS)
     trace = build_trace(config)
     check_layer_head(attention_weights(trace), layer, head)
-    return write_text(target, explorer_html(trace, config.precision, head=head, layer=layer))
+    return write_text(target, explorer_html(trace, config.precision, head=head, layer=layer, model=config.model))
 
 
 def mask_picture(
     spec: str | None, trace: Trace | VariantTrace | ModelTrace
 ) -> tuple[torch.Tensor, list[str], list[str], str]:
     """(mask (q_len, kv_len), query labels, key labels, title) for a --mask spec, or the variant's own mask."""
-    tokens = list(trace.tokens)
+    tokens = model_pictures.trace_labels(trace)
     n = len(tokens)
     if spec is None:
         own = trace.mask if isinstance(trace, VariantTrace) else None
@@ -157,9 +193,7 @@ def mask_picture(
             return own, tokens, tokens, "Causal mask (top-left): no token sees a later one"
         everyone = torch.ones(n, n, dtype=torch.bool)
         if is_model(trace):
-            # The model masks only padding keys, and one text has none.
-            title = f"No mask: on one text {source_name(trace)} lets every token attend to every token"
-            return everyone, tokens, tokens, title
+            return (everyone if trace.allowed is None else trace.allowed), tokens, tokens, _model_mask_title(trace)
         return everyone, tokens, tokens, "No mask: every token may attend to every token"
     name, colon, argument = spec.partition(":")
     value = None
@@ -196,6 +230,18 @@ def mask_picture(
         f"unknown mask {spec!r}: use causal, causal-bottom-right[:P], sliding-window[:W], padding[:L], "
         "documents[:A,B,...] or none"
     )
+
+
+def _model_mask_title(trace) -> str:
+    """What the model's own mask on one text is, from the traced layer's records."""
+    name, info = source_name(trace), trace.attention
+    if trace.allowed is None:
+        # An encoder masks only padding keys, and one text has none.
+        return f"No mask: on one text {name} lets every token attend to every token"
+    title = f"{name}'s mask in layer {trace.layer}: causal, each token sees itself and the tokens before it"
+    if info.window:
+        title += f", at most its {info.window} newest (a sliding window)"
+    return title
 
 
 class RopeDistancePicture(NamedTuple):
@@ -295,26 +341,6 @@ def _positional_figure(config: ExplainConfig, dim: int | None):
     else:
         raise OptionError(f"--kind positional draws sinusoidal or rope encodings, not {name}")
     return plots.positional_figure(table, title=title)
-
-
-def _model_positional_figure(name: str, layer: int, head: int):
-    """A pretrained model's learned position embeddings: the table's first 64 positions x 64 features."""
-    from selfattn.models.loading import shared_model
-    from selfattn.models.model_trace import check_layer_head as check_model_layer_head
-    from selfattn.viz import plots
-
-    model = shared_model(name)
-    c = model.config
-    check_model_layer_head(layer, head, c.num_hidden_layers, c.num_attention_heads)
-    positions, width = POSITIONAL_PICTURE["positions"], POSITIONAL_PICTURE["width"]
-    table = model.embeddings.position.weight[:positions, :width]  # (64, 64) of (max positions, d)
-    title = (
-        f"{model.name}: learned position embeddings, positions 0-{positions - 1} of {c.max_position_embeddings}, "
-        f"features 0-{width - 1} of {c.hidden_size}"
-    )
-    # Learned values are small (about 0.1 here): the scale spans what the picture holds.
-    limit = float(table.abs().max()) or 1.0
-    return plots.positional_figure(table, title=title, limit=limit)
 
 
 # Tiles of the block map in `plot --kind mask`: a sentence is short, so small tiles.

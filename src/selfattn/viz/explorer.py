@@ -74,9 +74,13 @@ def explorer_html(
     title: str | None = None,
     head: int | None = None,
     layer: int | None = None,
+    model=None,
 ) -> str:
-    """The explorer page for one trace; ``layer`` and ``head`` are selected at first (0-based)."""
-    return render_explorer(explorer_data(trace, precision, title=title, head=head, layer=layer))
+    """The explorer page for one trace; ``layer`` and ``head`` are selected at first (0-based).
+
+    ``model``: for a ModelTrace, the name or folder its model loads from (default: its name).
+    """
+    return render_explorer(explorer_data(trace, precision, title=title, head=head, layer=layer, model=model))
 
 
 def page_data(page: str) -> dict[str, Any] | None:
@@ -122,9 +126,10 @@ def notebook_explorer(
     head: int | None = None,
     layer: int | None = None,
     height: int | None = None,
+    model=None,
 ) -> str:
     """The explorer for one trace inside an <iframe>: what a trace's ``_repr_html_`` returns."""
-    return notebook_html(explorer_html(trace, precision, title=title, head=head, layer=layer), height)
+    return notebook_html(explorer_html(trace, precision, title=title, head=head, layer=layer, model=model), height)
 
 
 def notebook_model_explorer(

@@ -23,6 +23,8 @@ EXPLORER_DATA_DOC = """
 {
   "title": str, "variant": str, "description": str,
   "tokens": [str],                  shown as text, never as HTML
+  "labels": [str],                  optional: how each token is shown ('␣cat' for a model's
+                                    'Ġcat'); the page then gives the token in a tooltip
   "query": int,                     the token selected at first
   "precision": int,                 decimals shown; every number is rounded to it
   "input": [[num]] | null,          n x d: what attention reads (X, or X + P; a model: the
@@ -32,10 +34,18 @@ EXPLORER_DATA_DOC = """
                                     layers' output) hold only the first numbers of each vector
   "mask": [[bool]] | null,          n x n, true = may attend
   "layers": [{"name": str,
+    "mask_ranges": [[int, int]] | null,   optional: this layer's own mask (a model: causal, its
+                                    window), used instead of the top-level one: query i may see
+                                    keys start..end-1 of its row; null: every key
+    "mask": [[bool]] | null,        optional: the same as n x n, where a row is not one range
+    "mask_label": str,              optional: what hides a key here ("hidden by the causal mask")
     "output": [[num]],              optional: this layer's output (a model's hidden state);
                                     the page shows it instead of the top-level output
     "heads": [{
       "name": str,
+      "description": str,           optional: the key/value head it reads, its weight on token 0
+      "kv_head": int,               optional: the key/value head this query head reads
+      "first_token_share": num,     optional: mean weight of the queries after token 0 on it
       "weights": [[num]],           n x n, row = query, column = key
       "steps": null | {             the step panel's numbers (may be left out for big inputs)
           "score_label": str, "scale": num | null,
@@ -83,18 +93,21 @@ def explorer_data(
     title: str | None = None,
     head: int | None = None,
     layer: int | None = None,
+    model=None,
 ) -> dict[str, Any]:
     """The page's data for one trace. ``layer`` and ``head`` are selected at first (0-based).
 
     A ModelTrace selects its own layer and head unless told otherwise; the other traces
-    have one layer.
+    have one layer. ``model`` is the name or folder the ModelTrace's model was loaded
+    from (default: its model name), for the other layers' masks and steps.
     """
     if not isinstance(trace, (Trace, VariantTrace)):
         from selfattn.viz.model_data import model_page_data, trace_page
 
         chosen_layer = trace.layer if layer is None else layer
         chosen_head = trace.head if head is None else head
-        return model_page_data(trace_page(trace), precision, layer=chosen_layer, head=chosen_head, title=title)
+        page = trace_page(trace, model)
+        return model_page_data(page, precision, layer=chosen_layer, head=chosen_head, title=title)
     if isinstance(trace, Trace):
         data = _from_trace(trace)
     else:

@@ -9,23 +9,30 @@ A model page carries far more numbers than a toy one: all-MiniLM-L6-v2 has 6 lay
 Sizes are measured as the page's JSON: the selected head's numbers exactly, the rest
 estimated from it, so a 64-token sentence with all 6 x 12 heads stays under 3 MB.
 
-Steps of a head other than the trace's own come from the layer's own
-``MultiHeadAttention.steps`` on the recorded hidden state, and its raw q . k from the
-pipeline's ``attention_scores``, exactly as ``trace_model`` makes them; nothing here
-computes attention another way.
+Steps of a head other than the trace's own come from the block's own
+``attention_steps`` on the recorded hidden state, and its raw q . k from the pipeline's
+``attention_scores``, exactly as ``trace_model`` makes them; nothing here computes
+attention another way. Every family reads the same records: each layer's mask (causal,
+a sliding window) from its block, the key/value head each query head reads, each head's
+share of weight on the first token, and the tokens as they read beside the vocabulary's
+own spelling.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
 
-from selfattn.errors import OptionError
+from selfattn.errors import ModelError, OptionError
+from selfattn.models.description import AttentionInfo
 from selfattn.pipeline.steps import attention_scores
 from selfattn.viz.explorer_data import rounded
+from selfattn.viz.model_pictures import hidden_label
+from selfattn.viz.token_labels import token_labels
 
 PAGE_DATA_BUDGET = 2_800_000  # bytes of JSON; the page's script and style add about 20 kB
 WEIGHT_BUDGET = 2_500_000  # bytes of weights; the rest is left for step numbers
@@ -43,8 +50,14 @@ class ModelPage:
     layer_inputs: list[torch.Tensor | None]  # L of (n, d): the hidden state entering each layer
     layer_outputs: list[torch.Tensor | None]  # L of (n, d): the hidden state leaving each layer
     head_weights: Callable[[int, int], torch.Tensor]  # (layer, head) -> (n, n), the weights explain prints
-    head_steps: Callable[[int, int], dict[str, Any]] | None  # (layer, head) -> step numbers; None: weights only
+    head_steps: Callable[[int, int], dict[str, Any] | None] | None  # (layer, head) -> step numbers (None: not known);
+    # None: weights only
     steps_note: str  # why a head shows no steps
+    labels: list[str] | None = None  # each token as it reads ('␣cat'); None: as written
+    masks: dict[int, torch.Tensor | None] | None = None  # layer -> (n, n) bool, True = may attend, None: every key;
+    # a layer left out: its mask is not known (nothing is marked); None: no layer's is known
+    attention: tuple[AttentionInfo, ...] | None = None  # each layer's attention; None: not known
+    note: str = ""  # a last sentence for the description
 
 
 def json_size(value: Any) -> int:
@@ -71,10 +84,14 @@ def model_page_data(
         entry: dict[str, Any] = {"name": f"layer {l}", "heads": []}
         if page.layer_outputs[l] is not None:
             entry["output"] = _preview(page.layer_outputs[l], precision)
+        if page.masks is not None:
+            entry.update(_mask_entry(page.masks.get(l)))
+            if page.attention is not None:
+                entry["mask_label"] = hidden_label(page.attention[l])
         for h in heads:
-            entry["heads"].append({"name": f"head {h}", "weights": weights[(l, h)], "steps": steps.get((l, h))})
+            entry["heads"].append(_head_entry(page, l, h, weights[(l, h)], steps.get((l, h)), precision))
         layers.append(entry)
-    return {
+    data = {
         "title": title or _title(page),
         "variant": page.model_name,
         "description": _description(page, shown, steps),
@@ -84,11 +101,66 @@ def model_page_data(
         "input": _preview(page.layer_inputs[layer], precision),
         "output": _preview(page.layer_outputs[layer], precision),
         "vector_width": _width(page),
-        "mask": None,  # one text: no padding, so the model masks nothing
+        # One text has no padding: only a causal model (or a window) hides keys, and each layer
+        # carries its own mask (as ranges of keys: n x n booleans would not fit a long page).
+        "mask": None,
         "layers": layers,
         "selected": {"layer": list(shown).index(layer), "head": shown[layer].index(head)},
         "steps_note": page.steps_note,
     }
+    if page.labels is not None and page.labels != page.tokens:
+        data["labels"] = page.labels
+    return data
+
+
+def _mask_entry(allowed: torch.Tensor | None) -> dict[str, Any]:
+    """A layer's mask for the page: each query's visible keys as [start, end), or the full (n, n) where not a range."""
+    if allowed is None:
+        return {"mask_ranges": None}
+    n = allowed.shape[0]
+    ranges = []
+    for row in allowed:  # (n,) bool
+        seen = torch.nonzero(row).flatten()
+        start, end = (int(seen[0]), int(seen[-1]) + 1) if len(seen) else (0, 0)
+        if int(row.sum()) != end - start:  # a gap: not one range (no model makes this on one text)
+            return {"mask": allowed.tolist()}
+        ranges.append([start, end])
+    return {"mask_ranges": None if ranges == [[0, n]] * n else ranges}
+
+
+def first_token_share(weights: torch.Tensor) -> float | None:
+    """A head's mean weight on token 0 over the queries after it (the "attention sink").   (n, n) -> float"""
+    return float(weights[1:, 0].mean()) if weights.shape[0] > 1 else None
+
+
+def _head_entry(page: ModelPage, layer: int, head: int, weights: list, steps, precision: int) -> dict[str, Any]:
+    """One head of the page: its name (with the key/value head it reads), weights, steps and first-token share."""
+    name, notes = f"head {head}", []
+    if page.attention is not None:
+        info = page.attention[layer]
+        if info.n_kv_heads != info.n_heads:
+            kv, group = info.kv_head(head), info.group_size
+            name += f" (kv {kv})"
+            first = kv * group
+            kind = "multi-query attention" if info.n_kv_heads == 1 else "grouped-query attention"
+            notes.append(
+                f"Query head {head} reads key/value head {kv}, which query heads {first}-{first + group - 1} share "
+                f"({kind}: {info.n_heads} query heads, {info.n_kv_heads} key/value head{'s' if info.n_kv_heads > 1 else ''})."
+            )
+    entry: dict[str, Any] = {"name": name, "weights": weights, "steps": steps}
+    if page.attention is not None:
+        entry["kv_head"] = page.attention[layer].kv_head(head)
+    share = first_token_share(page.head_weights(layer, head))
+    if share is not None:
+        entry["first_token_share"] = round(share, precision)
+        first = (page.labels or page.tokens)[0]
+        notes.append(
+            f"The queries after token 0 ('{first}') put on average {100 * share:.0f}% of their weight on it"
+            + (" (an attention sink: a place to put weight that is needed nowhere else)." if share >= 0.5 else ".")
+        )
+    if notes:
+        entry["description"] = " ".join(notes)
+    return entry
 
 
 def _weights_that_fit(page: ModelPage, precision: int, layer: int, head: int) -> dict[tuple[int, int], list]:
@@ -109,15 +181,19 @@ def _steps_that_fit(page: ModelPage, precision: int, layer: int, head: int, weig
     """(layer, head) -> rounded steps: the selected head always; then every embedded head, or the selected layer's."""
     if page.head_steps is None:
         return {}
-    steps = {(layer, head): rounded(page.head_steps(layer, head), precision)}
+    selected = page.head_steps(layer, head)
+    if selected is None:  # the page's model could not give them
+        return {}
+    steps = {(layer, head): rounded(selected, precision)}
     room = PAGE_DATA_BUDGET - sum(json_size(w) for w in weights.values())
     per_head = json_size(steps[(layer, head)])
     same_layer = [key for key in weights if key[0] == layer]
     for group in (list(weights), same_layer):
         if per_head * len(group) <= room:
             for key in group:
-                if key not in steps:
-                    steps[key] = rounded(page.head_steps(*key), precision)
+                found = None if key in steps else page.head_steps(*key)
+                if found is not None:  # None: the page's model could not give them
+                    steps[key] = rounded(found, precision)
             break
     return steps
 
@@ -132,18 +208,49 @@ def _width(page: ModelPage) -> int | None:
 
 
 def _title(page: ModelPage) -> str:
-    shown = " ".join(page.tokens[:12]) + (" …" if len(page.tokens) > 12 else "")
+    tokens = page.labels or page.tokens
+    shown = " ".join(tokens[:12]) + (" …" if len(tokens) > 12 else "")
     return f"selfattn · {page.model_name} · {shown}"
+
+
+def _architecture(page: ModelPage) -> str:
+    """The first sentences of the description, from the layers' records."""
+    n_layers, n_heads = page.weights.shape[:2]
+    width = _width(page)
+    wide = f", {width} wide" if width else ""
+    if page.attention is None:
+        return f"{page.model_name}: a pretrained model with {n_layers} layers of {n_heads} heads{wide}, on its own tokens."
+    info = page.attention[0]
+    heads = f"{n_heads} heads"
+    if info.n_kv_heads != info.n_heads:
+        heads = f"{n_heads} query heads sharing {info.n_kv_heads} key/value head{'s' if info.n_kv_heads > 1 else ''}"
+    kind = "decoder" if info.causal else "encoder"
+    parts = [f"{page.model_name}: a pretrained {kind} with {n_layers} layers of {heads}{wide}, on its own tokens."]
+    windows = sorted({(i.window, l) for l, i in enumerate(page.attention) if i.window})
+    if info.causal:
+        parts.append("It is causal: each token sees only itself and the tokens before it; greyed keys are hidden "
+                     "by the causal mask and get no weight.")
+        if windows:
+            layers = ", ".join(str(l) for _, l in windows)
+            parts.append(f"Layer{'s' if len(windows) > 1 else ''} {layers} also hide{'' if len(windows) > 1 else 's'} "
+                         f"keys outside a sliding window of the {windows[0][0]} newest.")
+    else:
+        parts.append("One text, so no mask: every token may attend to every token.")
+    if info.positional == "rope":
+        parts.append(f"Positions enter through RoPE: each head's q and k are turned by the token's position "
+                     f"(base {info.rope_base:g}) before q · k, so the scores shown are of the turned vectors.")
+    else:
+        parts.append("Positions enter as a learned vector added to each token's embedding.")
+    if page.labels is not None and page.labels != page.tokens:
+        parts.append("Tokens are shown as they read (␣ marks a leading space); hover one for the vocabulary's own "
+                     "spelling.")
+    return " ".join(parts)
 
 
 def _description(page: ModelPage, shown: dict[int, list[int]], steps: dict) -> str:
     n_layers, n_heads = page.weights.shape[:2]
     width = _width(page)
-    parts = [
-        f"{page.model_name}: a pretrained encoder with {n_layers} layers of {n_heads} heads"
-        + (f", {width} wide" if width else "")
-        + ", on its WordPiece tokens. One text, so no mask: every token may attend to every token."
-    ]
+    parts = [_architecture(page)]
     embedded = sum(len(h) for h in shown.values())
     if embedded < n_layers * n_heads:
         where = f"layer {next(iter(shown))}" if len(shown) == 1 and embedded > 1 else "the selected head"
@@ -155,20 +262,33 @@ def _description(page: ModelPage, shown: dict[int, list[int]], steps: dict) -> s
         parts.append("Step numbers are here for " + ("the selected head" if len(steps) == 1 else "the selected layer") + ".")
     if width and width > VECTOR_PREVIEW:
         parts.append(f"Hidden states show their first {VECTOR_PREVIEW} of {width} numbers.")
+    if page.note:
+        parts.append(page.note)
     return " ".join(parts)
 
 
-def trace_page(trace) -> ModelPage:
-    """A ModelTrace as a model page; steps of heads other than the traced one come from the model itself."""
+def trace_page(trace, model=None) -> ModelPage:
+    """A ModelTrace as a model page; steps of heads other than the traced one come from the model itself.
+
+    ``model`` names the model that made the trace (a name or folder, as given to
+    ``trace_model``); None loads it from where the trace says it came from. Where that does not load the
+    model, the page keeps what the trace holds: every head's weights, the traced head's
+    steps and the traced layer's mask.
+    """
+    from selfattn.comparison import layer_masks
     from selfattn.models.loading import shared_model
 
+    masks = layer_masks(trace)
+    try:
+        loaded = shared_model(model if model is not None else trace.model_source or trace.model_name)
+    except ModelError:  # moved or deleted since: the page keeps what the trace holds
+        loaded = None
     layer_steps: dict[int, Any] = {}
 
     def run_layer(layer: int):
         if layer not in layer_steps:
-            model = shared_model(trace.model_name)
             with torch.no_grad():
-                found = model.encoder.layers[layer].attention.steps(trace.hidden_states[layer][None])  # (1, n, d) in
+                found = loaded.blocks[layer].attention_steps(trace.hidden_states[layer][None], **loaded.trace_options())
             # The model must be the one that made the trace: its weights are the recorded ones.
             torch.testing.assert_close(found.attention.weights[0], trace.all_weights[layer], rtol=0, atol=1e-5)
             layer_steps[layer] = found
@@ -178,18 +298,28 @@ def trace_page(trace) -> ModelPage:
         own = (layer, head) == (trace.layer, trace.head)
         return trace.weights if own else trace.all_weights[layer, head]  # (n, n)
 
-    def head_steps(layer: int, head: int) -> dict[str, Any]:
-        if (layer, head) == (trace.layer, trace.head):
+    def head_steps(layer: int, head: int) -> dict[str, Any] | None:
+        if loaded is None:
+            if (layer, head) != (trace.layer, trace.head):
+                return None
+            # The trace keeps the scores after the mask only: they stand for the scaled ones too.
             return _steps(trace.scale, trace.scores_unscaled, trace.scores, trace.scores, trace.row_max, trace.exp,
                           trace.exp_sum, trace.context)
+        # Every head from its block's own steps, the traced one too: the same call trace_model made, so
+        # its numbers are the trace's, with the scaled scores before the mask beside those after it.
         found = run_layer(layer)
         a = found.attention
-        q, k = found.q[0, head], found.k[0, head]  # (n, d_h) each
+        kv = loaded.attention_info(layer).kv_head(head)
+        q, k = found.q[0, head], found.k[0, kv]  # (n, d_h) each: the query head and the key/value head it reads
         return _steps(a.scale, attention_scores(q, k), a.scores[0, head], a.masked_scores[0, head],
                       a.softmax.shift[0, head, :, 0], a.softmax.exp[0, head], a.softmax.total[0, head, :, 0],
                       a.output[0, head])
 
     n_layers = trace.n_layers
+    note = ""
+    if loaded is None:
+        note = (f"Only head {trace.head}'s steps are here: the model no longer loads from "
+                f"{trace.model_source or trace.model_name!r}; give its folder (model= in Python) for the other heads' steps.")
     return ModelPage(
         model_name=trace.model_name,
         tokens=list(trace.tokens),
@@ -201,6 +331,14 @@ def trace_page(trace) -> ModelPage:
         head_steps=head_steps,
         steps_note="The step numbers of this head were left out to keep the page small; only its weights are "
         "here. Choose it with --layer and --head (layer= and head= in Python) to see every step.",
+        labels=token_labels(list(trace.tokens), list(trace.readable)),
+        masks=dict(enumerate(masks)) if masks is not None else {trace.layer: trace.allowed},
+        attention=tuple(loaded.attention_info(l) for l in range(n_layers)) if loaded is not None else tuple(
+            # Without the model only the traced layer's window is known; heads and positions are the model's.
+            trace.attention if l == trace.layer else dataclasses.replace(trace.attention, window=None)
+            for l in range(n_layers)
+        ),
+        note=note,
     )
 
 
@@ -223,14 +361,19 @@ def _steps(scale, raw, scaled, softmax_input, row_max, exp, exp_sum, context) ->
 def output_page(output) -> ModelPage:
     """The first text of a ModelOutput (padding removed) as a model page: weights only."""
     n = len(output.tokens[0])
-    weights = torch.stack([a[0, :, :n, :n] for a in output.attentions])  # (L, H, n, n): padding keys had weight 0
+    real = output.attention_mask[0].bool()  # (seq,): the first text's tokens, wherever its padding is
+    weights = torch.stack([a[0][:, real][:, :, real] for a in output.attentions])  # (L, H, n, n): padding keys had weight 0
     n_layers = weights.shape[0]
     if output.hidden_states is not None:
-        inputs = [output.hidden_states[l][0, :n] for l in range(n_layers)]
-        outputs = [output.hidden_states[l + 1][0, :n] for l in range(n_layers)]
+        inputs = [output.hidden_states[l][0, real] for l in range(n_layers)]
+        outputs = [output.hidden_states[l + 1][0, real] for l in range(n_layers)]
     else:
         inputs = [None] * n_layers
-        outputs = [None] * (n_layers - 1) + [output.last_hidden_state[0, :n]]
+        outputs = [None] * (n_layers - 1) + [output.last_hidden_state[0, real]]
+    # A decoder's output (it has logits) is causal: later keys are hidden. Its windows are not
+    # recorded in the output, so a windowed layer shows only the causal part.
+    causal = torch.ones(n, n, dtype=torch.bool).tril()
+    masks = {layer: causal for layer in range(n_layers)} if output.logits is not None else None
     from selfattn.models.model_trace import default_model_query
 
     return ModelPage(
@@ -244,4 +387,5 @@ def output_page(output) -> ModelPage:
         head_steps=None,
         steps_note="A model output holds each head's weights only. For every step of one head use "
         "trace_model(text, layer=..., head=...), or selfattn view --model with --layer and --head.",
+        masks=masks,
     )

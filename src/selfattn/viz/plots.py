@@ -9,6 +9,10 @@ matplotlib's missing-glyph warnings (CJK tokens drawn as boxes) out of the user'
 Token labels are plain text: "$x$" or "a_b^c" show literally, never as mathtext. The
 positional pictures live in ``positional_plots`` and the pieces every figure shares in
 ``figure_parts``; both sets of figures are importable from here.
+
+A mask's hidden cells (``hidden``: True where a query may not see a key, e.g. a decoder's
+future tokens) are drawn grey, apart from the weight scale, with a legend line saying what
+hid them; they carry no cell value and no arrow.
 """
 
 from __future__ import annotations
@@ -43,20 +47,46 @@ SUPPORTED_EXTENSIONS = (".png", ".svg")
 PNG_DPI = 150
 _WEIGHT_CMAP = "viridis"  # perceptually uniform, so equal weight steps look equal
 _MASK_COLOURS = ("#d9d9d9", "#3b75af")  # hidden, allowed
+_HIDDEN_COLOUR = _MASK_COLOURS[0]  # no colour of viridis: a hidden cell never reads as a small weight
+
+
+def _hidden_cells(hidden, shape: tuple[int, ...]) -> np.ndarray | None:
+    """``hidden`` as a bool array of ``shape`` (True = the mask hides this cell), or None."""
+    if hidden is None:
+        return None
+    array = _as_array(hidden, "hidden", str(shape), (len(shape),), dtype=None).astype(bool)
+    if array.shape != shape:
+        raise ShapeError(f"hidden must have the weights' shape {shape}; got {array.shape}")
+    return array
+
+
+def _weight_cmap(hidden: np.ndarray | None):
+    cmap = matplotlib.colormaps[_WEIGHT_CMAP]
+    return cmap if hidden is None else cmap.with_extremes(bad=_HIDDEN_COLOUR)
+
+
+def _hidden_legend(fig: Figure, label: str) -> None:
+    legend = fig.legend(handles=[Patch(facecolor=_HIDDEN_COLOUR, edgecolor="#999999", label=label)],
+                        loc="outside lower center")
+    for text in legend.get_texts():
+        text.set_parse_math(False)
 
 
 @_quiet_glyphs
 def heatmap_figure(
-    weights, row_labels, col_labels=None, *, title=None, values=None, xlabel="key", ylabel="query"
+    weights, row_labels, col_labels=None, *, title=None, values=None, xlabel="key", ylabel="query",
+    hidden=None, hidden_label="hidden by the causal mask",
 ) -> Figure:
     """(q_len, kv_len) weights in [0, 1] -> a labelled heatmap with a colorbar.
 
     ``col_labels`` defaults to ``row_labels`` (self-attention). Each cell shows its
     value when ``values`` is True, or by default when both axes have at most
-    CELL_VALUE_LIMIT tokens.
+    CELL_VALUE_LIMIT tokens. ``hidden`` (q_len, kv_len) bool marks the cells a mask
+    hides: grey, no value, and ``hidden_label`` in a legend.
     """
     matrix = _as_array(weights, "weights", "(q_len, kv_len)", (2,))
     _check_weights(matrix, "weights")
+    hide = _hidden_cells(hidden, matrix.shape)
     q_len, kv_len = matrix.shape
     rows = _labels(row_labels, q_len, "row_labels")
     if col_labels is None:  # self-attention: the keys are the queries
@@ -69,12 +99,16 @@ def heatmap_figure(
         raise OptionError(f"cell values need at most {MAX_TICK_LABELS} tokens per axis; got {q_len} x {kv_len}")
     fig = _new_figure(_clamp(2.4 + 0.42 * kv_len, 4, 16), _clamp(1.6 + 0.42 * q_len, 3, 16))
     ax = fig.add_subplot()
-    image = _draw_matrix(ax, matrix, rows, cols, cmap=_WEIGHT_CMAP, vmin=0.0, vmax=1.0, title=title, xlabel=xlabel,
-                         ylabel=ylabel)
+    shown = matrix if hide is None else np.ma.masked_array(matrix, mask=hide)
+    image = _draw_matrix(ax, shown, rows, cols, cmap=_weight_cmap(hide), vmin=0.0, vmax=1.0, title=title,
+                         xlabel=xlabel, ylabel=ylabel)
     fig.colorbar(image, ax=ax, shrink=0.8, label="attention weight")
     if values:
         for (i, j), weight in np.ndenumerate(matrix):
-            ax.text(j, i, f"{weight:.2f}", ha="center", va="center", fontsize=7, color=_contrast(image, weight))
+            if hide is None or not hide[i, j]:
+                ax.text(j, i, f"{weight:.2f}", ha="center", va="center", fontsize=7, color=_contrast(image, weight))
+    if hide is not None and hide.any():
+        _hidden_legend(fig, hidden_label)
     return fig
 
 
@@ -86,16 +120,20 @@ def _contrast(image, value: float) -> str:
 
 
 @_quiet_glyphs
-def arrows_figure(tokens, weights_row, query, *, title=None) -> Figure:
+def arrows_figure(tokens, weights_row, query, *, title=None, hidden=None,
+                  hidden_label="hidden by the causal mask") -> Figure:
     """One query's (n,) weights -> the seed's picture: arrows from the query to every token.
 
     ``query`` is a token or a 0-based position, resolved as the CLI does (``find_query``).
     An arrow's width (0.5 + 8 w/max w) and opacity (0.15 + 0.85 w/max w) grow with its
     weight, written after its head to three decimals; the query's own row is bold and boxed.
+    ``hidden`` (n,) bool marks the keys a mask hides from the query: no arrow, a grey
+    token, and ``hidden_label`` where the weight would be.
     """
     weights = _as_array(weights_row, "weights_row", "(n,)", (1,))
     labels = _labels(tokens, weights.shape[0], "tokens")
     _check_weights(weights, "weights_row")
+    hide = _hidden_cells(hidden, weights.shape)
     index = find_query(labels, query)
     n = len(labels)
     top = np.nanmax(weights) if np.nanmax(weights, initial=0.0) > 0 else 1.0  # all zero: thin arrows
@@ -109,6 +147,10 @@ def arrows_figure(tokens, weights_row, query, *, title=None) -> Figure:
     ax.text(0.02, middle, labels[index], ha="left", va="center", fontsize=12, fontweight="bold", bbox=boxed,
             parse_math=False)
     for j, (token, weight) in enumerate(zip(labels, weights)):
+        if hide is not None and hide[j]:
+            ax.text(0.66, j, "hidden", ha="left", va="center", fontsize=9, color="#999999")
+            ax.text(0.79, j, token, ha="left", va="center", fontsize=11, color="#999999", parse_math=False)
+            continue
         strength = float(np.nan_to_num(weight)) / top
         width = 0.5 + 8 * strength
         ax.add_patch(FancyArrowPatch((0.22, middle), (0.64, j), arrowstyle="-|>", mutation_scale=8 + 1.5 * width,
@@ -118,15 +160,20 @@ def arrows_figure(tokens, weights_row, query, *, title=None) -> Figure:
                 bbox=boxed if j == index else None, parse_math=False)
     if title:
         ax.set_title(title, parse_math=False)
+    if hide is not None and hide.any():
+        _hidden_legend(fig, f"grey, no arrow: {hidden_label}")
     return fig
 
 
 @_quiet_glyphs
-def heads_figure(weights, tokens, *, layer_names=None, head_names=None, title=None) -> Figure:
+def heads_figure(weights, tokens, *, layer_names=None, head_names=None, title=None, hidden=None,
+                 hidden_label="hidden by the causal mask") -> Figure:
     """(layers, heads, n, n) or (heads, n, n) weights -> a grid of small heatmaps.
 
     One row per layer, one column per head ("head 1", ...; "layer 1", ... as in the
     explorer). Token labels sit on the outer axes only; cells carry no values.
+    ``hidden`` (layers, n, n) bool, one mask per layer (or (n, n) for every layer), marks
+    the cells a mask hides: grey, with ``hidden_label`` in a legend.
     """
     grid = _as_array(weights, "weights", "(layers, heads, n, n) or (heads, n, n)", (3, 4))
     one_layer = grid.ndim == 3
@@ -136,6 +183,9 @@ def heads_figure(weights, tokens, *, layer_names=None, head_names=None, title=No
     if q_len != kv_len:
         raise ShapeError(f"heads_figure shows self-attention: weights must be (..., n, n); got {grid.shape}")
     _check_weights(grid, "weights")
+    if hidden is not None and np.ndim(hidden) == 2:
+        hidden = np.broadcast_to(np.asarray(hidden, dtype=bool), (n_layers, q_len, kv_len))
+    hide = _hidden_cells(hidden, (n_layers, q_len, kv_len))
     labels = _labels(tokens, q_len, "tokens")
     heads = _labels(head_names, n_heads, "head_names", "head ", start=0)  # from 0, as --head, the JSON and the explorer
     layers = _labels(layer_names, n_layers, "layer_names", "layer ", start=0)
@@ -145,10 +195,13 @@ def heads_figure(weights, tokens, *, layer_names=None, head_names=None, title=No
     axes = fig.subplots(n_layers, n_heads, squeeze=False)
     for (layer, head), ax in np.ndenumerate(axes):
         outer_x, outer_y = layer == n_layers - 1, head == 0
-        image = _draw_matrix(ax, grid[layer, head], labels if outer_y else None, labels if outer_x else None,
-                             cmap=_WEIGHT_CMAP, vmin=0.0, vmax=1.0, title=heads[head] if layer == 0 else None,
+        panel_weights = grid[layer, head] if hide is None else np.ma.masked_array(grid[layer, head], mask=hide[layer])
+        image = _draw_matrix(ax, panel_weights, labels if outer_y else None, labels if outer_x else None,
+                             cmap=_weight_cmap(hide), vmin=0.0, vmax=1.0, title=heads[head] if layer == 0 else None,
                              ylabel=layers[layer] if outer_y and show_layers else None)
     fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight")
+    if hide is not None and hide.any():
+        _hidden_legend(fig, hidden_label)
     if title:
         fig.suptitle(title, parse_math=False)
     return fig

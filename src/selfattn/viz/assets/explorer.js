@@ -27,6 +27,9 @@
 
   const data = JSON.parse(document.getElementById("explorer-data").textContent);
   const tokens = data.tokens;
+  // How each token is shown: a model's tokens as they read ("␣cat" for "Ġcat"); the
+  // vocabulary's own spelling stays in the tooltip and the labels for screen readers.
+  const labels = data.labels || tokens;
   const n = tokens.length;
   const view = document.getElementById("head-view");
   // The namespace of the <svg> the HTML parser made, so this file names no URL.
@@ -50,6 +53,7 @@
   state.head = clamp(selected.head || 0, currentLayer().heads.length);
 
   let queryTokens = [];
+  let keyTokens = [];
   let linesGroup = null;
   let lineStart = 0; // x where lines leave the query column
   let lineEnd = 0; // x where they reach the key column
@@ -64,6 +68,24 @@
 
   function currentHead() {
     return currentLayer().heads[state.head];
+  }
+
+  // visible(i, j): whether query i may see key j, or null when nothing is hidden. A model's
+  // layer carries its own mask (causal, a sliding window) as one range of keys per query; a
+  // toy page has one n x n mask.
+  function currentVisible() {
+    const layer = currentLayer();
+    if ("mask_ranges" in layer) {
+      const ranges = layer.mask_ranges;
+      return ranges ? (i, j) => j >= ranges[i][0] && j < ranges[i][1] : null;
+    }
+    const mask = "mask" in layer ? layer.mask : data.mask;
+    return mask ? (i, j) => Boolean(mask[i][j]) : null;
+  }
+
+  // The vocabulary's spelling beside the shown label, when they differ.
+  function spelled(i) {
+    return labels[i] === tokens[i] ? labels[i] : `${labels[i]} (token ${JSON.stringify(tokens[i])})`;
   }
 
   function colourOf(h) {
@@ -198,8 +220,8 @@
     const keyColumn = svg("g", { class: "keys" });
     view.replaceChildren(columnTitles, linesGroup, queryColumn, keyColumn);
 
-    queryTokens = tokens.map((token, i) => queryColumn.appendChild(tokenElement(token, i, "query")));
-    const keyTokens = tokens.map((token, i) => keyColumn.appendChild(tokenElement(token, i, "key")));
+    queryTokens = tokens.map((token, i) => tokenElement(i, "query", queryColumn));
+    keyTokens = tokens.map((token, i) => tokenElement(i, "key", keyColumn));
 
     // Measure the drawn labels so that long tokens push the columns apart instead of
     // running into the lines.
@@ -231,8 +253,10 @@
     view.addEventListener("keydown", onKey);
   }
 
-  function tokenElement(token, i, kind) {
-    return svg(
+  // One token's label in ``column``; where the label is not the vocabulary's spelling, a
+  // group around it carries that spelling as its tooltip (an svg <title>).
+  function tokenElement(i, kind, column) {
+    const element = svg(
       "text",
       {
         class: "token " + kind,
@@ -243,11 +267,19 @@
         "text-anchor": kind === "query" ? "end" : "start",
         tabindex: 0,
         role: "button",
-        "aria-label": `token ${i}: ${token}`,
+        "aria-label": `token ${i}: ${spelled(i)}`,
         "aria-pressed": "false",
       },
-      token
+      labels[i]
     );
+    if (labels[i] === tokens[i]) {
+      column.append(element);
+    } else {
+      const group = svg("g", { class: "spelled" });
+      group.append(svg("title", {}, `token ${i}: ${JSON.stringify(tokens[i])}`), element);
+      column.append(group);
+    }
+    return element;
   }
 
   function onKey(event) {
@@ -311,11 +343,34 @@
       }
     });
     linesGroup.replaceChildren(...lines);
+    markHiddenKeys(i);
     renderLineLegend(shown, heads[state.head].weights[i]);
     view.dataset.query = String(i);
     view.dataset.layer = String(state.layer);
     view.dataset.head = String(state.head);
     view.dataset.overlay = String(state.overlay);
+  }
+
+  // Keys the mask hides from query i are greyed: no line can reach them.
+  function markHiddenKeys(i) {
+    const visible = currentVisible();
+    let hidden = 0;
+    keyTokens.forEach((element, j) => {
+      const off = Boolean(visible) && !visible(i, j);
+      element.classList.toggle("hidden", off);
+      if (off) {
+        element.setAttribute("aria-disabled", "true");
+        hidden += 1;
+      } else {
+        element.removeAttribute("aria-disabled");
+      }
+    });
+    const key = document.getElementById("mask-key");
+    key.hidden = !visible;
+    key.textContent = visible
+      ? `Greyed keys are ${currentLayer().mask_label || "masked"} for the selected query: no line reaches them ` +
+        `(${hidden} of ${n} for this query).`
+      : "";
   }
 
   function renderLineLegend(shown, row) {
@@ -362,22 +417,30 @@
     const layer = currentLayer();
     const head = currentHead();
     const steps = head.steps;
-    const title = `Query at position ${i} (from 0): ${tokens[i]}`;
+    const title = `Query at position ${i} (from 0): ${labels[i]}`;
     const where = [data.layers.length > 1 ? layer.name : null, layer.heads.length > 1 ? head.name : null]
       .filter(Boolean)
       .join(", ");
     const parts = [html("h2", {}, where ? `${title} (${where})` : title)];
+    if (labels[i] !== tokens[i]) {
+      parts.push(html("p", { class: "note", id: "query-token" }, `The vocabulary writes it ${JSON.stringify(tokens[i])}.`));
+    }
+    if (head.description) parts.push(html("p", { class: "note", id: "head-note" }, head.description));
 
-    if (data.mask) {
+    const visible = currentVisible();
+    if (visible) {
       const masked = [];
-      data.mask[i].forEach((allowed, j) => {
-        if (!allowed) masked.push(`${j}: ${tokens[j]}`);
-      });
+      for (let j = 0; j < n; j++) {
+        if (!visible(i, j)) masked.push(`${j}: ${labels[j]}`);
+      }
+      const said = layer.mask_label
+        ? `Keys ${layer.mask_label} for this query (they get no weight): `
+        : "Masked keys (the mask stops this query from attending to them): ";
       parts.push(
         html(
           "p",
           { class: "note", id: "mask-note" },
-          masked.length ? `Masked keys (the mask stops this query from attending to them): ${masked.join(", ")}.` : "No key is masked for this query."
+          masked.length ? `${said}${masked.join(", ")}.` : "No key is masked for this query."
         )
       );
     }
@@ -407,9 +470,9 @@
     const body = html("tbody");
     for (let j = 0; j < n; j++) {
       const row = html("tr", { "data-key": String(j) });
-      if (data.mask && !data.mask[i][j]) row.classList.add("masked");
+      if (visible && !visible(i, j)) row.classList.add("masked");
       if (j === i) row.classList.add("self");
-      row.append(html("th", { scope: "row", title: `token ${j}` }, tokens[j]));
+      row.append(html("th", { scope: "row", title: `token ${j}: ${JSON.stringify(tokens[j])}` }, labels[j]));
       columns.forEach((column) => row.append(html("td", { "data-col": column.key }, format(column.values[j]))));
       body.append(row);
     }
@@ -432,7 +495,7 @@
     if (outputs) {
       const shown = outputs[i].length;
       const cut = data.vector_width > shown ? ` (first ${shown} of ${data.vector_width})` : "";
-      const label = layer.output ? `${tokens[i]} after ${layer.name}` : `output of ${tokens[i]}`;
+      const label = layer.output ? `${labels[i]} after ${layer.name}` : `output of ${labels[i]}`;
       summaryRow(summary, label + cut, vector(outputs[i], "output"));
     }
     parts.push(summary);
@@ -471,7 +534,7 @@
       flash.blocks.forEach((block, b) => {
         const row = html("tr", { "data-block": String(b) });
         row.append(html("th", { scope: "row" }, String(b + 1)));
-        row.append(html("td", { "data-col": "flash_keys" }, tokens.slice(block.start, block.end).join(", ")));
+        row.append(html("td", { "data-col": "flash_keys" }, labels.slice(block.start, block.end).join(", ")));
         for (const [key, values] of [["flash_block_max", block.block_max], ["flash_m", block.m], ["flash_r", block.rescale], ["flash_l", block.l]]) {
           row.append(html("td", { "data-col": key }, format(values[i])));
         }
