@@ -11,7 +11,7 @@ makes), and this module only reads the traces:
 
 The toy variants have one layer (layer 0); a model has its own layers and heads, and its
 own mask per layer (causal, a sliding window), read from each block's own steps
-(the trace's ``layer_allowed``): a key a mask hides is never among the top keys. A causal decoder was
+(the trace's ``masks``): a key a mask hides is never among the top keys. A causal decoder was
 never trained to make one vector of a whole sentence, so it gets no similarity, only a
 note that says why.
 """
@@ -27,6 +27,7 @@ import torch
 from selfattn.config import ExplainConfig, build_trace
 from selfattn.errors import EmbeddingError, OptionError, QueryError, SentenceError
 from selfattn.models.description import AttentionInfo
+from selfattn.models.queries import model_finder, model_query_piece
 from selfattn.models.head_roles import row_entropy
 from selfattn.pipeline.embeddings import SEED_TABLE
 from selfattn.pipeline.tokenize import (
@@ -243,93 +244,13 @@ def compare(sentence_a: str, sentence_b: str, query: str | int, model: str | Non
         piece = query
         if isinstance(query, str) and read_position(query) is None:
             piece = model_query_piece(query, tokens, readable, loaded)
-        indices = [_locate(t, piece, label, _model_finder(r, loaded), query, r)
+        indices = [_locate(t, piece, label, model_finder(r, loaded), query, r)
                    for t, r, label in zip(tokens, readable, LABELS)]
     traces = []
     for config, index, label in zip(configs, indices, LABELS):
         with _about(label):
             traces.append(build_trace(dataclasses.replace(config, query=index)))
     return _compare_traces(sentences, traces, indices, model, loaded)
-
-
-def model_query_piece(query: str, tokens: list[list[str]], readable: list[list[str]], model) -> str:
-    """The query as one token of the model's vocabulary, when it is not already a token of both sentences.
-
-    A query found in both (as written, as it reads, in any case) is kept. Otherwise the
-    model's tokenizer cuts the query alone, and after a space (where a byte-level BPE
-    puts a word inside a sentence: 'Ġcat'); a form that is one token is the answer
-    ('Café' becomes BERT's 'cafe'). A word that every form cuts into several pieces is
-    refused with the pieces named, since no single token of a sentence is that word.
-
-    Args:
-        query: the query as given, a word (not a position).
-        tokens: each sentence's tokens, as the vocabulary writes them.
-        readable: each sentence's tokens decoded alone.
-        model: the loaded model (its ``tokenize`` and ``tokenizer``).
-
-    Returns:
-        The query, or the one token the tokenizer makes of it.
-
-    Raises:
-        QueryError: the tokenizer cuts the query into several pieces (named in the message).
-    """
-    finders = [_model_finder(r, model) for r in readable]
-    found = [_finds(find, t, query) for find, t in zip(finders, tokens)]
-    if all(found):
-        return query
-    special = model.tokenizer.special_tokens
-    forms: list[list[tuple[str, str]]] = []
-    for text in (query, " " + query.lstrip()):
-        encoded = model.tokenize(text)
-        pieces = [(t, r) for t, r in zip(encoded.tokens[0], model.tokenizer.readable(encoded.input_ids[0].tolist()))
-                  if t not in special]
-        if pieces and pieces not in forms:
-            forms.append(pieces)
-    singles = [form[0][0] for form in forms if len(form) == 1]
-    for single in singles:
-        if all(_finds(find, t, single) for find, t in zip(finders, tokens)):
-            return single
-    if singles:
-        return singles[0]  # _locate names the sentence without it
-    if any(found) or not forms:
-        return query  # in one sentence as given ('##ing'): _locate names the other
-    pieces = [r.strip() or t for t, r in forms[-1]]  # as they read: a query matches that form
-    example = next((p for t, p in zip(forms[-1], pieces) if t[1].strip()), pieces[0])
-    raise QueryError(
-        f"the model cuts the query {query!r} into {len(pieces)} tokens ({', '.join(repr(p) for p in pieces)}): "
-        f"give one of them, e.g. {example!r}, or a 0-based position"
-    )
-
-
-def _model_finder(readable: list[str], model):
-    """find(tokens, query) -> index for one sentence, matching the model's tokens as written or as they read."""
-    from selfattn.models.model_trace import find_model_query
-
-    special = model.tokenizer.special_tokens
-    return lambda tokens, query: find_model_query(tokens, query, readable, special)
-
-
-def _finds(find, tokens: list[str], query: str) -> bool:
-    try:
-        find(tokens, query)
-    except QueryError:
-        return False
-    return True
-
-
-def layer_masks(trace) -> tuple[torch.Tensor | None, ...]:
-    """Which keys each query may see in every layer of a model trace.   -> L of (n, n) bool, or None: every key
-
-    What the trace recorded from each block's own steps, so a layer with a sliding
-    window (Mistral, Qwen2's upper layers) shows its window.
-
-    Args:
-        trace: a ``ModelTrace``.
-
-    Returns:
-        One (n, n) bool per layer (True = may attend), or None where nothing is hidden.
-    """
-    return trace.layer_allowed or (trace.allowed,) * trace.n_layers
 
 
 def _compare_traces(sentences, traces, indices, model, loaded) -> Comparison:
@@ -407,7 +328,7 @@ def _allowed_keys(trace, q: int, n_layers: int, model) -> torch.Tensor:
     if model is None:
         masks = (getattr(trace, "mask", None),) * n_layers  # (n, n) bool, True = may attend; None: every key
     else:
-        masks = layer_masks(trace)
+        masks = trace.masks
     return torch.stack([torch.ones(n, dtype=torch.bool) if m is None else m[q] for m in masks])  # (L, n)
 
 

@@ -15,13 +15,12 @@ from dataclasses import dataclass
 
 import torch
 
-from selfattn.errors import OptionError, QueryError, SentenceError
+from selfattn.errors import OptionError, SentenceError
 from selfattn.models.description import AttentionInfo, EmbeddingStep
 from selfattn.models.loading import shared_model
 from selfattn.pipeline.steps import attention_scores
-from selfattn.pipeline.tokenize import find_query, quote_tokens
+from selfattn.models.queries import find_model_query
 
-SPECIAL_TOKENS = ("[CLS]", "[SEP]", "[PAD]")
 # Longest input each output shows (tokens, [CLS] and [SEP] included). Text shows one
 # query row and short vectors, so it goes further than the toy walkthrough's 24.
 MAX_MODEL_TOKENS = {"text": 48, "markdown": 48, "json": 512, "html": 512, "plot": 256}
@@ -96,6 +95,11 @@ class ModelTrace:
             return 1.0
         return float(self.weights[1:, 0].mean())
 
+    @property
+    def masks(self) -> tuple[torch.Tensor | None, ...]:
+        """Which keys each query may see in every layer: n_layers of (n, n) bool (True = may attend), None: every key."""
+        return self.layer_allowed or (self.allowed,) * self.n_layers
+
     def is_special(self, index: int) -> bool:
         """Whether token ``index`` is one of the vocabulary's special tokens."""
         return self.tokens[index] in self.special_tokens
@@ -105,80 +109,6 @@ class ModelTrace:
         from selfattn.viz.explorer import notebook_explorer
 
         return notebook_explorer(self)
-
-
-def default_model_query(tokens: list[str], special: frozenset[str] = SPECIAL_TOKENS) -> int:
-    """The seed's choice past the leading special tokens: the second token ('cat'), or the first for a one-word text."""
-    start = 0
-    while start < len(tokens) - 1 and tokens[start] in special:
-        start += 1
-    words = [i for i in range(start, len(tokens)) if tokens[i] not in special]
-    return words[1] if len(words) > 1 else (words[0] if words else 0)
-
-
-def find_model_query(
-    tokens: list[str], query: str | int | None, readable: list[str] | None = None, special: frozenset[str] = SPECIAL_TOKENS
-) -> int:
-    """A query given as one of the model's tokens or a 0-based position.
-
-    A token matches as the vocabulary writes it ('Ġcat', '##s'), as it reads ('cat' for
-    ' cat'), or in any case when nothing matches exactly (BERT lower-cases its input).
-    """
-    if query is None:
-        return default_model_query(tokens, special)
-    if isinstance(query, str) and query not in tokens:
-        forms = [(r or "").strip() for r in (readable or tokens)]
-        for candidates, wanted in ((forms, query.strip()), ([t.lower() for t in tokens], query.lower()),
-                                   ([f.lower() for f in forms], query.strip().lower())):
-            if wanted in candidates:
-                return candidates.index(wanted)
-    try:
-        return find_query(tokens, query)
-    except QueryError as error:
-        if isinstance(query, str) and "not in the sentence" in str(error):
-            shown = [r.strip() or t for r, t in zip(readable or tokens, tokens)]
-            first = next((t for t in tokens if t in special), None)
-            hint = f" ({first} is 0)" if tokens and tokens[0] in special else ""
-            raise QueryError(
-                f"query token {query!r} is not among the model's tokens: choose one of "
-                f"{quote_tokens(shown, 12, count=True)} (any case) or a 0-based position{hint}"
-            ) from None
-        raise
-
-
-def model_query_piece(query: str, sentences: list[list[str]], split) -> str:
-    """A query word as the model's tokenizer writes it, when it is no token of some sentence.
-
-    'Café' becomes 'cafe'; a word the tokenizer cuts into several pieces is refused with
-    the pieces named, since no single token of a sentence is that word. ``split`` turns a
-    text into its WordPiece tokens without [CLS] and [SEP]; a query found in every
-    sentence, or already a "##" piece, is returned as it is.
-
-    Args:
-        query: the query as given, a word (not a position).
-        sentences: the WordPiece tokens of each sentence.
-        split: text -> its WordPiece tokens, without [CLS] and [SEP].
-
-    Returns:
-        The query, or the one piece the tokenizer makes of it.
-
-    Raises:
-        QueryError: the tokenizer cuts the query into several pieces (named in the message).
-    """
-    try:
-        for tokens in sentences:
-            find_model_query(tokens, query)
-        return query
-    except QueryError:
-        if query.startswith("##"):
-            return query
-    pieces = split(query)
-    if len(pieces) > 1:
-        raise QueryError(
-            f"the model cuts the query {query!r} into {len(pieces)} WordPiece tokens "
-            f"({', '.join(repr(p) for p in pieces)}): give one of them, e.g. {pieces[0]!r}, or a 0-based position"
-        )
-    return pieces[0] if pieces else query
 
 
 def check_layer_head(layer: int, head: int, n_layers: int, n_heads: int) -> None:

@@ -272,13 +272,12 @@ def trace_page(trace, model=None) -> ModelPage:
 
     ``model`` names the model that made the trace (a name or folder, as given to
     ``trace_model``); None loads it from where the trace says it came from. Where that does not load the
-    model, the page keeps what the trace holds: every head's weights, the traced head's
-    steps and the traced layer's mask.
+    model, the page keeps what the trace holds: every head's weights and masks, and the
+    traced head's steps.
     """
-    from selfattn.comparison import layer_masks
     from selfattn.models.loading import shared_model
 
-    masks = layer_masks(trace)
+    masks = trace.masks
     try:
         loaded = shared_model(model if model is not None else trace.model_source or trace.model_name)
     except ModelError:  # moved or deleted since: the page keeps what the trace holds
@@ -374,7 +373,7 @@ def output_page(output) -> ModelPage:
     # recorded in the output, so a windowed layer shows only the causal part.
     causal = torch.ones(n, n, dtype=torch.bool).tril()
     masks = {layer: causal for layer in range(n_layers)} if output.logits is not None else None
-    from selfattn.models.model_trace import default_model_query
+    from selfattn.models.queries import default_model_query
 
     return ModelPage(
         model_name=output.model_name or "model",

@@ -47,11 +47,9 @@ def hidden_label(infos: list[AttentionInfo] | AttentionInfo) -> str:
 def model_masks(trace) -> tuple[torch.Tensor | None, ...]:
     """Every layer's (n, n) bool mask (True = may attend, None = every key) for a model trace.
 
-    What the trace recorded from each layer's own steps (``comparison.layer_masks``).
+    What the trace recorded from each layer's own steps (``ModelTrace.masks``).
     """
-    from selfattn.comparison import layer_masks
-
-    return layer_masks(trace)
+    return trace.masks
 
 
 def layer_infos(name_or_path) -> list[AttentionInfo]:
