@@ -68,6 +68,9 @@ class AttentionConfig:
             position (itself included), as Mistral's window; acts together with causal.
         out_bias: whether W_o has a bias; None (default) means ``bias`` (Qwen2 has
             biases on W_q, W_k, W_v only).
+        flash_min_queries: with attn_impl="flash", calls with fewer new queries than this
+            take the reference path (the kernel's fixed cost per call is not earned back by
+            a few queries: a decoding step); default 1, always the kernel.
 
     Raises:
         ConfigError: a size is not a positive integer, d_model is not divisible by n_heads
@@ -98,9 +101,11 @@ class AttentionConfig:
     rope_scaling: Llama3RopeScaling | None = None
     sliding_window: int | None = None
     out_bias: bool | None = None
+    flash_min_queries: int = 1
 
     def __post_init__(self) -> None:
         _positive_int("d_model", self.d_model)
+        _positive_int("flash_min_queries", self.flash_min_queries)
         _positive_int("sliding_window", self.sliding_window, allow_none=True)
         if self.rope_pairs not in ROPE_PAIRS:
             raise ConfigError(f"unknown RoPE pairing {self.rope_pairs!r}: choose one of {', '.join(ROPE_PAIRS)}")
@@ -199,6 +204,8 @@ class TransformerConfig:
             ``AttentionConfig``.
         rope_scaling: None, or a ``Llama3RopeScaling`` (``AttentionConfig``).
         sliding_window: None, or each query's window of W newest keys (``AttentionConfig``).
+        flash_min_queries: with "flash", fewer new queries than this take the reference
+            path (``AttentionConfig``); default 1.
 
     Raises:
         ConfigError: n_layers, d_ff or max_len is not a positive integer, the activation or
@@ -228,6 +235,7 @@ class TransformerConfig:
     rope_pairs: str = "interleaved"
     rope_scaling: Llama3RopeScaling | None = None
     sliding_window: int | None = None
+    flash_min_queries: int = 1
 
     def __post_init__(self) -> None:
         _positive_int("n_layers", self.n_layers)
@@ -263,6 +271,7 @@ class TransformerConfig:
             rope_scaling=self.rope_scaling,
             sliding_window=self.sliding_window,
             out_bias=self.out_bias,
+            flash_min_queries=self.flash_min_queries,
         )
 
     @property

@@ -38,8 +38,13 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
         >>> rms_norm(torch.tensor([[3.0, 4.0]]), torch.ones(2), eps=0.0)  # rms = sqrt(12.5)
         tensor([[0.8485, 1.1314]])
     """
-    wide = x.to(torch.promote_types(x.dtype, torch.float32))
-    scaled = wide * torch.rsqrt(wide.pow(2).mean(dim=-1, keepdim=True) + eps)  # (..., d) / (..., 1)
+    wide = x if x.dtype in (torch.float32, torch.float64) else x.float()
+    scaled = wide * torch.rsqrt(wide.pow(2).mean(dim=-1, keepdim=True).add_(eps))  # (..., d) * (..., 1)
+    tracked = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
+    if not tracked and scaled.dtype == weight.dtype == x.dtype:
+        # Without autograd the product above is ours to overwrite: scaling it in place
+        # saves one (..., d) tensor per norm (a decoder runs 2 L + 1 of them per call).
+        return scaled.mul_(weight)
     return weight * scaled.to(x.dtype)
 
 
@@ -100,7 +105,11 @@ class GatedFeedForward(nn.Module):
         Returns:
             (silu(x W_gate) * (x W_up)) W_down, (..., d_model).
         """
-        return self.down(F.silu(self.gate(x)) * self.up(x))  # (..., d_ff) * (..., d_ff) -> (..., d_model)
+        gate, up = self.gate(x), self.up(x)  # (..., d_ff) each
+        if torch.is_grad_enabled() and (gate.requires_grad or up.requires_grad):
+            return self.down(F.silu(gate) * up)  # (..., d_ff) * (..., d_ff) -> (..., d_model)
+        # Without autograd both products can be overwritten: two (..., d_ff) tensors fewer.
+        return self.down(F.silu(gate, inplace=True).mul_(up))  # (..., d_ff) -> (..., d_model)
 
 
 def make_norm(config: TransformerConfig) -> nn.Module:

@@ -23,6 +23,7 @@ from selfattn.attention.kv_cache import KVCache
 from selfattn.errors import ShapeError
 from selfattn.masks import causal_mask, check_mask_kind, combine_masks, sliding_window_mask
 from selfattn.positional import alibi_bias, apply_rope
+from selfattn.positional.rope import RopeRotation, rotate_pairs
 
 
 class SelfAttention(nn.Module):
@@ -249,6 +250,8 @@ class MultiHeadAttention(nn.Module):
             positions: with RoPE, the positions of the q_len new tokens, (q_len,) or
                 (batch, q_len) (a left-padded batch counts from each row's first real
                 token); the new keys get the same ones. None: kv_len - q_len .. kv_len - 1.
+                Or a ``RopeRotation`` (``positional.rope.rope_rotation``): their cos and
+                sin computed once, for a model whose every layer turns the same positions.
                 Self-attention only.
 
         Returns:
@@ -261,7 +264,8 @@ class MultiHeadAttention(nn.Module):
                 above, the inputs disagree on batch axis, batch size or kv_len, the mask
                 does not broadcast, or the cache holds keys of another shape.
         """
-        if self.config.attn_impl == "flash" and not need_weights:
+        c = self.config
+        if c.attn_impl == "flash" and not need_weights and query.shape[-2] >= c.flash_min_queries:
             return self._flash_forward(query, key, value, attn_mask, is_causal, cache, positions)
         heads = self._heads(query, key, value, attn_mask, is_causal, cache, positions, fast=True)
         attended = attention_forward(
@@ -377,15 +381,26 @@ class MultiHeadAttention(nn.Module):
         if positions is not None and (c.positional != "rope" or key is not query):
             raise ShapeError("positions are RoPE's positions of self-attention's new tokens: give them only with RoPE and no key")
         q_plain, k_plain = (q, k) if c.positional == "rope" else (None, None)
+        rotation = positions if isinstance(positions, RopeRotation) else None
+        if rotation is not None and rotation.cos.shape[-2] != k.shape[-2]:
+            raise ShapeError(
+                f"the RoPE rotation is for {rotation.cos.shape[-2]} positions, but this call has {k.shape[-2]} new tokens"
+            )
         if c.positional == "rope":
             rope = dict(base=c.rope_base, pairs=c.rope_pairs, scaling=c.rope_scaling)
-            k = apply_rope(k, torch.arange(past, past + k.shape[-2], device=k.device) if positions is None else positions, **rope)
+            if rotation is not None:
+                k = rotate_pairs(k, rotation.cos, rotation.sin, c.rope_pairs)
+            else:
+                k = apply_rope(k, torch.arange(past, past + k.shape[-2], device=k.device) if positions is None else positions, **rope)
         if cache is not None:
             k, v = cache.append(k, v)  # (batch, Hkv, past + new_len, head_dim)
         q_len, kv_len = q.shape[-2], k.shape[-2]
         if c.positional == "rope":
             # The queries are the newest positions: bottom-right aligned with the keys.
-            q = apply_rope(q, torch.arange(kv_len - q_len, kv_len, device=q.device) if positions is None else positions, **rope)
+            if rotation is not None:
+                q = rotate_pairs(q, rotation.cos, rotation.sin, c.rope_pairs)
+            else:
+                q = apply_rope(q, torch.arange(kv_len - q_len, kv_len, device=q.device) if positions is None else positions, **rope)
         return _Heads(q, k, v, self._mask(attn_mask, is_causal, q_len, kv_len, q), unbatched, scale, q_plain, k_plain)
 
     def _project(self, query, key, value, fast: bool):

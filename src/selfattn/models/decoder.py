@@ -30,7 +30,15 @@ from selfattn.errors import ModelError, SentenceError, ShapeError
 from selfattn.models.description import AttentionInfo, EmbeddingPart, EmbeddingStep, attention_info
 from selfattn.models.output import ModelOutput
 from selfattn.models.tokenizer import Encoded, TextTokenizer, as_text_list
+from selfattn.positional.rope import rope_rotation
 from selfattn.positional.rope_scaling import Llama3RopeScaling
+
+# Calls with fewer new tokens than this take the reference attention even when attn_impl is
+# "flash" (AttentionConfig.flash_min_queries). Measured on the Llama-shaped model of
+# bench/models.py (2 threads), the whole forward through the reference path took 0.79x the
+# kernel's time for 1 token, 0.81x for 16, 0.9x for 64, about the same for 128, 1.07x for
+# 192, 1.17x for 256.
+FLASH_MIN_QUERIES = 128
 
 
 @dataclass(frozen=True)
@@ -63,7 +71,9 @@ class DecoderConfig:
         eos_ids: the ids that end generation.
         pad_id: the id that pads a batch (masked, so any id works).
         attn_impl: "reference" or "flash", for every block's attention (see
-            ``AttentionConfig``); calls that ask for the weights take the reference path.
+            ``AttentionConfig``); calls that ask for the weights take the reference path,
+            and with "flash" so do inputs of fewer than ``FLASH_MIN_QUERIES`` new tokens
+            (decoding steps). ``load_pretrained`` chooses "flash".
     """
 
     model_type: str
@@ -120,6 +130,7 @@ class DecoderConfig:
             sliding_window=self.windows[layer] if self.windows else None,
             causal=True,
             attn_impl=self.attn_impl,
+            flash_min_queries=FLASH_MIN_QUERIES,
         )
 
     @property
@@ -275,6 +286,7 @@ class DecoderModel(nn.Module):
         caches: list[KVCache] | None = None,
         output_attentions: bool = False,
         output_hidden_states: bool = False,
+        last_only: bool = False,
     ) -> ModelOutput:
         """The decoder on tokenised input, continuing ``caches`` when given.
 
@@ -284,6 +296,9 @@ class DecoderModel(nn.Module):
             caches: None, or one ``KVCache`` per layer (``new_caches``), extended in place.
             output_attentions: also return each layer's weights (batch, heads, seq, past + seq).
             output_hidden_states: also return the hidden states (see ``forward``).
+            last_only: logits for the last position only, (batch, 1, vocab), and (unless
+                output_hidden_states) last_hidden_state too: all that generation needs; the
+                output matrix is the largest product of a decoding step.
 
         Returns:
             A ``ModelOutput`` for the new tokens.
@@ -299,32 +314,45 @@ class DecoderModel(nn.Module):
                 f"input_ids must be (batch, seq) and attention_mask (batch, past + seq): {tuple(ids.shape)} "
                 f"and {tuple(real.shape)} with {past} cached"
             )
-        positions = (real.cumsum(dim=-1) - 1).clamp(min=0)[:, past:]  # (batch, seq): counted over real tokens
-        if int(positions.max()) >= self.config.max_positions:
+        seq = ids.shape[1]
+        mask = _padding_mask(real, seq)  # None without padding: then only causal
+        if mask is None:  # every row counts the same positions: no tensor work needed to find the last
+            positions = torch.arange(past, past + seq, device=ids.device)  # (seq,)
+            last_position = past + seq - 1
+        else:
+            positions = (real.cumsum(dim=-1) - 1).clamp(min=0)[:, past:]  # (batch, seq): counted over real tokens
+            last_position = int(positions.max())
+        if last_position >= self.config.max_positions:
             raise SentenceError(
-                f"position {int(positions.max())} is past this model's {self.config.max_positions} positions: "
+                f"position {last_position} is past this model's {self.config.max_positions} positions: "
                 f"at most {self.config.max_positions} tokens, the prompt and what is generated together"
             )
         x = self.embed(ids)  # (batch, seq, d)
         if self.position is not None:
             x = x + self.position(positions)  # (batch, seq, d)
-        mask = _padding_mask(real, ids.shape[1])  # None without padding: then only causal
-        rope_positions = None if self.config.positions != "rope" else (
-            positions if mask is not None else torch.arange(past, past + ids.shape[1], device=ids.device)
-        )
+        rope_positions = None
+        if self.config.positions == "rope":  # cos and sin once per call, shared by every layer
+            c = self.config
+            rope_positions = rope_rotation(positions, c.head_dim, c.rope_base, c.rope_scaling, x.dtype)
+        # One new token is the newest position: the causal rule (bottom-right) hides no key
+        # from it, so a decoding step skips building that mask in every layer.
+        causal = seq > 1
         hidden_states, attentions = [x], []
         for i, layer in enumerate(self.layers):
             cache = None if caches is None else caches[i]
-            options = dict(attn_mask=mask, is_causal=True, cache=cache, positions=rope_positions)
+            options = dict(attn_mask=mask, is_causal=causal, cache=cache, positions=rope_positions)
             if output_attentions:
                 x, weights = layer(x, **options, need_weights=True)
                 attentions.append(weights)  # (batch, H, seq, past + seq)
             else:
                 x = layer(x, **options)
             hidden_states.append(x)  # (batch, seq, d)
+        if last_only and not output_hidden_states:
+            x = x[:, -1:]  # (batch, 1, d): left padding puts every row's newest token last
         last = self.norm(x)  # (batch, seq, d)
         hidden_states[-1] = last  # as transformers: the last hidden state is after the final norm
-        logits = last @ self.output_matrix.T  # (batch, seq, d) @ (d, vocab) -> (batch, seq, vocab)
+        head_input = last[:, -1:] if last_only else last  # (batch, 1 or seq, d)
+        logits = head_input @ self.output_matrix.T  # (batch, ., d) @ (d, vocab) -> (batch, ., vocab)
         return ModelOutput(
             tokens=encoded.tokens,
             input_ids=ids,

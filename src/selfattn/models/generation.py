@@ -115,30 +115,34 @@ def generate(
     done = [False] * batch
     eos = set(model.config.eos_ids)
     caches = model.new_caches() if use_cache else None
-    ids, mask = encoded.input_ids, encoded.attention_mask
+    ids = encoded.input_ids
+    # The mask of the whole run, made once; step t shows its first prompt + t + 1 columns.
+    full_mask = torch.cat([encoded.attention_mask, encoded.attention_mask.new_ones(batch, max_new_tokens)], dim=1)
+    prompt_len = ids.shape[1]
     with torch.no_grad():
-        logits = model.run(encoded, caches).logits[:, -1]  # (batch, vocab)
-        for _ in range(max_new_tokens):
+        logits = model.run(encoded, caches, last_only=True).logits[:, -1]  # (batch, vocab)
+        for t in range(max_new_tokens):
             chosen = choose(logits, temperature, top_k, top_p, sampler)  # (batch,)
-            probabilities = softmax(logits.double(), dim=-1)  # (batch, vocab)
+            top_ids, top_probs = top_chances(logits)  # (batch, TOP) each
+            chosen_list, top_ids, top_probs = chosen.tolist(), top_ids.tolist(), top_probs.tolist()
             for row in range(batch):
                 if done[row]:
                     continue
-                token = int(chosen[row])
+                token = chosen_list[row]
                 new_ids[row].append(token)
-                top[row].append(_top(probabilities[row], model))
+                top[row].append(_chances(top_ids[row], top_probs[row], model))
                 done[row] = token in eos
                 if on_token is not None:
                     on_token(row, token)
             if all(done):
                 break
-            step = torch.tensor([[t[-1] if t else model.config.pad_id] for t in new_ids])  # (batch, 1)
-            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)  # (batch, past + 1)
+            step = torch.tensor([[row[-1]] for row in new_ids])  # (batch, 1): a finished row repeats its last token
+            mask = full_mask[:, : prompt_len + t + 1]  # (batch, past + 1)
             if use_cache:
-                logits = model.run(Encoded(encoded.tokens, step, mask), caches).logits[:, -1]
+                logits = model.run(Encoded(encoded.tokens, step, mask), caches, last_only=True).logits[:, -1]
             else:
                 ids = torch.cat([ids, step], dim=1)  # (batch, seq + 1)
-                logits = model.run(Encoded(encoded.tokens, ids, mask)).logits[:, -1]
+                logits = model.run(Encoded(encoded.tokens, ids, mask), last_only=True).logits[:, -1]
     tokenizer = model._padder()
     texts = [tokenizer.decode(row) if hasattr(tokenizer, "decode") else "" for row in new_ids]
     tokens = [[tokenizer.token(i) for i in row] for row in new_ids]
@@ -186,10 +190,29 @@ def choose(logits: torch.Tensor, temperature: float, top_k=None, top_p=None, gen
     return torch.multinomial(softmax(scaled, dim=-1), 1, generator=generator)[:, 0]
 
 
-def _top(probabilities: torch.Tensor, model) -> list[TokenChance]:
-    values, ids = probabilities.topk(min(TOP, probabilities.shape[-1]))
+def top_chances(logits: torch.Tensor, k: int = TOP) -> tuple[torch.Tensor, torch.Tensor]:
+    """The k most likely next tokens and their probabilities.   (batch, vocab) -> (batch, k) ids, (batch, k) float64
+
+    p_i = exp(logit_i - log sum_j exp(logit_j)) for the k largest logits only: the same
+    numbers as softmax(logits) at those ids, without normalising the whole vocabulary
+    (the log-sum-exp in float64, as the probabilities are reported).
+
+    Args:
+        logits: next-token scores, (batch, vocab).
+        k: how many tokens per row (default ``TOP``; fewer if the vocabulary is smaller).
+
+    Returns:
+        The pair (ids, probabilities), (batch, k) each, most likely first; the
+            probabilities are float64.
+    """
+    values, ids = logits.topk(min(k, logits.shape[-1]), dim=-1)  # (batch, k)
+    log_total = torch.logsumexp(logits.double(), dim=-1, keepdim=True)  # (batch, 1)
+    return ids, (values.double() - log_total).exp()
+
+
+def _chances(ids: list[int], probabilities: list[float], model) -> list[TokenChance]:
     padder = model._padder()
-    return [TokenChance(int(i), padder.token(int(i)), float(p)) for p, i in zip(values, ids)]
+    return [TokenChance(i, padder.token(i), p) for i, p in zip(ids, probabilities)]
 
 
 def _check_options(max_new_tokens, temperature, top_k, top_p, seed) -> None:

@@ -16,6 +16,7 @@ and ``rope_distance_check`` place one fixed (q, k) pair at many positions to sho
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -146,6 +147,42 @@ def apply_rope(
     if batched:
         angles = angles[:, None]  # (batch, 1, seq, d_head/2): the same turn for every head
     return rotate_pairs(x, torch.cos(angles).to(x.dtype), torch.sin(angles).to(x.dtype), pairs)
+
+
+class RopeRotation(NamedTuple):
+    """cos and sin of every new token's angles, computed once and shared by all layers.
+
+    Attributes:
+        cos: cos(p theta_i), (seq, d_head / 2), or (batch, 1, seq, d_head / 2) for
+            positions per row; in the dtype of the queries and keys it will turn.
+        sin: sin(p theta_i), the same shape.
+    """
+
+    cos: torch.Tensor
+    sin: torch.Tensor
+
+
+def rope_rotation(positions: torch.Tensor, d_head: int, base: float = 10000.0, scaling=None,
+                  dtype: torch.dtype = torch.float32) -> RopeRotation:
+    """(cos, sin) of the angles p theta_i.   (seq,) or (batch, seq) -> RopeRotation
+
+    What ``apply_rope`` computes before turning x, for callers that turn many tensors at
+    the same positions (every layer of a model): angles in float64, then cast to ``dtype``.
+
+    Args:
+        positions: (seq,) or (batch, seq).
+        d_head: the width of a head, even.
+        base: RoPE's frequency base.
+        scaling: None or a ``Llama3RopeScaling``.
+        dtype: the dtype of the tensors it will turn.
+
+    Returns:
+        A ``RopeRotation``; per-row positions get a heads axis of 1.
+    """
+    angles = rope_angles(positions, d_head, base, scaling=scaling)  # (seq, d/2) or (batch, seq, d/2)
+    if angles.dim() == 3:
+        angles = angles[:, None]  # (batch, 1, seq, d/2)
+    return RopeRotation(torch.cos(angles).to(dtype), torch.sin(angles).to(dtype))
 
 
 ROPE_PAIRS = ("interleaved", "half")
