@@ -289,7 +289,7 @@ def test_plot_writes_the_picture(run_cli, tmp_path, suffix):
         (["--layer", "1"], "--layer 1 is out of range"),
         (["--mask", "causal"], "--mask applies to --kind mask"),
         (["--query", "dog"], "dog"),
-        (["--model", "all-MiniLM-L6-v2"], "does not take --model"),
+        (["--model", "all-MiniLM-L6-v2"], "has no RoPE"),
     ],
 )
 def test_bad_plot_input_is_one_line_exit_2_and_leaves_no_file(run_cli, tmp_path, args, message):
