@@ -45,3 +45,19 @@ def read_only_folder(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "access", lambda path, mode: Path(path) != folder and real_access(path, mode))
     yield folder
     folder.chmod(0o700)
+
+
+@pytest.fixture
+def drawn(monkeypatch):
+    """Record every figure the CLI saves, so a test can read what it holds."""
+    figures = []
+    from selfattn.viz import plots
+
+    save = plots.save_figure
+
+    def recording(figure, path):
+        figures.append(figure)
+        return save(figure, path)
+
+    monkeypatch.setattr(plots, "save_figure", recording)
+    return figures

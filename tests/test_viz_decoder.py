@@ -18,7 +18,7 @@ import torch
 transformers = pytest.importorskip("transformers", reason="the decoder tests compare with transformers")
 
 from browser import chromium, recorded_page  # noqa: E402
-from selfattn.viz import PLOT_KINDS, plots  # noqa: E402
+from selfattn.viz import PLOT_KINDS  # noqa: E402
 from selfattn.viz.explorer import page_data  # noqa: E402
 from tiny_models import reference_model, reference_tokenizer, tiny_checkpoint  # noqa: E402
 
@@ -51,20 +51,6 @@ def reference(folders):
 
     run.models = models
     return run
-
-
-@pytest.fixture
-def drawn(monkeypatch):
-    """Record every figure the CLI saves, so a test can read what it holds."""
-    figures = []
-    save = plots.save_figure
-
-    def recording(figure, path):
-        figures.append(figure)
-        return save(figure, path)
-
-    monkeypatch.setattr(plots, "save_figure", recording)
-    return figures
 
 
 def assert_png(path) -> None:

@@ -32,7 +32,6 @@ from browser import chromium, recorded_page  # noqa: E402
 from selfattn.errors import OptionError  # noqa: E402
 from selfattn.models.loading import shared_model  # noqa: E402
 from selfattn.models.model_trace import trace_model  # noqa: E402
-from selfattn.viz import plots  # noqa: E402
 from selfattn.viz.explorer import notebook_model_explorer, page_data  # noqa: E402
 from selfattn.viz.explorer_data import explorer_data  # noqa: E402
 from selfattn.viz.model_data import VECTOR_PREVIEW  # noqa: E402
@@ -105,20 +104,6 @@ def assert_rounded_close(page_value, expected: torch.Tensor, precision: int = 4,
 
 
 # ---- plot --------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def drawn(monkeypatch):
-    """Record every figure the CLI saves, so a test can read what it holds."""
-    figures = []
-    save = plots.save_figure
-
-    def recording(figure, path):
-        figures.append(figure)
-        return save(figure, path)
-
-    monkeypatch.setattr(plots, "save_figure", recording)
-    return figures
 
 
 def png_size(path) -> tuple[int, int]:
