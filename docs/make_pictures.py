@@ -4,17 +4,22 @@
 
 The plots come from `selfattn plot`; the explorer screenshots from `selfattn view`,
 opened in Debian's Chromium through Playwright (the same recipe as the browser tests).
+The decoder's page is of the tiny random Llama that docs/models.md makes, made here by
+running that page's own script (it needs transformers, as the page says).
 """
 
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 DOCS = Path(__file__).resolve().parent
 sys.path.insert(0, str(DOCS.parent / "tests"))
 
 from browser import chromium, recorded_page  # noqa: E402
+from doc_blocks import run_python, setup_scripts  # noqa: E402
 
 from selfattn.cli import main  # noqa: E402
 
@@ -27,25 +32,41 @@ PLOTS = {
     "plot-rope-distance.png": ["--kind", "rope-distance"],
     "plot-minilm-heads.png": ["--model", "all-MiniLM-L6-v2", "--kind", "heads"],
 }
-EXPLORERS = {
-    "explorer.png": ([], 0),
-    "explorer-gqa.png": (["--variant", "gqa", "--heads", "4", "--kv-heads", "2", "--positional", "rope", "--query", "warm"], 2),
-    "explorer-minilm.png": (["--model", "all-MiniLM-L6-v2", "--layer", "2", "--query", "cat"], 5),
+TINY = "tiny-llama"  # the folder docs/models.md's script makes
+EXPLORERS = {  # name: (view's arguments, head, the query token hovered, by position)
+    "explorer.png": ([], 0, 1),
+    "explorer-gqa.png": (["--variant", "gqa", "--heads", "4", "--kv-heads", "2", "--positional", "rope", "--query", "warm"], 2, 1),
+    "explorer-minilm.png": (["--model", "all-MiniLM-L6-v2", "--layer", "2", "--query", "cat"], 5, 2),  # [CLS] first
+    "explorer-llama.png": (["--model", TINY, "--layer", "1", "--query", "sat", "The cat sat on the warm mat"], 3, 2),
 }
+
+
+def make_tiny_model(folder: Path) -> None:
+    """Run docs/models.md's script in ``folder``, which makes TINY there."""
+    block = setup_scripts()[TINY]
+    here = os.getcwd()
+    os.chdir(folder)
+    try:
+        if run_python(block.body, f"{block.page}:{block.line}", {}):
+            raise SystemExit(f"{block.page}:{block.line} failed")
+    finally:
+        os.chdir(here)
 
 
 def main_pictures() -> None:
     for name, args in PLOTS.items():
         if main(["plot", *args, "-o", str(DOCS / name)]) != 0:
             raise SystemExit(f"plot {name} failed")
+    scratch = Path(tempfile.mkdtemp())
+    make_tiny_model(scratch)
     with chromium() as browser:
-        for name, (args, head) in EXPLORERS.items():
+        for name, (args, head, query) in EXPLORERS.items():
             page_path = DOCS / "explorer.html"
+            args = [str(scratch / TINY) if a == TINY else a for a in args]
             if main(["view", *args, "--head", str(head), "-o", str(page_path)]) != 0:
                 raise SystemExit(f"view {name} failed")
             with recorded_page(browser, viewport={"width": 1100, "height": 760}) as page:
                 page.load(page_path.read_text(encoding="utf-8"))
-                query = 2 if "--model" in args else 1  # [CLS] comes first in the model's tokens
                 page.locator("text.token.query").nth(query).hover()
                 page.screenshot(path=str(DOCS / name), full_page=True)
                 page.assert_quiet()
