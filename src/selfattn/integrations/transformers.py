@@ -29,7 +29,7 @@ from selfattn.kernels.flash import flash_attention
 from selfattn.kernels.probs_from_lse import attention_probs_from_lse
 from selfattn.masks import causal_mask, to_additive
 
-INSTALL_HINT = "install the extra: pip install 'selfattn[transformers]' (or pip install 'transformers>=4.40')"
+INSTALL_HINT = "install the extra: pip install 'selfattn[transformers]' (or pip install 'transformers>=4.53')"
 # transformers reads meaning into some names: "flash" in it switches on its flash-attention
 # paths (packed sequences, no padding mask), "owner/repo" or "a:b" means a kernel from the
 # Hub, and "paged|" a paged cache. A plain word avoids all of them.
