@@ -16,7 +16,9 @@ Every intermediate        trace_self_attention -> Trace; trace_variant -> Varian
 Attention functions       scaled_dot_product_attention (torch's signature),
                           scaled_dot_product_attention_with_weights, attention_steps
 Long sequences            flash_attention (tiled, exact, O(N) memory, with backward),
-                          attention_probs_from_lse (exact weights of chosen rows)
+                          attention_probs_from_lse (exact weights of chosen rows);
+                          flex_attention (score_mod, create_block_mask -> BlockMask,
+                          and_masks, or_masks), with backward on the CPU
 Modules                   MultiHeadAttention (GQA, cross-attention, RoPE, ALiBi, flash),
                           SelfAttention, KVCache, Transformer, TransformerBlock,
                           FeedForward, GatedFeedForward (SwiGLU), RMSNorm, rms_norm;
@@ -108,6 +110,11 @@ _EXPORTS = {
     "VARIANTS": "selfattn.variant_trace",
     "flash_attention": "selfattn.kernels.flash",
     "attention_probs_from_lse": "selfattn.kernels.probs_from_lse",
+    "flex_attention": "selfattn.kernels.flex",
+    "create_block_mask": "selfattn.masks.block_mask",
+    "BlockMask": "selfattn.masks.block_mask",
+    "and_masks": "selfattn.masks.block_mask",
+    "or_masks": "selfattn.masks.block_mask",
     "ring_attention": "selfattn.distributed.ring",
     "load_pretrained": "selfattn.models",
     "BertModel": "selfattn.models",

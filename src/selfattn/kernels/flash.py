@@ -145,9 +145,12 @@ def flash_attention(
 
 
 def flash_with_offset(query, key, value, attn_mask, causal_offset: int | None, scale=None, enable_gqa=False,
-                      block_q=None, block_k=None):
+                      block_q=None, block_k=None, score_mod=None):
     """``flash_attention`` with the causal rule given as a number: row i sees keys j <= i + offset
-    (None: no causal rule). For callers that know their alignment, such as the modules.   -> (O, lse)"""
+    (None: no causal rule). For callers that know their alignment, such as the modules.   -> (O, lse)
+
+    score_mod: None, or a ``kernels.flex.TileScoreMod`` applied to every tile's scores
+    (``flex_attention``); the tensors it captures receive gradients."""
     if isinstance(attn_mask, StructuredMask):
         check_attention_inputs(query, key, value, None, 0.0, False, enable_gqa)
         attn_mask.check_size(query.shape[-2], key.shape[-2])
@@ -172,7 +175,9 @@ def flash_with_offset(query, key, value, attn_mask, causal_offset: int | None, s
     if block_q is None or block_k is None:
         chosen_q, chosen_k = choose_blocks(mask, query.shape[-2], key.shape[-2], math.prod(query.shape[:-2]))
         block_q, block_k = block_q or chosen_q, block_k or chosen_k
-    return _FlashAttention.apply(query, key, value, float_mask, mask, float(scale), block_q, block_k, group, auto_k)
+    captured = () if score_mod is None else score_mod.captured
+    return _FlashAttention.apply(query, key, value, float_mask, mask, float(scale), block_q, block_k, group, auto_k,
+                                 score_mod, *captured)
 
 
 # Tile sizes tried for a mask with empty blocks, and the fixed cost of one tile counted in
@@ -285,10 +290,10 @@ class _FlashAttention(torch.autograd.Function):
     """Saves Q, K, V, O and lse only; the backward recomputes every tile."""
 
     @staticmethod
-    def forward(ctx, q, k, v, float_mask, mask, scale, block_q, block_k, group, auto_k):
-        output, lse = flash_forward(q, k, v, mask, scale, block_q, block_k, group)
+    def forward(ctx, q, k, v, float_mask, mask, scale, block_q, block_k, group, auto_k, score_mod, *captured):
+        output, lse = flash_forward(q, k, v, mask, scale, block_q, block_k, group, score_mod=score_mod)
         ctx.save_for_backward(q, k, v, output, lse, float_mask)
-        ctx.settings = (mask, scale, block_q, block_k, group, auto_k)
+        ctx.settings = (mask, scale, block_q, block_k, group, auto_k, score_mod)
         ctx.mark_non_differentiable(lse)
         return output, lse
 
@@ -296,14 +301,17 @@ class _FlashAttention(torch.autograd.Function):
     @once_differentiable  # the backward is not itself differentiable: say so instead of failing inside it
     def backward(ctx, grad_out, _grad_lse):
         q, k, v, output, lse, float_mask = ctx.saved_tensors
-        mask, scale, block_q, block_k, group, auto_k = ctx.settings
+        mask, scale, block_q, block_k, group, auto_k, score_mod = ctx.settings
         mask_grad = None
         if float_mask is not None and ctx.needs_input_grad[3]:
             mask_grad = torch.zeros(float_mask.shape, dtype=float_mask.dtype, device=float_mask.device)
         rows = min(block_q, BACKWARD_BLOCK_Q)
         if auto_k:
             block_k = choose_blocks(mask, q.shape[-2], k.shape[-2], math.prod(q.shape[:-2]), rows)[1]
+        if score_mod is not None:
+            score_mod.start_backward(ctx.needs_input_grad[11:])
         dq, dk, dv = flash_backward(
-            grad_out.contiguous(), q, k, v, output, lse, mask, scale, rows, block_k, group, mask_grad
+            grad_out.contiguous(), q, k, v, output, lse, mask, scale, rows, block_k, group, mask_grad, score_mod=score_mod
         )
-        return dq, dk, dv, mask_grad, None, None, None, None, None, None
+        captured = () if score_mod is None else score_mod.captured_grads
+        return (dq, dk, dv, mask_grad, None, None, None, None, None, None, None, *captured)

@@ -104,7 +104,7 @@ def ungroup_rows(x: torch.Tensor, group: int) -> torch.Tensor:
 
 
 def score_tile(q_scaled, key, mask, rows: tuple[int, int], cols: tuple[int, int], partial: bool, group: int = 1,
-               out: TileBuffer | None = None) -> torch.Tensor:
+               out: TileBuffer | None = None, score_mod=None) -> torch.Tensor:
     """S = scale Q_i K_j^T, -inf where a PARTIAL tile's mask hides.   q_scaled (..., Hk, G * bq, d) -> (..., Hk, G * bq, bk)
 
     For the online softmax with a running max (and the explainer). The bounded forward and
@@ -119,6 +119,9 @@ def score_tile(q_scaled, key, mask, rows: tuple[int, int], cols: tuple[int, int]
     else:
         shape = (*torch.broadcast_shapes(q_scaled.shape[:-2], keys_t.shape[:-2]), q_scaled.shape[-2], cols[1] - cols[0])
         scores = torch.matmul(q_scaled, keys_t, out=out.get(shape, q_scaled))
+    if score_mod is not None:  # before the mask, as FlexAttention: a score_mod never sees a hidden pair's -inf
+        heads = ungroup_rows(scores, group)  # (..., Hq, bq, bk): a view of the scores
+        heads.copy_(score_mod(heads, rows, cols))
     if partial:
         mask.apply(ungroup_rows(scores, group), rows, cols)  # the mask sees (..., Hq, bq, bk): a view of the scores
     return scores
@@ -138,17 +141,23 @@ class TileBuffer:
         return self.flat[:size].view(shape)
 
 
-def flash_forward(q, k, v, mask, scale: float, block_q: int, block_k: int, group: int = 1, bounded: bool | None = None):
+def flash_forward(q, k, v, mask, scale: float, block_q: int, block_k: int, group: int = 1, bounded: bool | None = None,
+                  score_mod=None):
     """The tiled forward pass.   -> O (..., Hq, q_len, d_v), lse (..., Hq, q_len)
 
     When every score is provably small enough for exp (``exp_is_bounded``), the running
     max is not needed and each tile is folded with ``online_sum_update`` (two passes over
     the tile fewer); otherwise with the full online softmax. Both are exact.
+    score_mod: None, or ``score_mod(scores, rows, cols)`` -> the modified (..., Hq, bq, bk)
+    tile (``kernels.flex``), applied to every tile before the mask; its scores have no
+    known bound, so it takes the online softmax.
     """
     q_len, kv_len, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
     output = q.new_empty((*q.shape[:-1], d_v))
     lse = q.new_empty(q.shape[:-1])
-    if bounded is None:
+    if score_mod is not None:
+        bounded = False
+    elif bounded is None:
         bounded = exp_is_bounded(q, k, scale, mask)
     buffer = TileBuffer()
     keys_t = k.transpose(-2, -1)  # (..., Hk, d, kv_len): a view, sliced per key block
@@ -159,7 +168,7 @@ def flash_forward(q, k, v, mask, scale: float, block_q: int, block_k: int, group
         if not bounded:
             for c0, c1, partial in tiles:
                 _log_tile("forward", r0, c0)
-                scores = score_tile(q_scaled, k, mask, (r0, r1), (c0, c1), partial, group, out=buffer)
+                scores = score_tile(q_scaled, k, mask, (r0, r1), (c0, c1), partial, group, out=buffer, score_mod=score_mod)
                 state = online_softmax_update(state, scores, v[..., c0:c1, :]).state
         else:  # the common case, kept lean: a few torch calls per tile
             state = state._replace(m=torch.zeros_like(state.m))
@@ -210,8 +219,12 @@ def backward_may_underflow(q: torch.Tensor, k: torch.Tensor, scale: float, mask,
 
 
 def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k, group: int = 1, mask_grad=None,
-                   grads=None):
+                   grads=None, score_mod=None):
     """FlashAttention-2's backward: dQ, dK, dV tile by tile, from lse; adds dS into ``mask_grad`` (a float mask's gradient).
+
+    score_mod: as in ``flash_forward``, with ``score_mod.backward(ds, ...)`` (``kernels.flex``):
+    each tile's scores go through it again under autograd, and dS is carried back through it
+    to the raw scores (and into the tensors it captures) before dQ and dK.
 
     grads: (dQ, dK, dV) tensors shaped like q, k, v to add into (a ring accumulates its
     steps this way without temporaries); by default fresh zeros. Returns them.
@@ -227,7 +240,7 @@ def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k
     fixed cost is much of the time.
     """
     q_len, kv_len = q.shape[-2], k.shape[-2]
-    flush = backward_may_underflow(q, k, scale, mask, lse)  # else a plain exp: two passes per tile fewer
+    flush = score_mod is not None or backward_may_underflow(q, k, scale, mask, lse)  # else a plain exp: two passes fewer
     if grads is None:
         grads = tuple(torch.zeros(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
     dq, dk, dv = grads
@@ -255,8 +268,11 @@ def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k
             _log_tile("backward", r0, c0)
             q_i, do_i, neg_lse_i, delta_i, dq_i = row_data[r0]
             shape = (q_i.shape[0], q_i.shape[1], c1 - c0)
-            # S - lse = scale Q_i K_j^T - lse_i in one product: (B Hk, G bq, bk)
-            probs = torch.baddbmm(neg_lse_i, q_i, k_j.transpose(1, 2), alpha=scale, out=probs_buffer.get(shape, q_i))
+            if score_mod is None:  # S - lse = scale Q_i K_j^T - lse_i in one product: (B Hk, G bq, bk)
+                probs = torch.baddbmm(neg_lse_i, q_i, k_j.transpose(1, 2), alpha=scale, out=probs_buffer.get(shape, q_i))
+            else:  # S = score_mod(scale Q_i K_j^T), recorded for its backward; then S - lse
+                modded = score_mod.record(torch.bmm(q_i, k_j.transpose(1, 2)).mul_(scale), heads_view, r0, (r0, r1), (c0, c1))
+                probs = torch.add(modded, neg_lse_i, out=probs_buffer.get(shape, q_i))
             if partial and hasattr(mask, "add_finite"):
                 mask.add_finite(heads_view(probs, r0), (r0, r1), (c0, c1))
             # P = exp(S - lse). Hidden keys get P = 0; their S - lse is finite but may be large: capped so exp stays finite
@@ -266,6 +282,8 @@ def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k
             dv_j += torch.bmm(probs.transpose(1, 2), do_i, out=sums.get(dv_j.shape, q_i))  # (bk, G bq) @ (G bq, d_v)
             dp = torch.bmm(do_i, v_j.transpose(1, 2), out=dp_buffer.get(shape, q_i))  # dP = dO V^T
             ds = probs.mul_(dp.sub_(delta_i))  # dS = P * (dP - D), in P's memory
+            if score_mod is not None:
+                ds = score_mod.backward(ds)  # d(raw scores) = dS through the score_mod's own backward
             if mask_grad is not None:
                 tile = mask_slice(mask_grad, (r0, r1), (c0, c1))
                 tile += heads_view(ds, r0).sum_to_size(tile.shape)
