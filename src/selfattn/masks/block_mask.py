@@ -23,7 +23,7 @@ from collections.abc import Callable
 import torch
 
 from selfattn.errors import OptionError, ShapeError
-from selfattn.masks.structured import EMPTY, FULL, PARTIAL, StructuredMask, states_from
+from selfattn.masks.structured import EMPTY, FULL, PARTIAL, StructuredMask, _block_reduce, states_from
 
 MaskMod = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 CHUNK = 1 << 22  # (batch x heads x rows x keys) pairs evaluated per call while sweeping the blocks
@@ -112,8 +112,8 @@ class BlockMask(StructuredMask):
             visible = tile.reshape(-1, *tile.shape[-2:]).any(dim=0)  # over b and h: (r, kv_len)
             complete = tile.reshape(-1, *tile.shape[-2:]).all(dim=0)
             blocks = slice(r0 // block_q, -(-(r0 + len(rows)) // block_q))  # r0 is a multiple of block_q
-            empty[blocks] = ~_reduce(visible, block_q, block_k, any_=True)
-            full[blocks] = _reduce(complete, block_q, block_k, any_=False)
+            empty[blocks] = ~_block_reduce(visible, block_q, block_k, len(rows), any_=True)
+            full[blocks] = _block_reduce(complete, block_q, block_k, len(rows), any_=False)
         return states_from(empty, full)
 
     def to_dense(self) -> torch.Tensor:
@@ -272,16 +272,6 @@ def check_mod_result(result, shape: tuple[int, ...], name: str, dtype: torch.dty
     except RuntimeError:
         raise ShapeError(f"{name} returned shape {tuple(result.shape)}, which does not broadcast to its tile {shape}") from None
     return result
-
-
-def _reduce(grid: torch.Tensor, block_q: int, block_k: int, any_: bool) -> torch.Tensor:
-    """any / all of an (r, c) bool grid over (block_q, block_k) blocks (the last ones may be short)."""
-    rows, cols = grid.shape
-    n_r, n_c = -(-rows // block_q), -(-cols // block_k)
-    padded = torch.full((n_r * block_q, n_c * block_k), not any_, dtype=torch.bool)
-    padded[:rows, :cols] = grid
-    blocks = padded.view(n_r, block_q, n_c, block_k)
-    return blocks.any(dim=3).any(dim=1) if any_ else blocks.all(dim=3).all(dim=1)
 
 
 def _coarsen(states: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
