@@ -17,8 +17,8 @@ Attention functions       scaled_dot_product_attention (torch's signature),
                           scaled_dot_product_attention_with_weights, attention_steps
 Long sequences            flash_attention (tiled, exact, O(N) memory, with backward),
                           attention_probs_from_lse (exact weights of chosen rows);
-                          flex_attention (score_mod, create_block_mask -> BlockMask,
-                          and_masks, or_masks), with backward on the CPU
+                          flex_attention (score_mod, create_block_mask, and_masks,
+                          or_masks; backward on the CPU), flash_attn_func (flash-attn's)
 Modules                   MultiHeadAttention (GQA, cross-attention, RoPE, ALiBi, flash),
                           SelfAttention, KVCache, Transformer, TransformerBlock,
                           FeedForward, GatedFeedForward (SwiGLU), RMSNorm, rms_norm;
@@ -111,6 +111,7 @@ _EXPORTS = {
     "flash_attention": "selfattn.kernels.flash",
     "attention_probs_from_lse": "selfattn.kernels.probs_from_lse",
     "flex_attention": "selfattn.kernels.flex",
+    "flash_attn_func": "selfattn.kernels.flash_attn_api",
     "create_block_mask": "selfattn.masks.block_mask",
     "BlockMask": "selfattn.masks.block_mask",
     "and_masks": "selfattn.masks.block_mask",
