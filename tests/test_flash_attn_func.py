@@ -151,3 +151,57 @@ def test_bad_options_are_one_line(options, message):
 def test_layout_is_checked():
     with pytest.raises(sa.ShapeError, match="batch, seqlen, nheads, headdim"):
         sa.flash_attn_func(torch.zeros(5, 4, 8), torch.zeros(5, 4, 8), torch.zeros(5, 4, 8))
+
+
+VARLEN = {"q": [5, 17, 1, 30, 12], "k": [9, 17, 4, 22, 12]}  # per sequence; some have more keys, one fewer
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_varlen_equals_each_sequence_on_its_own(case):
+    """Packed sequences: each one's result is flash-attn's reference on that sequence alone."""
+    g = torch.Generator().manual_seed(2)
+    lens_q, lens_k = VARLEN["q"], VARLEN["k"]
+    q = torch.randn(sum(lens_q), 4, 24, generator=g, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(sum(lens_k), 2, 24, generator=g, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(sum(lens_k), 2, 24, generator=g, dtype=torch.float64, requires_grad=True)
+    cu_q = torch.tensor([0, *torch.tensor(lens_q).cumsum(0).tolist()], dtype=torch.int32)
+    cu_k = torch.tensor([0, *torch.tensor(lens_k).cumsum(0).tolist()], dtype=torch.int32)
+    ours_opts, ref_opts = _options(CASES[case], len(lens_q), 4)
+    out, lse, probs = sa.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), return_attn_probs=True,
+                                                **ours_opts)
+    pieces = []
+    for s in range(len(lens_q)):
+        rows, keys = slice(cu_q[s], cu_q[s + 1]), slice(cu_k[s], cu_k[s + 1])
+        options = dict(ref_opts)
+        if "slopes" in options and options["slopes"].dim() == 2:
+            options["slopes"] = options["slopes"][s:s + 1]
+        expected, expected_probs = reference(q[None, rows], k[None, keys], v[None, keys], **options)
+        pieces.append(expected[0])
+        torch.testing.assert_close(probs[:, rows, keys], expected_probs[0], atol=1e-10, rtol=1e-10)
+        outside = probs[:, rows].clone()
+        outside[:, :, keys] = 0
+        assert bool((outside == 0).all())  # no weight on another sequence's keys
+    expected = torch.cat(pieces)
+    torch.testing.assert_close(out, expected, atol=1e-10, rtol=1e-10)
+    grad = torch.randn_like(out)
+    got = torch.autograd.grad(out, (q, k, v), grad)
+    want = torch.autograd.grad(expected, (q, k, v), grad)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-10)
+
+
+@pytest.mark.parametrize(
+    "cu_q, cu_k, max_q, message",
+    [
+        ([0, 5, 3, 10], [0, 4, 8, 12], 7, "must not decrease"),
+        ([0, 5, 10], [0, 4, 8, 12], 5, "2 sequences"),
+        ([1, 5, 10], [0, 4, 12], 5, "from 0 to total_q"),
+        ([0, 5, 9], [0, 4, 12], 5, "from 0 to total_q"),
+        ([0, 5, 10], [0, 4, 12], 4, "max_seqlen_q"),
+    ],
+)
+def test_bad_offsets_are_one_line(cu_q, cu_k, max_q, message):
+    q, k, v = torch.zeros(10, 2, 8), torch.zeros(12, 2, 8), torch.zeros(12, 2, 8)
+    with pytest.raises(sa.ShapeError) as caught:
+        sa.flash_attn_varlen_func(q, k, v, torch.tensor(cu_q), torch.tensor(cu_k), max_q, 8)
+    assert message in str(caught.value) and "\n" not in str(caught.value)

@@ -112,6 +112,7 @@ _EXPORTS = {
     "attention_probs_from_lse": "selfattn.kernels.probs_from_lse",
     "flex_attention": "selfattn.kernels.flex",
     "flash_attn_func": "selfattn.kernels.flash_attn_api",
+    "flash_attn_varlen_func": "selfattn.kernels.flash_attn_api",
     "create_block_mask": "selfattn.masks.block_mask",
     "BlockMask": "selfattn.masks.block_mask",
     "and_masks": "selfattn.masks.block_mask",

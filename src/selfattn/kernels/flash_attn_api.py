@@ -1,5 +1,5 @@
-"""flash-attn's ``flash_attn_func`` on our kernel: its layout, its bottom-right causal rule and windows,
-its softcap and ALiBi, with the backward.
+"""flash-attn's ``flash_attn_func`` and ``flash_attn_varlen_func`` on our kernel: its layouts, its
+bottom-right causal rule and windows, its softcap and ALiBi, with the backward.
 
 flash-attn's conventions, for seqlen_q queries over seqlen_k keys (query i sits at key
 position i + seqlen_k - seqlen_q, the bottom-right alignment):
@@ -104,17 +104,160 @@ def flash_attn_func(
     if softcap or slopes is not None:
         score_mod = TileScoreMod(_modifier(float(softcap), slopes, offset), batch, heads)
     qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, S, D) views
-    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    out, lse, probs = _attend(qt, kt, vt, mask, score_mod, softmax_scale, return_attn_probs)
+    out = out.transpose(1, 2).contiguous()  # (B, Sq, H, Dv)
+    return (out, lse, probs) if return_attn_probs else out
+
+
+def flash_attn_varlen_func(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    dropout_p: float = 0.0,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
+    deterministic: bool = False,
+    return_attn_probs: bool = False,
+):
+    """flash-attn's attention over packed sequences of different lengths.   (total_q, H, D), (total_k, Hk, D) -> (total_q, H, Dv)
+
+    Sequence s holds queries cu_seqlens_q[s] .. cu_seqlens_q[s + 1] - 1 and keys
+    cu_seqlens_k[s] .. cu_seqlens_k[s + 1] - 1, and sees only its own keys; the causal
+    rule, the window and ALiBi are aligned per sequence, bottom-right, as in
+    ``flash_attn_func`` (ALiBi's (batch, nheads) slopes are per sequence). The packing is
+    one block mask (``create_block_mask``), so the blocks between sequences are skipped.
+
+    Args:
+        q: (total_q, nheads, headdim) every sequence's queries, one after another.
+        k: (total_k, nheads_k, headdim) their keys.
+        v: (total_k, nheads_k, headdim_v) their values.
+        cu_seqlens_q: int (batch + 1,), the queries' start offsets, from 0 to total_q,
+            non-decreasing.
+        cu_seqlens_k: int (batch + 1,), the keys' offsets, from 0 to total_k.
+        max_seqlen_q: at least the longest query sequence (flash-attn sizes with it).
+        max_seqlen_k: at least the longest key sequence.
+        dropout_p: must be 0 for now.
+        softmax_scale: as ``flash_attn_func``.
+        causal: as ``flash_attn_func``, per sequence.
+        window_size: as ``flash_attn_func``, per sequence.
+        softcap: as ``flash_attn_func``.
+        alibi_slopes: (nheads,) or (batch, nheads) float slopes.
+        deterministic: accepted for flash-attn's signature.
+        return_attn_probs: also return lse (nheads, total_q) and the probabilities
+            (nheads, total_q, total_k), zero between sequences (quadratic memory).
+
+    Returns:
+        out (total_q, nheads, headdim_v); with return_attn_probs (out, lse, probs).
+
+    Raises:
+        ShapeError: the tensors are not 3-D in this layout, or the offsets are not an int
+            tensor (batch + 1,) from 0 to the totals, non-decreasing, with one batch size
+            for queries and keys, or a max_seqlen is below a sequence's length.
+        OptionError: as ``flash_attn_func``.
+    """
+    for name, tensor in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(tensor, torch.Tensor) or tensor.dim() != 3:
+            shown = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+            raise ShapeError(f"flash_attn_varlen_func takes (total, nheads, headdim) tensors; {name} is {shown}")
+    starts_q = check_offsets(cu_seqlens_q, q.shape[0], max_seqlen_q, "q")
+    starts_k = check_offsets(cu_seqlens_k, k.shape[0], max_seqlen_k, "k")
+    if len(starts_q) != len(starts_k):
+        raise ShapeError(f"cu_seqlens_q holds {len(starts_q) - 1} sequences and cu_seqlens_k {len(starts_k) - 1}")
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or not 0 <= dropout_p < 1:
+        raise OptionError(f"dropout_p must be a number in [0, 1), got {dropout_p!r}")
+    if dropout_p:
+        raise OptionError("dropout inside selfattn's kernel is not written yet: use dropout_p=0")
+    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or softcap < 0:
+        raise OptionError(f"softcap must be a number >= 0 (0: off), got {softcap!r}")
+    left, right = check_window(window_size)
+    if causal:
+        right = 0
+    batch, heads = len(starts_q) - 1, q.shape[1]
+    seq_q = _sequence_of(starts_q, q.shape[0])  # (total_q,): which sequence each query belongs to
+    seq_k = _sequence_of(starts_k, k.shape[0])
+    # Each query's position among its sequence's keys, bottom-right: i - start_q + (len_k - len_q).
+    lengths_q, lengths_k = starts_q.diff(), starts_k.diff()
+    place_q = torch.arange(q.shape[0]) - starts_q[seq_q] + (lengths_k - lengths_q)[seq_q]
+    place_k = torch.arange(k.shape[0]) - starts_k[seq_k]
+
+    def packed(b, h, q_idx, kv_idx):
+        distance = place_q[q_idx] - place_k[kv_idx]  # > 0: the key is before the query's position
+        keep = seq_q[q_idx] == seq_k[kv_idx]
+        if left is not None:
+            keep = keep & (distance <= left)
+        if right is not None:
+            keep = keep & (-distance <= right)
+        return keep
+
+    from selfattn.masks.block_mask import create_block_mask
+
+    mask = create_block_mask(packed, None, None, q.shape[0], k.shape[0])
+    slopes = None if alibi_slopes is None else check_slopes(alibi_slopes, batch, heads)
+    score_mod = None
+    if softcap or slopes is not None:
+        score_mod = TileScoreMod(_varlen_modifier(float(softcap), slopes, seq_q, place_q, place_k), 1, heads)
+    qt, kt, vt = (t.transpose(0, 1)[None] for t in (q, k, v))  # (1, H, total, D) views
+    out, lse, probs = _attend(qt, kt, vt, mask, score_mod, softmax_scale, return_attn_probs)
+    out = out[0].transpose(0, 1).contiguous()  # (total_q, H, Dv)
+    return (out, lse[0], probs[0]) if return_attn_probs else out
+
+
+def _attend(qt, kt, vt, mask, score_mod, softmax_scale, return_probs: bool):
+    """The kernel on (B, H, S, D) tensors; lse and (when asked) the probabilities too."""
+    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(qt.shape[-1])
     gqa = kt.shape[1] != qt.shape[1]
     out, lse = flash_with_offset(qt, kt, vt, mask, None, scale, gqa, score_mod=score_mod)
-    out = out.transpose(1, 2).contiguous()  # (B, Sq, H, Dv)
-    if not return_attn_probs:
-        return out
+    if not return_probs:
+        return out, lse, None
     with torch.no_grad():
-        probs = attention_probs_from_lse(qt, kt, lse, attn_mask=None if mask is None else mask.dense(),
-                                         scale=scale, enable_gqa=gqa) if score_mod is None else _modded_probs(
-            qt, kt, lse, mask, scale, score_mod)
+        if score_mod is None:
+            probs = attention_probs_from_lse(qt, kt, lse, attn_mask=None if mask is None else mask.dense(), scale=scale,
+                                             enable_gqa=gqa)
+        else:
+            probs = _modded_probs(qt, kt, lse, mask, scale, score_mod)
     return out, lse, probs
+
+
+def check_offsets(offsets, total: int, longest, name: str) -> torch.Tensor:
+    """cu_seqlens: int (batch + 1,), 0 first, ``total`` last, non-decreasing, no sequence above ``longest``."""
+    label = f"cu_seqlens_{name}"
+    if not isinstance(offsets, torch.Tensor) or offsets.dim() != 1 or offsets.is_floating_point() or len(offsets) < 2:
+        raise ShapeError(f"{label} must be an int tensor (batch + 1,) of start offsets, got {offsets!r}"[:200])
+    offsets = offsets.to(torch.int64).cpu()
+    if int(offsets[0]) != 0 or int(offsets[-1]) != total:
+        raise ShapeError(f"{label} must run from 0 to total_{name} = {total}, got {offsets[0].item()} to {offsets[-1].item()}")
+    if bool((offsets.diff() < 0).any()):
+        raise ShapeError(f"{label} must not decrease: {offsets.tolist()[:12]}")
+    if isinstance(longest, bool) or not isinstance(longest, int) or longest < int(offsets.diff().max()):
+        raise ShapeError(f"max_seqlen_{name} must be an int of at least the longest sequence, "
+                         f"{int(offsets.diff().max())}, got {longest!r}")
+    return offsets
+
+
+def _sequence_of(starts: torch.Tensor, total: int) -> torch.Tensor:
+    """(total,): the sequence each packed position belongs to."""
+    return torch.bucketize(torch.arange(total), starts[1:], right=True)
+
+
+def _varlen_modifier(softcap: float, slopes, seq_q, place_q, place_k):
+    """softcap, then ALiBi with each sequence's own positions and slopes."""
+    def modify(score, b, h, q_idx, kv_idx):
+        if softcap:
+            score = softcap * torch.tanh(score / softcap)
+        if slopes is not None:
+            rows = seq_q[q_idx] if slopes.shape[0] > 1 else torch.zeros_like(q_idx)  # (1, 1, r, 1)
+            per = slopes[rows, h].to(score.dtype)  # (1, H, r, 1)
+            score = score - per * (place_q[q_idx] - place_k[kv_idx]).abs()
+        return score
+
+    return modify
 
 
 def check_window(window_size) -> tuple[int | None, int | None]:

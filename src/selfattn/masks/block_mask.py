@@ -26,7 +26,7 @@ from selfattn.errors import OptionError, ShapeError
 from selfattn.masks.structured import EMPTY, FULL, PARTIAL, StructuredMask, _block_reduce, states_from
 
 MaskMod = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
-CHUNK = 1 << 22  # (batch x heads x rows x keys) pairs evaluated per call while sweeping the blocks
+CHUNK = 1 << 20  # (batch x heads x rows x keys) pairs evaluated per call while sweeping the blocks (1M: at N = 2048 a quarter of N x N)
 
 
 class BlockMask(StructuredMask):
