@@ -84,15 +84,7 @@ def flash_attn_func(
         if not isinstance(tensor, torch.Tensor) or tensor.dim() != 4:
             shown = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
             raise ShapeError(f"flash_attn_func takes (batch, seqlen, nheads, headdim) tensors; {name} is {shown}")
-    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or not 0 <= dropout_p < 1:
-        raise OptionError(f"dropout_p must be a number in [0, 1), got {dropout_p!r}")
-    if dropout_p:
-        raise OptionError("dropout inside selfattn's kernel is not written yet: use dropout_p=0")
-    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or softcap < 0:
-        raise OptionError(f"softcap must be a number >= 0 (0: off), got {softcap!r}")
-    left, right = check_window(window_size)
-    if causal:
-        right = 0
+    left, right = check_options(dropout_p, softcap, window_size, causal)
     batch, q_len, heads = q.shape[0], q.shape[1], q.shape[2]
     kv_len = k.shape[1]
     offset = kv_len - q_len  # query i sits at key position i + offset
@@ -170,15 +162,7 @@ def flash_attn_varlen_func(
     starts_k = check_offsets(cu_seqlens_k, k.shape[0], max_seqlen_k, "k")
     if len(starts_q) != len(starts_k):
         raise ShapeError(f"cu_seqlens_q holds {len(starts_q) - 1} sequences and cu_seqlens_k {len(starts_k) - 1}")
-    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or not 0 <= dropout_p < 1:
-        raise OptionError(f"dropout_p must be a number in [0, 1), got {dropout_p!r}")
-    if dropout_p:
-        raise OptionError("dropout inside selfattn's kernel is not written yet: use dropout_p=0")
-    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or softcap < 0:
-        raise OptionError(f"softcap must be a number >= 0 (0: off), got {softcap!r}")
-    left, right = check_window(window_size)
-    if causal:
-        right = 0
+    left, right = check_options(dropout_p, softcap, window_size, causal)
     batch, heads = len(starts_q) - 1, q.shape[1]
     seq_q = _sequence_of(starts_q, q.shape[0])  # (total_q,): which sequence each query belongs to
     seq_k = _sequence_of(starts_k, k.shape[0])
@@ -258,6 +242,18 @@ def _varlen_modifier(softcap: float, slopes, seq_q, place_q, place_k):
         return score
 
     return modify
+
+
+def check_options(dropout_p, softcap, window_size, causal: bool) -> tuple[int | None, int | None]:
+    """flash-attn's options checked; the window's (left, right), None unbounded, right 0 when causal."""
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or not 0 <= dropout_p < 1:
+        raise OptionError(f"dropout_p must be a number in [0, 1), got {dropout_p!r}")
+    if dropout_p:
+        raise OptionError("dropout inside selfattn's kernel is not written yet: use dropout_p=0")
+    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or softcap < 0:
+        raise OptionError(f"softcap must be a number >= 0 (0: off), got {softcap!r}")
+    left, right = check_window(window_size)
+    return left, 0 if causal else right
 
 
 def check_window(window_size) -> tuple[int | None, int | None]:
