@@ -92,7 +92,7 @@ class BlockMask(StructuredMask):
         """
         key = (block_q, block_k)
         if key not in self._states:
-            own_q, own_k = getattr(self, "block_size", key)
+            own_q, own_k = self.block_size
             if key != (own_q, own_k) and block_q % own_q == 0 and block_k % own_k == 0:
                 self._states[key] = _coarsen(self.block_states(own_q, own_k), block_q // own_q, block_k // own_k)
             else:

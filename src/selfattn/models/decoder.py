@@ -458,6 +458,10 @@ class _IdPadder:
     def token(self, token_id: int) -> str:
         return f"<id {token_id}>"
 
+    def decode(self, ids: list[int]) -> str:
+        """No vocabulary, so no text: generated ids stay ids."""
+        return ""
+
     pad = TextTokenizer.pad
 
 

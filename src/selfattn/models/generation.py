@@ -115,6 +115,7 @@ def generate(
     done = [False] * batch
     eos = set(model.config.eos_ids)
     caches = model.new_caches() if use_cache else None
+    padder = model._padder()  # the tokenizer, or ids shown as ids when the model has none
     ids = encoded.input_ids
     # The mask of the whole run, made once; step t shows its first prompt + t + 1 columns.
     full_mask = torch.cat([encoded.attention_mask, encoded.attention_mask.new_ones(batch, max_new_tokens)], dim=1)
@@ -130,7 +131,7 @@ def generate(
                     continue
                 token = chosen_list[row]
                 new_ids[row].append(token)
-                top[row].append(_chances(top_ids[row], top_probs[row], model))
+                top[row].append([TokenChance(i, padder.token(i), p) for i, p in zip(top_ids[row], top_probs[row])])
                 done[row] = token in eos
                 if on_token is not None:
                     on_token(row, token)
@@ -143,9 +144,8 @@ def generate(
             else:
                 ids = torch.cat([ids, step], dim=1)  # (batch, seq + 1)
                 logits = model.run(Encoded(encoded.tokens, ids, mask), last_only=True).logits[:, -1]
-    tokenizer = model._padder()
-    texts = [tokenizer.decode(row) if hasattr(tokenizer, "decode") else "" for row in new_ids]
-    tokens = [[tokenizer.token(i) for i in row] for row in new_ids]
+    texts = [padder.decode(row) for row in new_ids]
+    tokens = [[padder.token(i) for i in row] for row in new_ids]
     return Generation(new_ids, texts, prompt_ids, tokens, top)
 
 
@@ -208,11 +208,6 @@ def top_chances(logits: torch.Tensor, k: int = TOP) -> tuple[torch.Tensor, torch
     values, ids = logits.topk(min(k, logits.shape[-1]), dim=-1)  # (batch, k)
     log_total = torch.logsumexp(logits.double(), dim=-1, keepdim=True)  # (batch, 1)
     return ids, (values.double() - log_total).exp()
-
-
-def _chances(ids: list[int], probabilities: list[float], model) -> list[TokenChance]:
-    padder = model._padder()
-    return [TokenChance(i, padder.token(i), p) for i, p in zip(ids, probabilities)]
 
 
 def _check_options(max_new_tokens, temperature, top_k, top_p, seed) -> None:
