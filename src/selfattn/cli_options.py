@@ -62,6 +62,17 @@ GENERATE_EXAMPLES = """examples:
   selfattn generate "The cat" --model ./my-llama --temperature 0.8 --top-p 0.9 --seed 1
   selfattn generate "The cat" --model ./my-llama --format json > steps.json
 """
+TRAIN_EXAMPLES = """examples:
+  selfattn train                                     induction task: watch an induction head form (about 1 minute)
+  selfattn train --task induction --steps 3000 --out runs/mine --seed 1
+  selfattn train --task text                         character-level Shakespeare (make shakespeare first)
+  selfattn train --task text --corpus notes.txt --out runs/notes
+  selfattn train --out runs/mine --resume            continue a run from its last checkpoint
+  torchrun --nproc_per_node=2 -m selfattn train      the same run on two processes (DDP over gloo)
+  selfattn plot --training runs/induction --kind training -o training.png
+  selfattn view --training runs/induction -o training.html
+"""
+
 COMPARE_EXAMPLES = """examples:
   selfattn compare "I sat by the river bank" "I paid at the bank" --query bank
   selfattn compare "I sat by the river bank" "I paid at the bank" --query bank \\

@@ -89,3 +89,12 @@ class DistributedError(SelfAttnError):
     process group, the ranks disagree about their inputs, or one of them failed or
     stopped.
     """
+
+
+class TrainingError(SelfAttnError):
+    """Raised when a training run cannot start or continue.
+
+    The task is unknown, the corpus is missing, empty, binary or shorter than the
+    context, the output folder cannot be written or holds another run, a setting is
+    out of range, or there is no run to resume.
+    """

@@ -33,10 +33,15 @@ class WeightRule:
     source: str
     targets: tuple[str, ...]
     convert: Callable[[torch.Tensor], tuple[torch.Tensor, ...]] | None = None
+    join: Callable[[tuple[torch.Tensor, ...]], torch.Tensor] | None = None
 
     def tensors(self, tensor: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """What the rule writes into its targets."""
         return (tensor,) if self.convert is None else self.convert(tensor)
+
+    def checkpoint_tensor(self, tensors: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        """The inverse: our target tensors -> the checkpoint's tensor (for saving)."""
+        return tensors[0] if self.join is None else self.join(tensors)
 
 
 def rule(source: str, target: str) -> WeightRule:
@@ -46,7 +51,7 @@ def rule(source: str, target: str) -> WeightRule:
 
 def transposed(source: str, target: str) -> WeightRule:
     """A tensor stored (in, out), as GPT-2's Conv1D keeps it; ours is (out, in)."""
-    return WeightRule(source, (target,), lambda t: (t.T,))
+    return WeightRule(source, (target,), lambda t: (t.T,), lambda ts: ts[0].T.contiguous())
 
 
 def split_columns(source: str, targets: tuple[str, ...], transpose: bool) -> WeightRule:
@@ -60,7 +65,11 @@ def split_columns(source: str, targets: tuple[str, ...], transpose: bool) -> Wei
             raise ModelError(f"{source} has shape {tuple(tensor.shape)}: its output axis does not split into {parts}")
         return tuple(tensor.chunk(parts, dim=0))
 
-    return WeightRule(source, targets, convert)
+    def join(tensors: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        fused = torch.cat(tensors, dim=0)  # (parts * out, in) or (parts * out,)
+        return fused.T.contiguous() if transpose else fused
+
+    return WeightRule(source, targets, convert, join)
 
 
 def copy_weights(
@@ -106,6 +115,22 @@ def copy_weights(
     with torch.no_grad():  # only after every check passed: a refused checkpoint changes nothing
         for param, tensor in filled:
             param.copy_(tensor)
+
+
+def export_weights(model: nn.Module, rules: Iterable[WeightRule]) -> dict[str, torch.Tensor]:
+    """The checkpoint a model would be loaded from: ``rules`` run backwards (for saving).
+
+    Args:
+        model: the module whose parameters are saved.
+        rules: the family's table, as ``copy_weights`` reads it.
+
+    Returns:
+        Checkpoint name -> a detached, contiguous tensor; loading it back with the same
+            rules gives the same parameters.
+    """
+    ours = dict(model.named_parameters())
+    with torch.no_grad():
+        return {r.source: r.checkpoint_tensor(tuple(ours[t].detach() for t in r.targets)).contiguous().clone() for r in rules}
 
 
 def _some(names: list[str]) -> str:

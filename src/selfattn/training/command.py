@@ -1,0 +1,57 @@
+"""``selfattn train``: run ``train`` and say what came of it, in a few lines on stdout.
+
+Progress goes to stderr (a bar in a terminal, lines when piped); the summary to stdout.
+An interrupted run (Ctrl-C) has saved its checkpoint and exits with status 130.
+"""
+
+from __future__ import annotations
+
+from selfattn.errors import TrainingError
+from selfattn.training.loop import train
+from selfattn.training.probe import INDUCTION_FORMED
+
+EXIT_INTERRUPTED = 130
+
+
+def train_command(task, corpus, steps, out, seed, resume: bool, stdout) -> int:
+    """Train and print the summary; returns the exit status (0, or 130 when interrupted).
+
+    Raises:
+        TrainingError: bad settings or folders (the CLI prints one line, status 2).
+    """
+    if task is not None and not isinstance(task, str):
+        raise TrainingError(f"the task must be a name, got {task!r}")
+    run = train(task, corpus=corpus, steps=steps, out=out, seed=seed, resume=resume)
+    if run.world_size > 1 and not _is_main():
+        return 0
+    print(summary(run), file=stdout)
+    return 0 if run.finished else EXIT_INTERRUPTED
+
+
+def summary(run) -> str:
+    """What a run did, as lines: where, how far, the losses, the heads, and what to try next."""
+    c, final = run.config, run.final
+    lines = [f"run {run.folder}: {c.task}, step {run.step} of {c.steps}" + ("" if run.finished else " (interrupted)")]
+    lines.append(f"attention: {run.attention}; {run.world_size} process(es); {run.wall_s:.1f} s")
+    if final is not None:
+        lines.append(f"loss: train {final['train_loss']:.3f}, validation {final['val_loss']:.3f}")
+        probe = final["probe_loss"]
+        lines.append(f"probe: loss {probe['first_copy']:.2f} on its first copy, {probe['second_copy']:.2f} on the repeat")
+        best = max(final["heads"], key=lambda h: h["induction"])
+        previous = max(final["heads"], key=lambda h: h["previous_token"])
+        formed = run.induction_step
+        when = f"formed by step {formed}" if formed is not None else f"not formed (below {INDUCTION_FORMED})"
+        lines.append(f"induction head: layer {best['layer']} head {best['head']}, score {best['induction']:.2f}, {when}")
+        lines.append(f"previous-token head: layer {previous['layer']} head {previous['head']}, score {previous['previous_token']:.2f}")
+    if not run.finished:
+        lines.append(f"continue with: selfattn train --out {run.folder} --resume")
+    else:
+        lines.append(f"next: selfattn plot --training {run.folder} --kind training -o training.png")
+        lines.append(f"      selfattn heads --model {run.folder} --probe induction")
+    return "\n".join(lines)
+
+
+def _is_main() -> bool:
+    import torch.distributed as dist
+
+    return not dist.is_initialized() or dist.get_rank() == 0

@@ -1,0 +1,332 @@
+"""``train``: one run, from its settings to a folder holding the model and what it learned.
+
+    settings -> task (batches by seed and step) -> GPT-2 model from our modules
+             -> for each step: loss = mean -log p(target) over the batch, backward through our
+                attention, clip, AdamW at the step's learning rate
+             -> every log_every steps: validation loss, the probe's head scores and weights
+             -> every checkpoint_every steps, at the end and on Ctrl-C: the checkpoint
+
+Under ``torchrun --nproc_per_node=N`` each process takes its share of every step's batch
+(the same global batch, cut in N), DistributedDataParallel over gloo averages the
+gradients, and only rank 0 writes; the losses are averaged over the ranks, so the curve
+is the single process's one up to float32 rounding.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from selfattn.errors import TrainingError
+from selfattn.models.tokenizer import Encoded
+from selfattn.training import probe as probes
+from selfattn.training import run_files as files
+from selfattn.training.config import TrainConfig
+from selfattn.training.distributed import Processes
+from selfattn.training.model import model_config, new_model, save_model
+from selfattn.training.progress import TrainingProgress
+from selfattn.training.tasks import InductionTask, TextTask, min_text_chars
+from selfattn.training.vocab import CharVocab
+
+# Contexts below this train through the reference attention, longer ones through the flash
+# kernel (forward and backward). bench/train.py measures both on the training step.
+FLASH_MIN_CONTEXT = 128
+
+
+@dataclass(frozen=True)
+class TrainingRun:
+    """What a run did.
+
+    Attributes:
+        folder: the run's folder (the checkpoint, metrics.jsonl, the probe's weights).
+        config: its settings.
+        step: the last step done (and saved).
+        finished: False when it was interrupted before its last step.
+        attention: which attention trained it, and why.
+        metrics: the metrics records, one per logged step.
+        wall_s: seconds this call trained.
+        world_size: the processes that trained together.
+    """
+
+    folder: Path
+    config: TrainConfig
+    step: int
+    finished: bool
+    attention: str
+    metrics: list[dict] = field(repr=False)
+    wall_s: float
+    world_size: int = 1
+
+    @property
+    def final(self) -> dict | None:
+        """The last metrics record, or None."""
+        return self.metrics[-1] if self.metrics else None
+
+    @property
+    def induction_step(self) -> int | None:
+        """The first logged step at which a head's induction score reached INDUCTION_FORMED."""
+        for record in self.metrics:
+            if max(h["induction"] for h in record["heads"]) >= probes.INDUCTION_FORMED:
+                return record["step"]
+        return None
+
+
+class _LanguageModel(torch.nn.Module):
+    """ids (batch, seq) -> logits (batch, seq, vocab): the decoder without tokenising (what DDP wraps)."""
+
+    def __init__(self, model) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        encoded = Encoded([], ids, torch.ones_like(ids))
+        return self.model.run(encoded).logits
+
+
+def next_token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """mean over positions of -log softmax(logits)[target].   (batch, seq, vocab), (batch, seq) -> ()"""
+    picked = logits.gather(-1, targets[..., None])[..., 0]  # (batch, seq)
+    return (logits.logsumexp(dim=-1) - picked).mean()
+
+
+def attention_choice(context: int) -> tuple[str, str]:
+    """The attention a run trains through, and the reason, by its context."""
+    if context < FLASH_MIN_CONTEXT:
+        return "reference", f"reference attention (context {context} < {FLASH_MIN_CONTEXT}: faster than the flash kernel there)"
+    return "flash", f"flash attention, forward and backward (context {context} >= {FLASH_MIN_CONTEXT})"
+
+
+def train(task: str | None = None, corpus=None, steps=None, out=None, seed=None, resume: bool = False,
+          progress: bool = True, **settings) -> TrainingRun:
+    """Train a small GPT-2 model from our modules; its folder holds the checkpoint and the metrics.
+
+    Args:
+        task: "induction" (the default: repeated random symbols, an induction head
+            forms) or "text" (a character-level language model); resuming, the run's own.
+        corpus: for "text": "shakespeare" (the default; ``make shakespeare`` fetches it)
+            or a UTF-8 text file.
+        steps: optimiser steps (default 1500 for induction, 2000 for text).
+        out: the run's folder (default runs/TASK); new or empty, unless resuming.
+        seed: seeds the weights and every batch (default 0); the same seed and number of
+            threads give the same loss curve.
+        resume: continue the run in ``out`` from its last checkpoint (steps may grow).
+        progress: show a bar (terminal) or lines (piped) on stderr.
+        settings: more ``TrainConfig`` fields (n_layers, d_model, context, batch_size,
+            lr, log_every, ...).
+
+    Returns:
+        A ``TrainingRun``; ``run.induction_step`` says when an induction head formed.
+
+    Raises:
+        TrainingError: an unknown task or setting, a value out of range, a corpus that is
+            missing, empty, binary or too short, an output folder that cannot be written
+            or holds another run, or nothing to resume.
+    """
+    folder = Path(out if out is not None else Path("runs") / str(task or "induction")).expanduser()
+    processes = Processes.from_environment()
+    if resume:
+        saved = files.check_resume_folder(folder)
+        config = _resumed_config(saved, task, corpus, steps, seed, settings)
+        vocab = CharVocab.from_json(saved["vocab"])
+    else:
+        config = TrainConfig.for_task(task or "induction", corpus=corpus, steps=steps, seed=seed, **settings)
+        vocab = None
+    processes.check_batch(config.batch_size)
+    source, vocab = _task_source(config, vocab)
+    if not resume:
+        files.check_new_run_folder(folder, create=processes.is_main)
+    processes.barrier()
+    return _Run(config, vocab, source, folder, processes, resume, progress).go()
+
+
+def _resumed_config(saved: dict, task, corpus, steps, seed, settings) -> TrainConfig:
+    old = TrainConfig(**saved["config"])
+    given = dict(task=task, corpus=corpus, seed=seed, **settings)
+    for name, value in given.items():
+        if name not in old.to_json():
+            raise TrainingError(f"unknown training setting {name!r}")
+        if value is not None and value != getattr(old, name):
+            raise TrainingError(f"the run to resume has {name} {getattr(old, name)!r}, not {value!r}: resume it as it was")
+    if steps is None:
+        return old
+    new = TrainConfig(**{**old.to_json(), "steps": steps})
+    if steps <= saved.get("step", 0):
+        raise TrainingError(f"the run has done {saved.get('step')} steps already: give --steps above that to train on")
+    return new
+
+
+def _task_source(config: TrainConfig, vocab: CharVocab | None):
+    if config.task == "induction":
+        vocab = vocab or CharVocab.for_induction(config.symbols)
+        return InductionTask(vocab, config.context, config.seed, config.min_repeat), vocab
+    from selfattn.training.corpus import read_corpus
+
+    text = read_corpus(config.corpus, min_text_chars(config.context))
+    vocab = vocab or CharVocab.for_text(text)
+    return TextTask(vocab.encode_tensor(text), vocab, config.context, config.seed), vocab
+
+
+class _Run:
+    """The state of one run while it trains (see ``train``)."""
+
+    def __init__(self, config, vocab, source, folder, processes, resume, progress) -> None:
+        self.config, self.vocab, self.source, self.folder, self.processes = config, vocab, source, folder, processes
+        impl, self.attention = attention_choice(config.context)
+        dims = (config.context, config.n_layers, config.n_heads, config.d_model, impl)
+        self.model = new_model(model_config(vocab, *dims), config.seed)
+        self.step, self.interval = 0, [0.0, 0, 0.0]  # loss sum, steps, seconds since the last log
+        self.optimizer = _optimizer(self.model, config)
+        self.probe, self.repeat, self.offset = probes.probe_ids(vocab, config.context)
+        if resume:
+            self._load_state()
+        self.network = processes.wrap(_LanguageModel(self.model))
+        self.show = progress and processes.is_main
+        self.stop_asked = False
+
+    def go(self) -> TrainingRun:
+        began = time.perf_counter()
+        if self.processes.is_main and self.step == 0:
+            self._write_settings()
+        start = self.step
+        with TrainingProgress(self.config.steps, start, self.show) as bar, _Interrupts(self):
+            bar.note(f"training {self.config.task} through {self.attention}; {self.processes.describe()}")
+            while self.step < self.config.steps and not self.processes.any(self.stop_asked):
+                loss = self._train_step()
+                bar.update(self.step, loss, self._tokens_per_s())
+                if self.step % self.config.log_every == 0 or self.step == self.config.steps:
+                    record = self._log()
+                    bar.log(record)
+                if self.step % self.config.checkpoint_every == 0 or self.step == self.config.steps:
+                    self._save()
+            if self.step < self.config.steps:
+                self._save()
+                bar.note(f"interrupted at step {self.step}: checkpoint saved in {self.folder}; continue with --resume")
+        self.processes.barrier()
+        metrics = files.read_metrics(self.folder) if (self.folder / files.METRICS).is_file() else []
+        return TrainingRun(self.folder, self.config, self.step, self.step >= self.config.steps, self.attention,
+                           metrics, time.perf_counter() - began, self.processes.world)
+
+    def _train_step(self) -> float:
+        began = time.perf_counter()
+        lr = self.config.learning_rate(self.step)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        inputs, targets = self.source.batch(self.step, self.config.batch_size)
+        inputs, targets = self.processes.share(inputs), self.processes.share(targets)  # this rank's rows
+        loss = next_token_loss(self.network(inputs), targets)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        value = self.processes.mean(loss.detach())
+        self.step += 1
+        self.interval[0] += value
+        self.interval[1] += 1
+        self.interval[2] += time.perf_counter() - began
+        return value
+
+    def _tokens_per_s(self) -> float:
+        seconds = self.interval[2]
+        return self.interval[1] * self.config.batch_size * self.config.context / seconds if seconds > 0 else 0.0
+
+    def _log(self) -> dict:
+        record = None
+        if self.processes.is_main:
+            weights = probes.probe_weights(self.model, self.probe)
+            record = {
+                "step": self.step,
+                "train_loss": round(self.interval[0] / max(1, self.interval[1]), 5),
+                "val_loss": round(self._val_loss(), 5),
+                "lr": self.config.learning_rate(self.step - 1),
+                "tokens_per_s": round(self._tokens_per_s(), 1),
+                "probe_loss": probes.probe_losses(self.model, self.probe, self.repeat, self.offset),
+                "heads": probes.head_scores(weights, self.probe, self.repeat, self.offset),
+            }
+            files.append_metrics(self.folder, record)
+            probes.save_snapshot(self.folder / "probe", self.step, weights)
+        self.interval = [0.0, 0, 0.0]
+        return record
+
+    def _val_loss(self) -> float:
+        self.model.eval()
+        with torch.no_grad():
+            losses = [next_token_loss(_LanguageModel(self.model)(x), y)
+                      for x, y in (self.source.val_batch(i, self.config.batch_size) for i in range(self.config.eval_batches))]
+        self.model.train()
+        return float(torch.stack(losses).mean())
+
+    def _save(self) -> None:
+        if self.processes.is_main:
+            save_model(self.model, self.vocab, self.folder)
+            state = {"step": self.step, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                     "interval": self.interval[:2]}
+            temporary = self.folder / (files.STATE + ".partial")
+            torch.save(state, temporary)
+            temporary.replace(self.folder / files.STATE)
+            self._write_settings()
+        self.processes.barrier()
+
+    def _write_settings(self) -> None:
+        files.write_settings(self.folder, {
+            "config": self.config.to_json(), "vocab": self.vocab.to_json(), "attention": self.attention,
+            "step": self.step, "finished": self.step >= self.config.steps, "world_size": self.processes.world,
+            "threads": torch.get_num_threads(), "torch": torch.__version__,
+        })
+        if not (self.folder / files.PROBE).is_file():
+            probe = {"ids": self.probe.tolist(), "tokens": [self.vocab.decode([i]) or "<s>" for i in self.probe.tolist()],
+                     "repeat": self.repeat, "offset": self.offset}
+            files.write_whole(self.folder / files.PROBE, __import__("json").dumps(probe) + "\n")
+
+    def _load_state(self) -> None:
+        try:
+            state = torch.load(self.folder / files.STATE, weights_only=True)
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+        except (OSError, RuntimeError, KeyError, ValueError) as error:
+            raise TrainingError(f"cannot resume from {self.folder / files.STATE}: {str(error).splitlines()[0]}") from None
+        self.step = int(state["step"])
+        self.interval = [float(state["interval"][0]), int(state["interval"][1]), 0.0]
+        if self.processes.is_main:
+            files.keep_metrics_until(self.folder, self.step)
+            for snapshot in (self.folder / "probe").glob("step-*.safetensors"):
+                if int(snapshot.stem.split("-")[1]) > self.step:
+                    snapshot.unlink()
+
+
+def _optimizer(model, config: TrainConfig) -> torch.optim.AdamW:
+    """AdamW; weight decay on matrices and embeddings only (nanoGPT's grouping)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": config.weight_decay},
+              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=config.lr, betas=(0.9, 0.99), foreach=True)
+
+
+class _Interrupts:
+    """While training, Ctrl-C asks the run to stop after the step it is in (then it saves).
+
+    A second Ctrl-C stops at once; the files on disk are still the last checkpoint.
+    """
+
+    def __init__(self, run: _Run) -> None:
+        self.run = run
+
+    def __enter__(self):
+        self.previous = signal.getsignal(signal.SIGINT)
+        try:
+            signal.signal(signal.SIGINT, self._ask)
+        except ValueError:  # not the main thread: Ctrl-C keeps its usual meaning
+            self.previous = None
+        return self
+
+    def _ask(self, signum, frame) -> None:
+        if self.run.stop_asked:
+            raise KeyboardInterrupt
+        self.run.stop_asked = True
+
+    def __exit__(self, *exc) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
