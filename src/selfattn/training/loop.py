@@ -93,6 +93,26 @@ def next_token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor
     return (logits.logsumexp(dim=-1) - picked).mean()
 
 
+def train_step(network: torch.nn.Module, optimizer, inputs: torch.Tensor, targets: torch.Tensor, grad_clip: float) -> torch.Tensor:
+    """One optimiser step: loss, backward, clip the gradient norm to ``grad_clip``, AdamW.
+
+    Args:
+        network: ids (batch, seq) -> logits (batch, seq, vocab).
+        optimizer: its optimiser, learning rate already set.
+        inputs, targets: (batch, seq) ids.
+        grad_clip: the largest gradient norm.
+
+    Returns:
+        The batch's loss before the step, detached.
+    """
+    loss = next_token_loss(network(inputs), targets)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(network.parameters(), grad_clip)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss.detach()
+
+
 def attention_choice(context: int) -> tuple[str, str]:
     """The attention a run trains through, and the reason, by its context."""
     if context < FLASH_MIN_CONTEXT:
@@ -179,7 +199,8 @@ class _Run:
         dims = (config.context, config.n_layers, config.n_heads, config.d_model, impl)
         self.model = new_model(model_config(vocab, *dims), config.seed)
         self.step, self.interval = 0, [0.0, 0, 0.0]  # loss sum, steps, seconds since the last log
-        self.optimizer = _optimizer(self.model, config)
+        self.optimizer = optimizer_for(self.model, config)
+        self.elapsed = 0.0  # seconds spent in training steps, over every session of the run
         self.probe, self.repeat, self.offset = probes.probe_ids(vocab, config.context)
         if resume:
             self._load_state()
@@ -217,16 +238,12 @@ class _Run:
             group["lr"] = lr
         inputs, targets = self.source.batch(self.step, self.config.batch_size)
         inputs, targets = self.processes.share(inputs), self.processes.share(targets)  # this rank's rows
-        loss = next_token_loss(self.network(inputs), targets)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        value = self.processes.mean(loss.detach())
+        value = self.processes.mean(train_step(self.network, self.optimizer, inputs, targets, self.config.grad_clip))
         self.step += 1
         self.interval[0] += value
         self.interval[1] += 1
         self.interval[2] += time.perf_counter() - began
+        self.elapsed += time.perf_counter() - began
         return value
 
     def _tokens_per_s(self) -> float:
@@ -243,6 +260,7 @@ class _Run:
                 "val_loss": round(self._val_loss(), 5),
                 "lr": self.config.learning_rate(self.step - 1),
                 "tokens_per_s": round(self._tokens_per_s(), 1),
+                "elapsed_s": round(self.elapsed, 2),
                 "probe_loss": probes.probe_losses(self.model, self.probe, self.repeat, self.offset),
                 "heads": probes.head_scores(weights, self.probe, self.repeat, self.offset),
             }
@@ -263,7 +281,7 @@ class _Run:
         if self.processes.is_main:
             save_model(self.model, self.vocab, self.folder)
             state = {"step": self.step, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                     "interval": self.interval[:2]}
+                     "interval": self.interval[:2], "elapsed": self.elapsed}
             temporary = self.folder / (files.STATE + ".partial")
             torch.save(state, temporary)
             temporary.replace(self.folder / files.STATE)
@@ -290,6 +308,7 @@ class _Run:
             raise TrainingError(f"cannot resume from {self.folder / files.STATE}: {str(error).splitlines()[0]}") from None
         self.step = int(state["step"])
         self.interval = [float(state["interval"][0]), int(state["interval"][1]), 0.0]
+        self.elapsed = float(state.get("elapsed", 0.0))
         if self.processes.is_main:
             files.keep_metrics_until(self.folder, self.step)
             for snapshot in (self.folder / "probe").glob("step-*.safetensors"):
@@ -297,8 +316,16 @@ class _Run:
                     snapshot.unlink()
 
 
-def _optimizer(model, config: TrainConfig) -> torch.optim.AdamW:
-    """AdamW; weight decay on matrices and embeddings only (nanoGPT's grouping)."""
+def optimizer_for(model: torch.nn.Module, config: TrainConfig) -> torch.optim.AdamW:
+    """AdamW (betas 0.9, 0.99); weight decay on matrices and embeddings only (nanoGPT's grouping).
+
+    Args:
+        model: the model to train.
+        config: the run's settings (lr, weight_decay).
+
+    Returns:
+        The optimiser.
+    """
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": config.weight_decay},
               {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
