@@ -256,8 +256,8 @@ class _Run:
             weights = probes.probe_weights(self.model, self.probe)
             record = {
                 "step": self.step,
-                "train_loss": round(self.interval[0] / max(1, self.interval[1]), 5),
-                "val_loss": round(self._val_loss(), 5),
+                "train_loss": self.interval[0] / max(1, self.interval[1]),  # the mean over the steps since the last record
+                "val_loss": self._val_loss(),
                 "lr": self.config.learning_rate(self.step - 1),
                 "tokens_per_s": round(self._tokens_per_s(), 1),
                 "elapsed_s": round(self.elapsed, 2),
