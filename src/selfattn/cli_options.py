@@ -145,7 +145,8 @@ def add_model_option(command: argparse.ArgumentParser, default: str | None = MOD
     note = f" (default {default})" if default else " instead of the toy embeddings and variants"
     command.add_argument(
         "--model", default=default, metavar="MODEL",
-        help=f"a pretrained model: {MODEL_NAME} (installed as a package), a folder in the Hugging Face "
+        help=f"a pretrained model: {MODEL_NAME} (installed as a package), tiny-induction or tiny-shakespeare "
+        "(trained by selfattn train, shipped with selfattn), a folder in the Hugging Face "
         f"layout (bert, gpt2, llama, mistral, qwen2), or a hub id already in the local cache{note}",
     )
 

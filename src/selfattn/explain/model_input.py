@@ -22,7 +22,7 @@ from selfattn.explain.document import (
     fmt,
     vector_cells,
 )
-from selfattn.models.files import MODELS
+from selfattn.models.files import DEFAULT_MODEL, MODELS
 from selfattn.models.model_trace import ModelTrace
 
 TOP_SHOWN = 3  # tokens named in "puts the most weight on"
@@ -99,7 +99,13 @@ def key_span(keys: list[int]) -> str:
 
 
 def is_builtin_model(t: ModelTrace) -> bool:
+    """A model that ships with selfattn or its packages (trained, not a random checkpoint)."""
     return t.model_name in MODELS
+
+
+def is_default_model(t: ModelTrace) -> bool:
+    """The model the commands use without --model: all-MiniLM-L6-v2."""
+    return t.model_name == DEFAULT_MODEL
 
 
 def wide_rows(t: ModelTrace, vectors: torch.Tensor, p: int) -> list[list[str]]:
@@ -146,6 +152,10 @@ def intro_step(doc: Document, t: ModelTrace) -> None:
         "Every weight here was learned from data (this model was trained to place sentences with similar "
         "meaning close together), unlike the seed's hand-made table or the variants' random weights. So the "
         "patterns below are what a real model does, not arithmetic on made-up numbers."
+        if is_default_model(t) else
+        "Every weight here was learned by selfattn's own training (selfattn train): tiny-induction on random "
+        "symbols repeated, so it learned to continue a repeat; tiny-shakespeare on Shakespeare's plays, one "
+        "character at a time. So the patterns below are learned behaviour, not arithmetic on random numbers."
         if is_builtin_model(t) else
         "The weights are this checkpoint's own, read from its files. If it was trained, the patterns below are "
         "what it learned; a randomly initialised checkpoint (a tiny test model, say) gives near-arbitrary "

@@ -29,7 +29,7 @@ from selfattn.explain.document import (
 )
 from selfattn.explain.model_input import (
     FEED_FORWARD, NORM_TEXT, NORMS, SPECIAL_SHARE_NOTED, TOP_SHOWN, embeddings_step, layers_before,
-    hidden_name, intro_step, is_builtin_model, key_span, query_label, rope_base_text,
+    hidden_name, intro_step, is_builtin_model, is_default_model, key_span, query_label, rope_base_text,
     seen_keys, token_label, tokens_step, vector_length, wide_table,
 )
 from selfattn.models.model_trace import ModelTrace
@@ -247,7 +247,7 @@ def _rest_of_layer(t: ModelTrace) -> str:
         result = f"the input of the next layer, layer {layer + 1}"
     elif a.causal:
         result += "; the last token's vector, multiplied by the output matrix, scores every token of the vocabulary as the next one"
-    elif is_builtin_model(t):
+    elif is_default_model(t):
         result += "; for a sentence embedding, the model averages them over the tokens (see selfattn similarity)"
     own = (f"W_q (and, shared with the other query heads of its group, {t.head_dim} columns of W_k and W_v)"
            if a.n_kv_heads < a.n_heads else "W_q, W_k and W_v")
@@ -297,7 +297,7 @@ def _after_the_head(doc: Document, t: ModelTrace, p: int) -> None:
         looks.append("some at the first token")
     elif specials:
         looks.append(f"some at {' and '.join(specials)}")
-    model = "" if is_builtin_model(t) else f" --model {t.model_name}"
+    model = "" if is_default_model(t) else f" --model {t.model_name}"
     doc.add(
         Paragraph(
             f"Heads differ a lot: {', '.join(looks)}, some spread their weight widely. To see what all "

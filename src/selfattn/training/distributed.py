@@ -17,8 +17,8 @@ from selfattn.errors import TrainingError
 class Processes:
     """This process's rank among ``world`` (1 without torchrun)."""
 
-    def __init__(self, rank: int = 0, world: int = 1) -> None:
-        self.rank, self.world = rank, world
+    def __init__(self, rank: int = 0, world: int = 1, owned: bool = False) -> None:
+        self.rank, self.world, self.owned = rank, world, owned
 
     @classmethod
     def from_environment(cls) -> "Processes":
@@ -28,9 +28,18 @@ class Processes:
             return cls()
         import torch.distributed as dist
 
-        if not dist.is_initialized():
+        owned = not dist.is_initialized()
+        if owned:
             dist.init_process_group("gloo")
-        return cls(dist.get_rank(), dist.get_world_size())
+        return cls(dist.get_rank(), dist.get_world_size(), owned)
+
+    def close(self) -> None:
+        """Leave the process group if this run joined it."""
+        if self.owned:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
+            self.owned = False
 
     @property
     def is_main(self) -> bool:

@@ -50,6 +50,7 @@ class TrainingRun:
         metrics: the metrics records, one per logged step.
         wall_s: seconds this call trained.
         world_size: the processes that trained together.
+        rank: this process's rank among them (0 writes the files).
     """
 
     folder: Path
@@ -60,6 +61,7 @@ class TrainingRun:
     metrics: list[dict] = field(repr=False)
     wall_s: float
     world_size: int = 1
+    rank: int = 0
 
     @property
     def final(self) -> dict | None:
@@ -155,12 +157,15 @@ def train(task: str | None = None, corpus=None, steps=None, out=None, seed=None,
     else:
         config = TrainConfig.for_task(task or "induction", corpus=corpus, steps=steps, seed=seed, **settings)
         vocab = None
-    processes.check_batch(config.batch_size)
-    source, vocab = _task_source(config, vocab)
-    if not resume:
-        files.check_new_run_folder(folder, create=processes.is_main)
-    processes.barrier()
-    return _Run(config, vocab, source, folder, processes, resume, progress).go()
+    try:
+        processes.check_batch(config.batch_size)
+        source, vocab = _task_source(config, vocab)
+        if not resume:
+            files.check_new_run_folder(folder, create=processes.is_main)
+        processes.barrier()
+        return _Run(config, vocab, source, folder, processes, resume, progress).go()
+    finally:
+        processes.close()
 
 
 def _resumed_config(saved: dict, task, corpus, steps, seed, settings) -> TrainConfig:
@@ -229,7 +234,7 @@ class _Run:
         self.processes.barrier()
         metrics = files.read_metrics(self.folder) if (self.folder / files.METRICS).is_file() else []
         return TrainingRun(self.folder, self.config, self.step, self.step >= self.config.steps, self.attention,
-                           metrics, time.perf_counter() - began, self.processes.world)
+                           metrics, time.perf_counter() - began, self.processes.world, self.processes.rank)
 
     def _train_step(self) -> float:
         began = time.perf_counter()

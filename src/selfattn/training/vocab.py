@@ -95,7 +95,11 @@ class CharVocab:
 
     def tokenizer_json(self) -> str:
         """The vocabulary as a ``tokenizers`` Tokenizer, serialised (tokenizer.json)."""
-        from tokenizers import AddedToken, Tokenizer, decoders, models, processors
+        try:
+            from tokenizers import AddedToken, Tokenizer, decoders, models, processors
+        except ImportError:
+            raise TrainingError("training writes a tokenizer.json with the tokenizers package: "
+                                "python -m pip install 'tokenizers>=0.19'") from None
 
         vocab = {token: i for i, token in enumerate([*self.specials, *self.chars])}
         tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=UNK))
