@@ -82,6 +82,10 @@ def test_every_kind_with_a_decoder_writes_a_png_or_says_why_not(run_cli, folders
         assert "has no RoPE" in err and "--kind positional" in err
         assert not path.exists()
         return
+    if kind == "training":  # draws a training run's folder, not a sentence
+        assert (status, out) == (2, "") and err.count("\n") == 1 and "--training" in err, err
+        assert not path.exists()
+        return
     assert (status, err) == (0, ""), err
     assert_png(path)
 

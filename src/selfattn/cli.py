@@ -74,6 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     plot.add_argument("--tile", type=int, metavar="N",
                       help="for --kind mask: tiles of N x N in the block map (skipped / full / partial), default 2")
+    plot.add_argument("--training", metavar="DIR",
+                      help="with --kind training (and only with it): a training run's folder (selfattn train --out); "
+                      "draws its losses and every head's induction score over the steps. The sentence, embedding, "
+                      "variant and model options, --query, --layer, --head, --mask and --tile are refused with it")
     plot.set_defaults(run=run_plot)
 
     view = commands.add_parser(
@@ -89,7 +93,13 @@ def build_parser() -> argparse.ArgumentParser:
     view.add_argument("-o", "--output", required=True, metavar="FILE", help="the page: .html")
     add_view_options(view)
     view.add_argument("--precision", type=int, default=4, metavar="DIGITS", help="decimals shown, 0 to 10 (default 4)")
-    view.set_defaults(run=run_view)
+    view.add_argument("--training", metavar="DIR",
+                      help="a training run's folder (selfattn train --out): a page with a step slider that replays "
+                      "the probe's attention, every head's scores and the loss curve. --layer and --head pick the "
+                      "head shown first (default: the best induction head); the sentence, embedding, variant and "
+                      "model options, --query and --precision are refused with it (weights show 3 decimals)")
+    # None: not given, so --training can open on the best induction head; a sentence's page uses 0.
+    view.set_defaults(run=run_view, layer=None, head=None)
 
     heads = commands.add_parser(
         "heads",
@@ -144,7 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
     generate.epilog = GENERATE_EXAMPLES
     generate.add_argument("prompt", metavar="PROMPT", help="the text to continue, quoted")
     generate.add_argument("--model", required=True, metavar="MODEL",
-                          help="a decoder: a folder in the Hugging Face layout, or a hub id already in the local cache")
+                          help="a decoder: tiny-induction or tiny-shakespeare (shipped), a folder in the Hugging Face "
+                          "layout, or a hub id already in the local cache")
     generate.add_argument("--max-new-tokens", type=int, default=20, metavar="N", help="the most tokens to add (default 20)")
     generate.add_argument("--temperature", type=float, default=0.0, metavar="T",
                           help="0 (default): always the most likely token; above 0: sample, higher is more random")
@@ -262,7 +273,36 @@ def run_explain(args: argparse.Namespace) -> int:
     return 0
 
 
+# The options of a sentence's attention, with their defaults: --training refuses any given another value.
+_SENTENCE_OPTIONS = {"sentence": [], "embeddings": None, "embed": "auto", "dim": None, "seed": 0, "variant": "simple",
+                     "heads": None, "kv_heads": None, "d_k": None, "block_size": None, "positional": "none",
+                     "model": None, "query": None}
+
+
+def _refuse_with_training(args: argparse.Namespace, **more_defaults) -> None:
+    """A training run's pictures read the run's own probe: refuse the options of a sentence's attention."""
+    from selfattn.errors import OptionError
+
+    defaults = dict(_SENTENCE_OPTIONS, **more_defaults)
+    given = [name for name, default in defaults.items() if getattr(args, name, default) != default]
+    if given:
+        names = ["a sentence" if name == "sentence" else "--" + name.replace("_", "-") for name in given]
+        raise OptionError(f"--training draws the run's own probe and heads: it does not take {', '.join(names)}")
+
+
 def run_plot(args: argparse.Namespace) -> int:
+    if args.training is not None or args.kind == "training":
+        from selfattn.errors import OptionError
+
+        if args.training is None:
+            raise OptionError("--kind training draws a training run: give its folder with --training DIR")
+        if args.kind != "training":
+            raise OptionError(f"--training goes with --kind training, not --kind {args.kind}")
+        _refuse_with_training(args, layer=0, head=0, mask=None, tile=None)
+        from selfattn.viz.training_plot import plot_training
+
+        print(f"wrote {plot_training(args.training, args.output)}")
+        return 0
     from selfattn.viz.commands import plot
 
     path = plot(config_from_args(args, "plot"), args.kind, args.output, layer=args.layer, head=args.head, mask=args.mask, dim=args.dim, tile=args.tile)
@@ -271,6 +311,14 @@ def run_plot(args: argparse.Namespace) -> int:
 
 
 def run_view(args: argparse.Namespace) -> int:
+    if args.training is not None:
+        _refuse_with_training(args, precision=4)
+        from selfattn.viz.training_view import view_training
+
+        print(f"wrote {view_training(args.training, args.output, layer=args.layer, head=args.head)}")
+        return 0
+    args.layer = 0 if args.layer is None else args.layer
+    args.head = 0 if args.head is None else args.head
     from selfattn.viz.commands import view
 
     path = view(config_from_args(args, "html"), args.output, layer=args.layer, head=args.head)

@@ -14,6 +14,7 @@ is the single process's one up to float32 rounding.
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 from dataclasses import dataclass, field
@@ -177,6 +178,8 @@ def _resumed_config(saved: dict, task, corpus, steps, seed, settings) -> TrainCo
         if value is not None and value != getattr(old, name):
             raise TrainingError(f"the run to resume has {name} {getattr(old, name)!r}, not {value!r}: resume it as it was")
     if steps is None:
+        if saved.get("finished"):
+            raise TrainingError(f"the run has finished its {old.steps} steps: give --steps above that to train on")
         return old
     new = TrainConfig(**{**old.to_json(), "steps": steps})
     if steps <= saved.get("step", 0):
@@ -300,9 +303,9 @@ class _Run:
             "threads": torch.get_num_threads(), "torch": torch.__version__,
         })
         if not (self.folder / files.PROBE).is_file():
-            probe = {"ids": self.probe.tolist(), "tokens": [self.vocab.decode([i]) or "<s>" for i in self.probe.tolist()],
+            probe = {"ids": self.probe.tolist(), "tokens": [self.vocab.token(i) for i in self.probe.tolist()],
                      "repeat": self.repeat, "offset": self.offset}
-            files.write_whole(self.folder / files.PROBE, __import__("json").dumps(probe) + "\n")
+            files.write_whole(self.folder / files.PROBE, json.dumps(probe) + "\n")
 
     def _load_state(self) -> None:
         try:

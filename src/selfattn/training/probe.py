@@ -1,9 +1,9 @@
 """The fixed probe a run watches its heads on, their scores, and its attention stored compactly.
 
 The probe is one induction sequence, the same for the whole run: ``<s>`` (when the
-vocabulary has it), R random symbols without repeats, the same R again, with
-2R (+1) = the context, or R = 24 at most for longer contexts' sake of the picture. On it,
-every head of every layer gets four numbers:
+vocabulary has it), R random symbols without repeats, the same R again, as long as the
+context allows (R = 31 at a context of 64 with ``<s>``) but R = 32 at most, so the
+pictures stay readable at longer contexts. On it, every head of every layer gets four numbers:
 
     induction       mean weight from each token t of the second copy to t - R + 1, the token
                     after its first occurrence (ARENA's measure; 1 = a perfect induction head)
@@ -119,5 +119,5 @@ def read_snapshots(run: Path) -> list[tuple[int, torch.Tensor]]:
     from safetensors.torch import load_file
 
     n = len(json.loads((Path(run) / "probe.json").read_text(encoding="utf-8"))["ids"])
-    files = sorted((Path(run) / "probe").glob("step-*.safetensors"))
+    files = sorted((Path(run) / "probe").glob("step-*.safetensors"), key=lambda f: int(f.stem.split("-")[1]))
     return [(int(f.stem.split("-")[1]), unpack(load_file(str(f))["weights"], n)) for f in files]

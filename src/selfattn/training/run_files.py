@@ -89,9 +89,18 @@ def read_metrics(folder) -> list[dict]:
     if not path.is_file():
         raise TrainingError(f"{folder} holds no training run ({METRICS} is missing)")
     try:
-        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     except (OSError, ValueError) as error:
         raise TrainingError(f"cannot read {path}: {error}") from None
+    records = []
+    for number, line in enumerate(lines):
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            if number == len(lines) - 1:  # a run still writing its last line
+                break
+            raise TrainingError(f"{path} line {number + 1} is not JSON") from None
+    return records
 
 
 def keep_metrics_until(folder: Path, step: int) -> None:
@@ -103,7 +112,7 @@ def keep_metrics_until(folder: Path, step: int) -> None:
 
 
 def append_metrics(folder: Path, record: dict) -> None:
-    """One line more in metrics.jsonl."""
+    """One line more in metrics.jsonl, written in one call (a reader skips a half-written last line)."""
     with open(folder / METRICS, "a", encoding="utf-8") as stream:
         stream.write(json.dumps(record) + "\n")
 

@@ -88,6 +88,10 @@ class CharVocab:
                 table[ord(c)] = i + self.first_char
         return table[codes]
 
+    def token(self, token_id: int) -> str:
+        """One id's token: a special's name or the character."""
+        return self.specials[token_id] if token_id < self.first_char else self.chars[token_id - self.first_char]
+
     def decode(self, ids) -> str:
         """Ids -> text; specials are left out."""
         first = self.first_char

@@ -5,4 +5,4 @@ compute attention themselves.
 """
 
 # Kept here, free of heavy imports, so the CLI can list them before loading torch.
-PLOT_KINDS = ("heatmap", "arrows", "heads", "mask", "positional", "rope-distance")
+PLOT_KINDS = ("heatmap", "arrows", "heads", "mask", "positional", "rope-distance", "training")

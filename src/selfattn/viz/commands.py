@@ -93,6 +93,8 @@ def plot(
     target = plots.check_output_path(output)
     if kind not in PLOT_KINDS:
         raise OptionError(f"unknown plot kind {kind!r}: choose one of {', '.join(PLOT_KINDS)}")
+    if kind == "training":  # a run's folder, not a sentence: viz.training_plot draws it
+        raise OptionError("--kind training draws a training run: give its folder with --training DIR")
     if mask is not None and kind != "mask":
         raise OptionError("--mask applies to --kind mask")
     if tile is not None and kind != "mask":
