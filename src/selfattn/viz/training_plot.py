@@ -114,7 +114,8 @@ def _heads_legend(ax, count: int, formed: set) -> None:
         names = {head_name(*h) for h in formed} | {f"threshold {INDUCTION_FORMED}"}
         handles = [line for line in handles if line.get_label() in names]
     title = f"thick: reaches {INDUCTION_FORMED}" if formed else None
-    ax.legend(handles=handles, loc="upper left", fontsize=8, ncols=2 if len(handles) > 6 else 1, title=title,
+    # Above the near-zero lines of the heads that never formed, below the threshold: where no curve lingers.
+    ax.legend(handles=handles, loc="lower right", bbox_to_anchor=(1.0, 0.06), fontsize=8, ncols=2 if len(handles) > 6 else 1, title=title,
               title_fontsize=8)
 
 

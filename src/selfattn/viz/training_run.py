@@ -17,10 +17,14 @@ from typing import NamedTuple
 import torch
 
 from selfattn.errors import TrainingError
+from selfattn.models.files import DEFAULT_MODEL, MODELS, model_folder
 from selfattn.training import run_files
 from selfattn.training.config import TrainConfig
 from selfattn.training.loop import TrainingRun
 from selfattn.training.probe import INDUCTION_FORMED, read_snapshots
+
+
+SHIPPED = tuple(name for name in MODELS if name != DEFAULT_MODEL)  # tiny-induction, tiny-shakespeare
 
 
 class Probe(NamedTuple):
@@ -46,8 +50,9 @@ def read_run(folder) -> TrainingRun:
     """The run in ``folder`` as ``train`` would have returned it, from its files.
 
     Args:
-        folder: the run's folder (``selfattn train --out``); a run still training is read
-            as far as it has logged.
+        folder: the run's folder (``selfattn train --out``), or the name of a model
+            selfattn ships (tiny-induction, tiny-shakespeare); a run still training is
+            read as far as it has logged.
 
     Returns:
         A ``TrainingRun`` with the settings of training.json and every metrics record;
@@ -58,6 +63,8 @@ def read_run(folder) -> TrainingRun:
             logged no step yet.
     """
     path = Path(folder)
+    if not path.exists() and str(folder) in SHIPPED:  # a model selfattn ships keeps its run's records
+        path = model_folder(str(folder))
     if not path.exists():
         raise TrainingError(f"there is no training run at {folder}: the folder does not exist")
     if not path.is_dir():
@@ -117,7 +124,8 @@ def read_probe(run: TrainingRun) -> Probe:
     except (OSError, ValueError, KeyError, RuntimeError, SafetensorError) as error:  # a cut or foreign file
         raise TrainingError(f"cannot read the probe's attention in {folder / 'probe'}: {error}") from None
     if not snapshots:
-        raise TrainingError(f"the run in {folder} stored no probe attention yet (probe/ is empty)")
+        raise TrainingError(f"the run in {folder} stored no probe attention (probe/ is empty or missing): "
+                            "train one with selfattn train to replay it")
     shape = snapshots[0][1].shape
     if shape[-1] != len(tokens) or any(w.shape != shape for _, w in snapshots):
         raise TrainingError(f"the probe's attention in {folder / 'probe'} does not fit its {len(tokens)} tokens")
