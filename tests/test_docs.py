@@ -85,7 +85,9 @@ COMMANDS += [(page_id(p), args) for p in PAGES for args in inline_commands(p)]
 
 def run_and_check(run_cli, where: str, args: list[str]) -> str:
     status, out, err = run_cli(*args)
-    assert status == 0 and err == "", (where, args, err)
+    # train's progress lines go to stderr (so its summary piped to a file stays clean); nothing else writes there
+    progress = args[0] == "train" and all(line.startswith(("training ", "step ")) for line in err.splitlines())
+    assert status == 0 and (err == "" or progress), (where, args, err)
     if "-o" in args:
         assert Path(args[args.index("-o") + 1]).stat().st_size > 1000, (where, args)
     else:
