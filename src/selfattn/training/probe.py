@@ -28,7 +28,11 @@ from pathlib import Path
 
 import torch
 
-from selfattn.models.decoder_roles import classify_decoder_heads, induction_probe, induction_probe_score
+from selfattn.models.decoder_roles import (
+    classify_decoder_heads,
+    induction_probe,
+    induction_probe_score,
+)
 from selfattn.training.vocab import CharVocab
 
 INDUCTION_FORMED = 0.4

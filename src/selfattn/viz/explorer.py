@@ -53,18 +53,34 @@ def data_json(data: dict[str, Any]) -> str:
 
 def render_explorer(data: dict[str, Any]) -> str:
     """The explorer page for ``explorer_data``'s dict: one HTML string, nothing to fetch."""
-    style, script = _asset("explorer.css"), _asset("explorer.js")
+    return render_page("explorer.html", ("explorer.css",), "explorer.js", data, "selfattn explorer")
+
+
+def render_page(template: str, styles: tuple[str, ...], script_name: str, data: dict[str, Any], default_title: str) -> str:
+    """One self-contained page: the asset ``template`` with its CSS, script and data inlined.
+
+    Args:
+        template: the HTML asset, with @@CSP@@, @@TITLE@@, @@STYLE@@, @@DATA@@ and @@SCRIPT@@.
+        styles: the CSS assets, in order.
+        script_name: the script asset.
+        data: the page's data, embedded as JSON.
+        default_title: the title when data has none.
+
+    Returns:
+        The page as one HTML string.
+    """
+    style, script = "".join(_asset(name) for name in styles), _asset(script_name)
     # Our own assets must not end their elements early either.
     assert "</style" not in style.lower() and "</script" not in script.lower()
     parts = {
         "CSP": html.escape(CONTENT_SECURITY_POLICY, quote=True),
-        "TITLE": html.escape(str(data.get("title") or "selfattn explorer")),
+        "TITLE": html.escape(str(data.get("title") or default_title)),
         "STYLE": style,
         "DATA": data_json(data),
         "SCRIPT": script,
     }
     # One pass, so text put in for one placeholder is never read as another.
-    return _PLACEHOLDER.sub(lambda match: parts[match.group(1)], _asset("explorer.html"))
+    return _PLACEHOLDER.sub(lambda match: parts[match.group(1)], _asset(template))
 
 
 def explorer_html(

@@ -19,7 +19,14 @@ from selfattn.training.loop import TrainingRun
 from selfattn.training.probe import INDUCTION_FORMED
 from selfattn.viz import plots
 from selfattn.viz.figure_parts import _new_figure, _quiet_glyphs
-from selfattn.viz.training_run import formed_heads, formed_note, head_name, head_scores, read_run, run_title
+from selfattn.viz.training_run import (
+    formed_heads,
+    formed_note,
+    head_name,
+    head_scores,
+    read_run,
+    run_title,
+)
 
 LOSS_LINES = (  # (metrics field, label, colour, style)
     ("train_loss", "training loss", "#0969da", "-"),

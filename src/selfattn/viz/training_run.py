@@ -23,7 +23,6 @@ from selfattn.training.config import TrainConfig
 from selfattn.training.loop import TrainingRun
 from selfattn.training.probe import INDUCTION_FORMED, read_snapshots
 
-
 SHIPPED = tuple(name for name in MODELS if name != DEFAULT_MODEL)  # tiny-induction, tiny-shakespeare
 
 

@@ -16,17 +16,22 @@ last and the one its induction head formed at among them), and the page says so.
 
 from __future__ import annotations
 
-import html
 import math
-import re
 from pathlib import Path
 
 from selfattn.errors import OptionError
 from selfattn.training.loop import TrainingRun
 from selfattn.training.probe import INDUCTION_FORMED
-from selfattn.viz.explorer import CONTENT_SECURITY_POLICY, _asset, data_json
+from selfattn.viz.explorer import render_page
 from selfattn.viz.output import check_output_path, write_text
-from selfattn.viz.training_run import Probe, formed_note, head_scores, read_probe, read_run, run_title
+from selfattn.viz.training_run import (
+    Probe,
+    formed_note,
+    head_scores,
+    read_probe,
+    read_run,
+    run_title,
+)
 
 PAGE_EXTENSIONS = (".html", ".htm")
 WEIGHT_SCALE = 1000  # weights travel as round(w * 1000): three decimals
@@ -53,7 +58,6 @@ TRAINING_PAGE_DOC = """The JSON in <script id="training-data">:
     selected                {layer, head} shown first
 """
 
-_PLACEHOLDER = re.compile(r"@@(CSP|TITLE|STYLE|DATA|SCRIPT)@@")
 
 
 def _number(value, digits: int = 4):
@@ -134,7 +138,7 @@ def training_page_data(run: TrainingRun, probe: Probe, layer: int | None = None,
             ``layer`` when that is given).
 
     Returns:
-        A dict that ``data_json`` can embed; every weight is a stored snapshot's, rounded
+        A dict that ``explorer.data_json`` can embed; every weight is a stored snapshot's, rounded
         to 1 / WEIGHT_SCALE, every score and loss a metrics record's.
 
     Raises:
@@ -183,18 +187,7 @@ def render_training_page(data: dict) -> str:
     Returns:
         The page, its CSS, script and data inlined.
     """
-    style = _asset("explorer.css") + _asset("training.css")
-    script = _asset("training.js")
-    assert "</style" not in style.lower() and "</script" not in script.lower()
-    parts = {
-        "CSP": html.escape(CONTENT_SECURITY_POLICY, quote=True),
-        "TITLE": html.escape(str(data.get("title") or "selfattn training run")),
-        "STYLE": style,
-        "DATA": data_json(data),
-        "SCRIPT": script,
-    }
-    # One pass, so text put in for one placeholder is never read as another.
-    return _PLACEHOLDER.sub(lambda match: parts[match.group(1)], _asset("training.html"))
+    return render_page("training.html", ("explorer.css", "training.css"), "training.js", data, "selfattn training run")
 
 
 def training_html(folder, layer: int | None = None, head: int | None = None) -> str:
