@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 import torch
 
-from selfattn.attention.softmax_attention import softmax_attention
+from selfattn.attention.softmax_attention import softmax_attention, takes_written_out_backward
 from selfattn.errors import OptionError, ShapeError
 from selfattn.masks import causal_mask, to_additive
 from selfattn.masks.structured import StructuredMask
@@ -170,9 +170,9 @@ def attention_forward(
         scale = 1.0 / math.sqrt(query.shape[-1])
     tensors = (query, key, value) if attn_mask is None else (query, key, value, attn_mask)
     in_place = not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
-    if not in_place and _written_out_backward(query, key, value, attn_mask, dropout_p, need_weights):
+    if not in_place and takes_written_out_backward(query, key, value, attn_mask, dropout_p, need_weights):
         # Training: the same math with its backward written out (softmax_attention.py), half the time.
-        return AttentionOutput(softmax_attention(query, key, value, scale, is_causal), None)
+        return AttentionOutput(softmax_attention(query, key, value, scale, attn_mask, is_causal), None)
     # The score matrix stays inside this call when the weights are not returned: reuse a buffer.
     buffer = score_buffer(query, key) if in_place and not need_weights and dropout_p == 0 else None
     scores = attention_scores(query, key, scale=scale, out=buffer)  # (..., Hq, q_len, kv_len)
@@ -248,14 +248,6 @@ def attention_steps(
 
 SCORE_BUFFER_BYTES = 1 << 25  # score matrices up to 32 MB reuse one buffer per thread
 _buffers = threading.local()
-
-
-def _written_out_backward(query, key, value, attn_mask, dropout_p: float, need_weights: bool) -> bool:
-    """Whether a call that needs gradients may take ``softmax_attention``: no mask beyond the
-    causal one (so every row sees a key), no dropout, no weights returned, equal leading axes."""
-    same_axes = query.shape[:-2] == key.shape[:-2] == value.shape[:-2]
-    return (attn_mask is None and dropout_p == 0 and not need_weights and same_axes and key.shape[-2] > 0
-            and query.dtype in (torch.float32, torch.float64))
 
 
 def score_buffer(query: torch.Tensor, key: torch.Tensor) -> torch.Tensor | None:

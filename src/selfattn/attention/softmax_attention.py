@@ -1,6 +1,7 @@
 """The reference attention with its backward written out, for training at short contexts.
 
-    forward     S = scale Q K^T (causal: -inf above the diagonal), P = softmax(S), O = P V
+    forward     S = scale Q K^T + mask (a bool mask: -inf where False; causal: above the
+                diagonal), P = softmax(S), O = P V
     backward    dV = P^T dO,  dP = dO V^T,  dS = P * (dP - D),  D = rowsum(dO * O),
                 dQ = scale dS K,  dK = scale dS^T Q
 
@@ -26,33 +27,70 @@ from selfattn.kernels.online_softmax import exp_flush_tiny_
 from selfattn.masks import causal_mask
 
 
-def softmax_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float, is_causal: bool) -> torch.Tensor:
-    """O = softmax(scale Q K^T [causal, top-left]) V with the backward above.   (..., q_len, d), (..., kv_len, d), (..., kv_len, d_v) -> (..., q_len, d_v)
+def softmax_attention(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float, attn_mask: torch.Tensor | None, is_causal: bool
+) -> torch.Tensor:
+    """O = softmax(scale Q K^T + mask) V with the backward above.   (..., q_len, d), (..., kv_len, d), (..., kv_len, d_v) -> (..., q_len, d_v)
 
-    Every row must see a key: no mask but the causal one (top-left, so row i sees keys 0..i),
-    and kv_len >= 1.
+    Every row must see a key (``takes_written_out_backward`` checks it): kv_len >= 1, a bool
+    mask with a True in every row or a finite float mask, and the causal rule top-left (row
+    i sees keys 0..i).
 
     Args:
         query: Q, (..., q_len, d).
         key: K, (..., kv_len, d), the same heads as Q.
         value: V, (..., kv_len, d_v).
         scale: the factor on Q K^T.
+        attn_mask: None, bool (True = may attend) or float (added), broadcastable to the scores.
         is_causal: query i sees keys j <= i.
 
     Returns:
         O, (..., q_len, d_v).
     """
-    return _SoftmaxAttention.apply(query, key, value, scale, is_causal)
+    return _SoftmaxAttention.apply(query, key, value, scale, attn_mask, is_causal)
+
+
+def takes_written_out_backward(query, key, value, attn_mask, dropout_p: float, need_weights: bool) -> bool:
+    """Whether a call may take ``softmax_attention``: every row sees a key, no dropout, no
+    weights returned, Q, K, V with the same leading axes, a mask that needs no gradient and
+    broadcasts to the scores' shape without widening it.
+
+    Returns:
+        True when it may.
+    """
+    same_axes = query.shape[:-2] == key.shape[:-2] == value.shape[:-2]
+    if dropout_p != 0 or need_weights or not same_axes or key.shape[-2] == 0 or query.dtype not in (torch.float32, torch.float64):
+        return False
+    if attn_mask is None:
+        return True
+    if not isinstance(attn_mask, torch.Tensor) or attn_mask.requires_grad:
+        return False
+    scores = (*query.shape[:-1], key.shape[-2])
+    try:
+        if torch.broadcast_shapes(attn_mask.shape, scores) != scores:
+            return False
+    except RuntimeError:
+        return False
+    if attn_mask.dtype == torch.bool:
+        return bool(attn_mask.any(dim=-1).all())  # a row with no key: the plain steps' answer stands
+    return attn_mask.dtype == query.dtype and bool(torch.isfinite(attn_mask).all())
 
 
 class _SoftmaxAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, query, key, value, scale, is_causal):
-        scores = (query * scale) @ key.transpose(-2, -1)  # (..., q_len, d) @ (..., d, kv_len) -> (..., q_len, kv_len)
+    def forward(ctx, query, key, value, scale, attn_mask, is_causal):
+        # Heads split from (batch, seq, heads, d) are strided views: made contiguous once here, or
+        # every product below (and in the backward) would copy them again.
+        query, key, value = query.contiguous(), key.contiguous(), value.contiguous()
+        scores = (query @ key.transpose(-2, -1)).mul_(scale)  # (..., q_len, d) @ (..., d, kv_len) -> (..., q_len, kv_len)
+        if attn_mask is not None and attn_mask.dtype == torch.bool:
+            scores.masked_fill_(~attn_mask, float("-inf"))
+        elif attn_mask is not None:
+            scores.add_(attn_mask)
         if is_causal:
             allowed = causal_mask(query.shape[-2], key.shape[-2], align="top_left", device=query.device)  # (q_len, kv_len)
             scores.masked_fill_(~allowed, float("-inf"))
-        scores.sub_(scores.amax(dim=-1, keepdim=True))  # every row holds a finite score: key 0
+        scores.sub_(scores.amax(dim=-1, keepdim=True))  # every row holds a finite score (checked by the caller)
         probs = exp_flush_tiny_(scores)
         probs.div_(probs.sum(dim=-1, keepdim=True))  # P, (..., q_len, kv_len)
         out = probs @ value  # (..., q_len, kv_len) @ (..., kv_len, d_v) -> (..., q_len, d_v)
@@ -64,10 +102,11 @@ class _SoftmaxAttention(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad_out):
         query, key, value, probs, out = ctx.saved_tensors
+        grad_out = grad_out.contiguous()
         grad_value = probs.transpose(-2, -1) @ grad_out  # (..., kv_len, q_len) @ (..., q_len, d_v) -> (..., kv_len, d_v)
         grad_probs = grad_out @ value.transpose(-2, -1)  # (..., q_len, d_v) @ (..., d_v, kv_len) -> (..., q_len, kv_len)
         rows = (grad_out * out).sum(dim=-1, keepdim=True)  # D, (..., q_len, 1)
         grad_scores = grad_probs.sub_(rows).mul_(probs)  # dS, (..., q_len, kv_len)
         grad_query = (grad_scores @ key).mul_(ctx.scale)  # (..., q_len, kv_len) @ (..., kv_len, d) -> (..., q_len, d)
         grad_key = (grad_scores.transpose(-2, -1) @ query).mul_(ctx.scale)  # (..., kv_len, q_len) @ (..., q_len, d) -> (..., kv_len, d)
-        return grad_query, grad_key, grad_value, None, None
+        return grad_query, grad_key, grad_value, None, None, None
