@@ -52,7 +52,7 @@ from selfattn.training import train  # noqa: E402
 from selfattn.training.config import TrainConfig  # noqa: E402
 from selfattn.training.corpus import read_shakespeare  # noqa: E402
 from selfattn.training.loop import (  # noqa: E402
-    FLASH_MIN_CONTEXT, _LanguageModel, attention_choice, next_token_loss, optimizer_for, train_step)
+    FLASH_MIN_CONTEXT, LanguageModel, attention_choice, next_token_loss, optimizer_for, train_step)
 from selfattn.training.model import model_config, new_model  # noqa: E402
 from selfattn.training.run_files import STATE  # noqa: E402
 from selfattn.training.tasks import TextTask  # noqa: E402
@@ -89,7 +89,7 @@ def peer_of(model) -> PeerGPT:
 
 
 def side(model, network=None, patch=contextlib.nullcontext) -> Side:
-    return Side(network or _LanguageModel(model), optimizer_for(model, RECIPE), patch)
+    return Side(network or LanguageModel(model), optimizer_for(model, RECIPE), patch)
 
 
 def time_steps(sides: dict[str, Side], task: TextTask, batch: int, blocks: int, per_block: int) -> dict[str, list[float]]:
@@ -115,7 +115,7 @@ def ms(times: list[float]) -> tuple[float, float]:
 def same_numbers(model, peer: PeerGPT, task: TextTask) -> tuple[float, float]:
     """max |logits difference| and max |gradient difference| of the token embedding, one batch."""
     inputs, targets = task.batch(0, RECIPE.batch_size)
-    logits = [_LanguageModel(model)(inputs), peer(inputs)]
+    logits = [LanguageModel(model)(inputs), peer(inputs)]
     for values in logits:
         next_token_loss(values, targets).backward()
     grads = [model.embed.weight.grad, peer.tokens.weight.grad]
@@ -212,7 +212,7 @@ def variant_difference(model, task: TextTask) -> float:
     grads = {}
     for label, patch in VARIANTS.items():
         with patch():
-            next_token_loss(_LanguageModel(model)(inputs), targets).backward()
+            next_token_loss(LanguageModel(model)(inputs), targets).backward()
         grads[label] = [p.grad for p in model.parameters()]
         model.zero_grad(set_to_none=True)
     plain = grads.pop("ours, as it is")
@@ -306,7 +306,7 @@ def loss_runs(task: TextTask, vocab, args) -> dict:
         start = peer_of(model)  # the weights train() began from: the same seed, the same initialisation
         model.load_state_dict(torch.load(Path(tmp) / "text" / STATE, weights_only=True)["model"])
         model.eval()
-        mine = dict(logged=run.final["val_loss"], full=val_loss(_LanguageModel(model), task, VAL_BATCHES),
+        mine = dict(logged=run.final["val_loss"], full=val_loss(LanguageModel(model), task, VAL_BATCHES),
                     train=run.final["train_loss"], step_s=run.final["elapsed_s"], wall=run.wall_s)
         induction = train("induction", steps=args.induction_steps, out=Path(tmp) / "induction", progress=False)
     peer, config = start, dataclasses.replace(RECIPE, steps=args.text_steps)

@@ -47,13 +47,16 @@ class Processes:
         return self.rank == 0
 
     def describe(self) -> str:
+        """How many processes train, for the run's first line."""
         return "1 process" if self.world == 1 else f"{self.world} processes (DistributedDataParallel, gloo)"
 
     def check_batch(self, batch_size: int) -> None:
+        """Every rank must get the same number of rows.   Raises TrainingError otherwise."""
         if batch_size % self.world:
             raise TrainingError(f"batch_size {batch_size} must divide among the {self.world} processes")
 
     def wrap(self, module: torch.nn.Module) -> torch.nn.Module:
+        """The module itself, or wrapped in DistributedDataParallel under torchrun."""
         if self.world == 1:
             return module
         from torch.nn.parallel import DistributedDataParallel
@@ -88,6 +91,7 @@ class Processes:
         return bool(value > 0)
 
     def barrier(self) -> None:
+        """Wait for every rank (nothing to wait for alone)."""
         if self.world > 1:
             import torch.distributed as dist
 

@@ -15,7 +15,6 @@ is the single process's one up to float32 rounding.
 from __future__ import annotations
 
 import json
-import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,13 +22,13 @@ from pathlib import Path
 import torch
 
 from selfattn.errors import TrainingError
-from selfattn.models.tokenizer import Encoded
 from selfattn.training import probe as probes
 from selfattn.training import run_files as files
 from selfattn.training.config import TrainConfig
 from selfattn.training.distributed import Processes
 from selfattn.training.model import model_config, new_model, save_model
 from selfattn.training.progress import TrainingProgress
+from selfattn.training.step import Interrupts, LanguageModel, next_token_loss, optimizer_for, train_step
 from selfattn.training.tasks import InductionTask, TextTask, min_text_chars
 from selfattn.training.vocab import CharVocab
 
@@ -78,44 +77,6 @@ class TrainingRun:
             if max(h["induction"] for h in record["heads"]) >= probes.INDUCTION_FORMED:
                 return record["step"]
         return None
-
-
-class _LanguageModel(torch.nn.Module):
-    """ids (batch, seq) -> logits (batch, seq, vocab): the decoder without tokenising (what DDP wraps)."""
-
-    def __init__(self, model) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        encoded = Encoded([], ids, torch.ones_like(ids))
-        return self.model.run(encoded).logits
-
-
-def next_token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """mean over positions of -log softmax(logits)[target].   (batch, seq, vocab), (batch, seq) -> ()"""
-    picked = logits.gather(-1, targets[..., None])[..., 0]  # (batch, seq)
-    return (logits.logsumexp(dim=-1) - picked).mean()
-
-
-def train_step(network: torch.nn.Module, optimizer, inputs: torch.Tensor, targets: torch.Tensor, grad_clip: float) -> torch.Tensor:
-    """One optimiser step: loss, backward, clip the gradient norm to ``grad_clip``, AdamW.
-
-    Args:
-        network: ids (batch, seq) -> logits (batch, seq, vocab).
-        optimizer: its optimiser, learning rate already set.
-        inputs, targets: (batch, seq) ids.
-        grad_clip: the largest gradient norm.
-
-    Returns:
-        The batch's loss before the step, detached.
-    """
-    loss = next_token_loss(network(inputs), targets)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(network.parameters(), grad_clip)
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    return loss.detach()
 
 
 def attention_choice(context: int) -> tuple[str, str]:
@@ -214,7 +175,7 @@ class _Run:
         self.probe, self.repeat, self.offset = probes.probe_ids(vocab, config.context)
         if resume:
             self._load_state()
-        self.network = processes.wrap(_LanguageModel(self.model))
+        self.network = processes.wrap(LanguageModel(self.model))
         self.show = progress and processes.is_main
         self.stop_asked = False
 
@@ -223,7 +184,7 @@ class _Run:
         if self.processes.is_main and self.step == 0:
             self._write_settings()
         start = self.step
-        with TrainingProgress(self.config.steps, start, self.show) as bar, _Interrupts(self):
+        with TrainingProgress(self.config.steps, start, self.show) as bar, Interrupts(self):
             bar.note(f"training {self.config.task} through {self.attention}; {self.processes.describe()}")
             while self.step < self.config.steps and not self.processes.any(self.stop_asked):
                 loss = self._train_step()
@@ -282,7 +243,7 @@ class _Run:
     def _val_loss(self) -> float:
         self.model.eval()
         with torch.no_grad():
-            losses = [next_token_loss(_LanguageModel(self.model)(x), y)
+            losses = [next_token_loss(LanguageModel(self.model)(x), y)
                       for x, y in (self.source.val_batch(i, self.config.batch_size) for i in range(self.config.eval_batches))]
         self.model.train()
         return float(torch.stack(losses).mean())
@@ -324,46 +285,3 @@ class _Run:
             for snapshot in (self.folder / "probe").glob("step-*.safetensors"):
                 if int(snapshot.stem.split("-")[1]) > self.step:
                     snapshot.unlink()
-
-
-def optimizer_for(model: torch.nn.Module, config: TrainConfig) -> torch.optim.AdamW:
-    """AdamW (betas 0.9, 0.99); weight decay on matrices and embeddings only (nanoGPT's grouping).
-
-    Args:
-        model: the model to train.
-        config: the run's settings (lr, weight_decay).
-
-    Returns:
-        The optimiser.
-    """
-    params = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": config.weight_decay},
-              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=config.lr, betas=(0.9, 0.99), foreach=True)
-
-
-class _Interrupts:
-    """While training, Ctrl-C asks the run to stop after the step it is in (then it saves).
-
-    A second Ctrl-C stops at once; the files on disk are still the last checkpoint.
-    """
-
-    def __init__(self, run: _Run) -> None:
-        self.run = run
-
-    def __enter__(self):
-        self.previous = signal.getsignal(signal.SIGINT)
-        try:
-            signal.signal(signal.SIGINT, self._ask)
-        except ValueError:  # not the main thread: Ctrl-C keeps its usual meaning
-            self.previous = None
-        return self
-
-    def _ask(self, signum, frame) -> None:
-        if self.run.stop_asked:
-            raise KeyboardInterrupt
-        self.run.stop_asked = True
-
-    def __exit__(self, *exc) -> None:
-        if self.previous is not None:
-            signal.signal(signal.SIGINT, self.previous)
