@@ -179,6 +179,7 @@ def test_a_missing_corpus_or_a_folder(run_cli, tmp_path):
              match=r"the corpus file .*absent\.txt does not exist")
     _refused(run_cli, "--task", "text", "--corpus", str(tmp_path), "--out", str(tmp_path / "r"),
              match=r"is not a file")
+    assert not (tmp_path / "r").exists()  # nothing written before the corpus was read
 
 
 def test_an_output_folder_that_cannot_be_written(run_cli, read_only_folder):
@@ -205,8 +206,10 @@ def test_output_paths_that_are_taken(run_cli, tmp_path, uninterrupted):
 
 def test_resume_without_a_run(run_cli, tmp_path):
     _refused(run_cli, "--out", str(tmp_path / "absent"), "--resume", match=r"there is no run to resume in .*absent")
+    assert not (tmp_path / "absent").exists()
     (tmp_path / "empty").mkdir()
     _refused(run_cli, "--out", str(tmp_path / "empty"), "--resume", match=r"no run to resume .*no training\.json")
+    assert list((tmp_path / "empty").iterdir()) == []
 
 
 def test_resume_without_a_checkpoint_or_with_other_settings(run_cli, tmp_path, uninterrupted):
