@@ -80,33 +80,45 @@ class _SoftmaxAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, query, key, value, scale, attn_mask, is_causal):
         # Heads split from (batch, seq, heads, d) are strided views: made contiguous once here, or
-        # every product below (and in the backward) would copy them again.
-        query, key, value = query.contiguous(), key.contiguous(), value.contiguous()
-        scores = (query @ key.transpose(-2, -1)).mul_(scale)  # (..., q_len, d) @ (..., d, kv_len) -> (..., q_len, kv_len)
-        if attn_mask is not None and attn_mask.dtype == torch.bool:
-            scores.masked_fill_(~attn_mask, float("-inf"))
-        elif attn_mask is not None:
-            scores.add_(attn_mask)
-        if is_causal:
-            allowed = causal_mask(query.shape[-2], key.shape[-2], align="top_left", device=query.device)  # (q_len, kv_len)
-            scores.masked_fill_(~allowed, float("-inf"))
+        # every product below (and in the backward) would copy them again; the leading axes then
+        # fold into one for torch.bmm: (..., n, d) -> (N, n, d).
+        lead, q_len, kv_len = query.shape[:-2], query.shape[-2], key.shape[-2]
+        q, k, v = (t.contiguous().view(-1, *t.shape[-2:]) for t in (query, key, value))  # (N, q_len, d), (N, kv_len, d), (N, kv_len, d_v)
+        scores = torch.bmm(q, k.transpose(1, 2)).mul_(scale)  # (N, q_len, d) @ (N, d, kv_len) -> (N, q_len, kv_len)
+        bias = _additive(attn_mask, is_causal, q_len, kv_len, query)
+        if bias is not None:
+            scores.view(*lead, q_len, kv_len).add_(bias)  # a broadcast add: far cheaper on the CPU than masked_fill_
         scores.sub_(scores.amax(dim=-1, keepdim=True))  # every row holds a finite score (checked by the caller)
         probs = exp_flush_tiny_(scores)
-        probs.div_(probs.sum(dim=-1, keepdim=True))  # P, (..., q_len, kv_len)
-        out = probs @ value  # (..., q_len, kv_len) @ (..., kv_len, d_v) -> (..., q_len, d_v)
-        ctx.save_for_backward(query, key, value, probs, out)
-        ctx.scale = scale
-        return out
+        probs.div_(probs.sum(dim=-1, keepdim=True))  # P, (N, q_len, kv_len)
+        out = torch.bmm(probs, v)  # (N, q_len, kv_len) @ (N, kv_len, d_v) -> (N, q_len, d_v)
+        ctx.save_for_backward(q, k, v, probs, out)
+        ctx.scale, ctx.shapes = scale, (query.shape, key.shape, value.shape)
+        return out.view(*lead, q_len, value.shape[-1])
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out):
-        query, key, value, probs, out = ctx.saved_tensors
-        grad_out = grad_out.contiguous()
-        grad_value = probs.transpose(-2, -1) @ grad_out  # (..., kv_len, q_len) @ (..., q_len, d_v) -> (..., kv_len, d_v)
-        grad_probs = grad_out @ value.transpose(-2, -1)  # (..., q_len, d_v) @ (..., d_v, kv_len) -> (..., q_len, kv_len)
-        rows = (grad_out * out).sum(dim=-1, keepdim=True)  # D, (..., q_len, 1)
-        grad_scores = grad_probs.sub_(rows).mul_(probs)  # dS, (..., q_len, kv_len)
-        grad_query = (grad_scores @ key).mul_(ctx.scale)  # (..., q_len, kv_len) @ (..., kv_len, d) -> (..., q_len, d)
-        grad_key = (grad_scores.transpose(-2, -1) @ query).mul_(ctx.scale)  # (..., kv_len, q_len) @ (..., q_len, d) -> (..., kv_len, d)
-        return grad_query, grad_key, grad_value, None, None, None
+        q, k, v, probs, out = ctx.saved_tensors
+        grad_out = grad_out.contiguous().view(out.shape)  # (N, q_len, d_v)
+        grad_value = torch.bmm(probs.transpose(1, 2), grad_out)  # (N, kv_len, q_len) @ (N, q_len, d_v) -> (N, kv_len, d_v)
+        grad_probs = torch.bmm(grad_out, v.transpose(1, 2))  # (N, q_len, d_v) @ (N, d_v, kv_len) -> (N, q_len, kv_len)
+        rows = (grad_out * out).sum(dim=-1, keepdim=True)  # D, (N, q_len, 1)
+        grad_scores = grad_probs.sub_(rows).mul_(probs)  # dS, (N, q_len, kv_len)
+        grad_query = torch.bmm(grad_scores, k).mul_(ctx.scale)  # (N, q_len, kv_len) @ (N, kv_len, d) -> (N, q_len, d)
+        grad_key = torch.bmm(grad_scores.transpose(1, 2), q).mul_(ctx.scale)  # (N, kv_len, q_len) @ (N, q_len, d) -> (N, kv_len, d)
+        q_shape, k_shape, v_shape = ctx.shapes
+        return grad_query.view(q_shape), grad_key.view(k_shape), grad_value.view(v_shape), None, None, None
+
+
+def _additive(attn_mask, is_causal: bool, q_len: int, kv_len: int, query: torch.Tensor) -> torch.Tensor | None:
+    """The mask (and the causal rule, top-left) as one float tensor to add: 0 or -inf, at the mask's own size."""
+    bias = None
+    if attn_mask is not None:
+        bias = attn_mask if attn_mask.dtype != torch.bool else (
+            torch.zeros(attn_mask.shape, dtype=query.dtype, device=query.device).masked_fill_(~attn_mask, float("-inf")))
+    if is_causal:
+        allowed = causal_mask(q_len, kv_len, align="top_left", device=query.device)  # (q_len, kv_len)
+        causal = torch.zeros(q_len, kv_len, dtype=query.dtype, device=query.device).masked_fill_(~allowed, float("-inf"))
+        bias = causal if bias is None else bias + causal
+    return bias
