@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from selfattn.errors import TrainingError
 from selfattn.training.loop import train
-from selfattn.training.probe import INDUCTION_FORMED
+from selfattn.training.probe import INDUCTION_FORMED, strongest
 
 EXIT_INTERRUPTED = 130
 
@@ -37,8 +37,8 @@ def summary(run) -> str:
         lines.append(f"loss: train {final['train_loss']:.3f}, validation {final['val_loss']:.3f}")
         probe = final["probe_loss"]
         lines.append(f"probe: loss {probe['first_copy']:.2f} on its first copy, {probe['second_copy']:.2f} on the repeat")
-        best = max(final["heads"], key=lambda h: h["induction"])
-        previous = max(final["heads"], key=lambda h: h["previous_token"])
+        best = strongest(final["heads"], "induction")
+        previous = strongest(final["heads"], "previous_token")
         formed = run.induction_step
         when = f"formed by step {formed}" if formed is not None else f"not formed (below {INDUCTION_FORMED})"
         lines.append(f"induction head: layer {best['layer']} head {best['head']}, score {best['induction']:.2f}, {when}")

@@ -28,7 +28,13 @@ from selfattn.training.config import TrainConfig
 from selfattn.training.distributed import Processes
 from selfattn.training.model import model_config, new_model, save_model
 from selfattn.training.progress import TrainingProgress
-from selfattn.training.step import Interrupts, LanguageModel, next_token_loss, optimizer_for, train_step
+from selfattn.training.step import (
+    Interrupts,
+    LanguageModel,
+    next_token_loss,
+    optimizer_for,
+    train_step,
+)
 from selfattn.training.tasks import InductionTask, TextTask, min_text_chars
 from selfattn.training.vocab import CharVocab
 
@@ -224,7 +230,7 @@ class _Run:
     def _log(self) -> dict:
         record = None
         if self.processes.is_main:
-            weights = probes.probe_weights(self.model, self.probe)
+            weights, probe_loss = probes.run_probe(self.model, self.probe, self.repeat, self.offset)
             record = {
                 "step": self.step,
                 "train_loss": self.interval[0] / max(1, self.interval[1]),  # the mean over the steps since the last record
@@ -232,7 +238,7 @@ class _Run:
                 "lr": self.config.learning_rate(self.step - 1),
                 "tokens_per_s": round(self._tokens_per_s(), 1),
                 "elapsed_s": round(self.elapsed, 2),
-                "probe_loss": probes.probe_losses(self.model, self.probe, self.repeat, self.offset),
+                "probe_loss": probe_loss,
                 "heads": probes.head_scores(weights, self.probe, self.repeat, self.offset),
             }
             files.append_metrics(self.folder, record)

@@ -66,33 +66,33 @@ def head_scores(weights: torch.Tensor, ids: torch.Tensor, repeat: int, offset: i
     ]
 
 
-def probe_weights(model, ids: torch.Tensor) -> torch.Tensor:
-    """The model's attention on the probe, eval mode, no gradients.   -> (layers, heads, seq, seq)"""
+def run_probe(model, ids: torch.Tensor, repeat: int, offset: int) -> tuple[torch.Tensor, dict]:
+    """One forward pass on the probe, eval mode, no gradients: its attention and its losses.
+
+    Returns:
+        The weights, (layers, heads, seq, seq), and the cross-entropy on the probe's copies:
+            {"first_copy": mean loss predicting tokens 2 .. R of the first copy,
+            "second_copy": the same for the second copy}. An induction head brings the
+            second far below the first, which no model can predict (random symbols).
+    """
     module = getattr(model, "module", model)
     was_training = module.training
     module.eval()
     with torch.no_grad():
         out = module(ids[None], output_attentions=True)
     module.train(was_training)
-    return torch.stack([a[0] for a in out.attentions]).float()  # layers x (heads, seq, seq)
-
-
-def probe_losses(model, ids: torch.Tensor, repeat: int, offset: int) -> dict:
-    """Cross-entropy on the probe's first copy and on its second (its tokens after the first).
-
-    Returns:
-        {"first_copy": mean loss predicting tokens 2 .. R of the first copy,
-         "second_copy": the same for the second copy}: an induction head brings the second
-         far below the first, which no model can predict (random symbols).
-    """
-    module = getattr(model, "module", model)
-    with torch.no_grad():
-        logits = module(ids[None]).logits[0].float()  # (seq, vocab)
+    weights = torch.stack([a[0] for a in out.attentions]).float()  # layers x (heads, seq, seq)
+    logits = out.logits[0].float()  # (seq, vocab)
     log_probs = logits - logits.logsumexp(dim=-1, keepdim=True)  # (seq, vocab)
     predicted = -log_probs[:-1].gather(1, ids[1:, None])[:, 0]  # (seq - 1,): loss of token t + 1 given ..t
     first = predicted[offset: offset + repeat - 1]  # tokens offset + 1 .. offset + R - 1
     second = predicted[offset + repeat: offset + 2 * repeat - 1]  # tokens offset + R + 1 .. offset + 2R - 1
-    return {"first_copy": round(float(first.mean()), 4), "second_copy": round(float(second.mean()), 4)}
+    return weights, {"first_copy": round(float(first.mean()), 4), "second_copy": round(float(second.mean()), 4)}
+
+
+def strongest(heads: list[dict], score: str) -> dict:
+    """The head record with the highest ``score`` ("induction", "previous_token", ...), the first of equals."""
+    return max(heads, key=lambda h: h[score])
 
 
 def pack(weights: torch.Tensor) -> torch.Tensor:

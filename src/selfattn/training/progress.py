@@ -10,6 +10,8 @@ from __future__ import annotations
 import sys
 import time
 
+from selfattn.training.probe import strongest
+
 
 class TrainingProgress:
     """A context manager: ``update`` after every step, ``log`` for every metrics record.
@@ -61,7 +63,7 @@ class TrainingProgress:
         """A metrics record: printed as a line when piped, above the bar in a terminal."""
         if not self.enabled:
             return
-        best = max(record["heads"], key=lambda h: h["induction"])
+        best = strongest(record["heads"], "induction")
         line = (
             f"step {record['step']:>{len(str(self.total))}}/{self.total}  train {record['train_loss']:.3f}  "
             f"val {record['val_loss']:.3f}  lr {record['lr']:.2e}  {record['tokens_per_s']:,.0f} tok/s  "

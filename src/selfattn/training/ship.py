@@ -12,6 +12,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from selfattn.training.probe import strongest
 from selfattn.training.run_files import read_metrics, read_settings
 
 KEPT = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "generation_config.json",
@@ -37,8 +38,8 @@ def ship(run: Path, name: str) -> Path:
     if name in WITH_PROBE:  # the probe's attention at every logged step, for selfattn view --training
         shutil.copytree(run / "probe", target / "probe")
     final = read_metrics(run)[-1]
-    best = max(final["heads"], key=lambda h: h["induction"])
-    previous = max(final["heads"], key=lambda h: h["previous_token"])
+    best = strongest(final["heads"], "induction")
+    previous = strongest(final["heads"], "previous_token")
     c = settings["config"]
     lines = [
         f"# {name}", "",

@@ -118,8 +118,7 @@ def read_probe(run: TrainingRun) -> Probe:
     from safetensors import SafetensorError
 
     try:
-        # By step, not by file name: step-1000000 (MAX_STEPS) sorts before step-999975 as text.
-        snapshots = sorted(read_snapshots(folder), key=lambda snapshot: snapshot[0])
+        snapshots = read_snapshots(folder)  # in step order
     except (OSError, ValueError, KeyError, RuntimeError, SafetensorError) as error:  # a cut or foreign file
         raise TrainingError(f"cannot read the probe's attention in {folder / 'probe'}: {error}") from None
     if not snapshots:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from selfattn.errors import OptionError
 from selfattn.training.loop import TrainingRun
-from selfattn.training.probe import INDUCTION_FORMED
+from selfattn.training.probe import INDUCTION_FORMED, strongest
 from selfattn.viz.explorer import render_page
 from selfattn.viz.output import check_output_path, write_text
 from selfattn.viz.training_run import (
@@ -122,7 +122,7 @@ def _first_head(run: TrainingRun, layer: int | None, head: int | None) -> tuple[
     fit what was given (only --layer 1: layer 1's best head).
     """
     fits = [h for h in run.metrics[-1]["heads"] if layer in (None, h["layer"]) and head in (None, h["head"])]
-    best = max(fits or run.metrics[-1]["heads"], key=lambda h: h["induction"])
+    best = strongest(fits or run.metrics[-1]["heads"], "induction")
     return (best["layer"] if layer is None else layer), (best["head"] if head is None else head)
 
 
