@@ -45,9 +45,8 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from peer_gpt import PeerGPT, copy_from_ours  # noqa: E402
 
-from selfattn.attention import functional, modules  # noqa: E402
+from selfattn.attention import modules  # noqa: E402
 from selfattn.attention.functional import AttentionOutput  # noqa: E402
-from selfattn.masks import to_additive  # noqa: E402
 from selfattn.training import train  # noqa: E402
 from selfattn.training.config import TrainConfig  # noqa: E402
 from selfattn.training.corpus import read_shakespeare  # noqa: E402
@@ -129,80 +128,35 @@ def same_numbers(model, peer: PeerGPT, task: TextTask) -> tuple[float, float]:
 
 # -- diagnostics: our step with its attention swapped (patched here, for the timing only) --
 
-class _FusedBackwardSoftmax(torch.autograd.Function):
-    """alpha = softmax(S) by our in-place steps; backward dS = alpha * (dalpha - sum_j alpha_j dalpha_j)."""
-
-    @staticmethod
-    def forward(ctx, scores, dim):
-        weights = functional.softmax_rows(scores, dim, in_place=True)  # (..., q_len, kv_len), overwrites scores
-        ctx.mark_dirty(scores)
-        ctx.save_for_backward(weights)
-        ctx.dim = dim
-        return weights
-
-    @staticmethod
-    def backward(ctx, grad):
-        (weights,) = ctx.saved_tensors
-        return (grad - (grad * weights).sum(ctx.dim, keepdim=True)) * weights, None
-
-
 @contextlib.contextmanager
-def swapped(module, name: str, replacement):
-    original = getattr(module, name)
-    setattr(module, name, replacement)
+def swapped(owner, name: str, replacement):
+    original = getattr(owner, name)
+    setattr(owner, name, replacement)
     try:
         yield
     finally:
-        setattr(module, name, original)
+        setattr(owner, name, original)
 
 
 def _sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False, need_weights=True):
     return AttentionOutput(F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale), None)  # causal only
 
 
-def _rows(kind):
-    if kind == "torch":
-        return lambda scores, dim=-1, in_place=False: torch.softmax(scores, dim)
-    original = functional.softmax_rows
-    return lambda scores, dim=-1, in_place=False: (original(scores, dim, in_place) if in_place
-                                                   else _FusedBackwardSoftmax.apply(scores, dim))
-
-
-def _fused_qkv(original):
-    def project(self, query, key, value, fast):
-        if not (query is key is value):
-            return original(self, query, key, value, fast)
-        linears = (self.w_q, self.w_k, self.w_v)
-        weight = torch.cat([lin.weight for lin in linears])  # (3 d, d)
-        bias = torch.cat([lin.bias for lin in linears]) if self.w_q.bias is not None else None
-        q, k, v = F.linear(query, weight, bias).split([lin.out_features for lin in linears], dim=-1)
-        return q, k, v, None  # (batch, seq, d) each, unscaled
-    return project
-
-
-def _added_mask(original):
-    def apply(scores, attn_mask, in_place=False):
-        if in_place or attn_mask is None or attn_mask.dtype != torch.bool:
-            return original(scores, attn_mask, in_place)
-        return scores + to_additive(attn_mask, scores.dtype)  # 0 / -inf: backward passes the gradient through
-    return apply
+def _unpacked():
+    """Training self-attention the general way: three products, heads split, softmax_attention."""
+    return swapped(modules.MultiHeadAttention, "_trains_packed", lambda *args, **kwargs: False)
 
 
 @contextlib.contextmanager
-def _softmax_and_added_mask():
-    with swapped(functional, "softmax_rows", _rows("torch")), \
-            swapped(functional, "apply_mask", _added_mask(functional.apply_mask)):
+def _unpacked_with_sdpa():
+    with _unpacked(), swapped(modules, "attention_forward", _sdpa):
         yield
 
 
 VARIANTS = {  # label: the patch around our step
-    "ours, as it is": contextlib.nullcontext,
-    "ours, softmax by torch.softmax": lambda: swapped(functional, "softmax_rows", _rows("torch")),
-    "ours, our softmax with a one-pass backward": lambda: swapped(functional, "softmax_rows", _rows("fused")),
-    "ours, q, k, v from one stacked product": lambda: swapped(
-        modules.MultiHeadAttention, "_project", _fused_qkv(modules.MultiHeadAttention._project)),
-    "ours, torch.softmax and the causal mask added as 0 / -inf": _softmax_and_added_mask,
-    "ours, attention by F.scaled_dot_product_attention": lambda: swapped(modules, "attention_forward", _sdpa),
+    "ours, as it is (packed_self_attention)": contextlib.nullcontext,
+    "ours, unpacked: q, k, v from one product, heads split, softmax_attention": _unpacked,
+    "ours, unpacked, attention by F.scaled_dot_product_attention": _unpacked_with_sdpa,
 }
 
 
@@ -215,7 +169,7 @@ def variant_difference(model, task: TextTask) -> float:
             next_token_loss(LanguageModel(model)(inputs), targets).backward()
         grads[label] = [p.grad for p in model.parameters()]
         model.zero_grad(set_to_none=True)
-    plain = grads.pop("ours, as it is")
+    plain = grads.pop("ours, as it is (packed_self_attention)")
     worst = max(float((a - b).abs().max()) for g in grads.values() for a, b in zip(g, plain))
     assert worst <= 1e-5, f"a variant computes other gradients: {worst:.1e}"
     return worst

@@ -19,6 +19,7 @@ from torch import nn
 
 from selfattn.attention.config import AttentionConfig
 from selfattn.attention.functional import AttentionSteps, attention_forward, attention_steps
+from selfattn.attention.packed_attention import packed_self_attention
 from selfattn.attention.kv_cache import KVCache
 from selfattn.errors import ShapeError
 from selfattn.masks import causal_mask, check_mask_kind, combine_masks, sliding_window_mask
@@ -267,10 +268,15 @@ class MultiHeadAttention(nn.Module):
         c = self.config
         if c.attn_impl == "flash" and not need_weights and query.shape[-2] >= c.flash_min_queries:
             return self._flash_forward(query, key, value, attn_mask, is_causal, cache, positions)
-        heads = self._heads(query, key, value, attn_mask, is_causal, cache, positions, fast=True)
+        if self._trains_packed(query, key, value, attn_mask, cache, positions, need_weights):
+            return self._packed_forward(query, is_causal)
+        # The causal rule alone, with as many queries as keys (training, a prompt without a cache):
+        # bottom-right is top-left there, and attention_forward applies it without a mask tensor.
+        square = is_causal and self._causal_alone(attn_mask) and _as_many_keys(query, key, cache)
+        heads = self._heads(query, key, value, attn_mask, is_causal and not square, cache, positions, fast=True)
         attended = attention_forward(
             heads.q, heads.k, heads.v,
-            attn_mask=heads.mask, dropout_p=self._dropout_p, scale=heads.scale, enable_gqa=self._gqa,
+            attn_mask=heads.mask, dropout_p=self._dropout_p, is_causal=square, scale=heads.scale, enable_gqa=self._gqa,
             need_weights=need_weights,
         )  # output (batch, H, q_len, head_dim), weights (batch, H, q_len, kv_len) or None
         output = self.w_o(_merge_heads(attended.output))  # (batch, q_len, d_model)
@@ -332,13 +338,41 @@ class MultiHeadAttention(nn.Module):
         combined mask."""
         from selfattn.kernels.flash import flash_with_offset
 
-        c = self.config
-        alone = is_causal and attn_mask is None and c.positional != "alibi" and c.sliding_window is None
+        alone = is_causal and self._causal_alone(attn_mask)
         heads = self._heads(query, key, value, attn_mask, is_causal and not alone, cache, positions, fast=True)
         offset = heads.k.shape[-2] - heads.q.shape[-2] if alone else None  # bottom-right: the queries are the newest
         out, _ = flash_with_offset(heads.q, heads.k, heads.v, heads.mask, offset, heads.scale, self._gqa)
         output = self.w_o(_merge_heads(out))  # (batch, H, q_len, head_dim) -> (batch, q_len, d_model)
         return output[0] if heads.unbatched else output
+
+    def _trains_packed(self, query, key, value, attn_mask, cache, positions, need_weights: bool) -> bool:
+        """Whether a call takes ``_packed_forward``: training self-attention (gradients wanted)
+        on a batch of at least one token, with no mask but the causal rule, no cache, RoPE,
+        ALiBi, window, dropout, grouped heads or returned weights."""
+        c = self.config
+        plain = (attn_mask is None and cache is None and positions is None and not need_weights and c.positional == "none"
+                 and c.sliding_window is None and not self._gqa and self._dropout_p == 0)
+        if not (plain and (key is None or key is query) and (value is None or value is query)):
+            return False
+        if not (isinstance(query, torch.Tensor) and query.dim() == 3 and query.shape[1] > 0 and query.shape[-1] == c.d_model):
+            return False
+        params = (self.w_q.weight, self.w_k.weight, self.w_v.weight)
+        wanted = query.requires_grad or any(p.requires_grad for p in params)
+        return torch.is_grad_enabled() and wanted and query.dtype in (torch.float32, torch.float64) and query.dtype == params[0].dtype
+
+    def _packed_forward(self, x: torch.Tensor, is_causal: bool) -> torch.Tensor:
+        """Y for training self-attention through ``packed_self_attention``: the same math as
+        ``forward``, with no head copied on its way to the batched products."""
+        self._forget_stack()  # the optimiser step that follows may not bump the weights' versions
+        c = self.config
+        linears = (self.w_q, self.w_k, self.w_v)
+        biases = tuple(lin.bias for lin in linears) if c.bias else None
+        concat = packed_self_attention(x, tuple(lin.weight for lin in linears), biases, c.n_heads, is_causal)
+        return self.w_o(concat)  # (batch, seq, H head_dim) -> (batch, seq, d_model)
+
+    def _causal_alone(self, attn_mask) -> bool:
+        """Whether the causal rule would be the only mask: no user mask, no window, no ALiBi bias."""
+        return attn_mask is None and self.config.positional != "alibi" and self.config.sliding_window is None
 
     @property
     def _dropout_p(self) -> float:
@@ -411,16 +445,32 @@ class MultiHeadAttention(nn.Module):
         with the weights stacked [W_q / sqrt(head_dim); W_k; W_v]: one larger matrix
         product keeps the CPU busier than three small ones (about 20% faster at 256 tokens
         x 384 wide), and folding the 1 / sqrt(head_dim) into W_q saves a pass over Q.
-        The stack is rebuilt whenever a weight changes (tracked by tensor version and address).
+        The stack is rebuilt whenever a weight changes (tracked by tensor version and address)
+        and after every forward with gradients and every ``train``/``eval``: fused optimisers
+        (``AdamW(fused=True)``) update weights in place without bumping their version.
         """
-        params = [self.w_q.weight, self.w_k.weight, self.w_v.weight]
-        stack = fast and query is key is value and not (torch.is_grad_enabled() and any(p.requires_grad for p in params))
-        if not stack:
+        if not (fast and query is key is value):
             return self.w_q(query), self.w_k(key), self.w_v(value), None
-        weight, bias = self._stacked_qkv()
         widths = [self.w_q.out_features, self.w_k.out_features, self.w_v.out_features]
+        params = [self.w_q.weight, self.w_k.weight, self.w_v.weight]
+        if torch.is_grad_enabled() and any(p.requires_grad for p in params):
+            # Training: the stack rebuilt on every call, so that the gradients flow back to each weight.
+            self._forget_stack()
+            weight = torch.cat(params)
+            bias = torch.cat([self.w_q.bias, self.w_k.bias, self.w_v.bias]) if self.config.bias else None
+            q, k, v = F.linear(query, weight, bias).split(widths, dim=-1)
+            return q, k, v, None
+        weight, bias = self._stacked_qkv()
         q, k, v = F.linear(query, weight, bias).split(widths, dim=-1)  # (batch, seq, sum of widths) -> 3 views
         return q, k, v, 1.0
+
+    def train(self, mode: bool = True) -> MultiHeadAttention:
+        """``nn.Module.train``; it also drops the stacked inference weights (see ``_project``)."""
+        self._forget_stack()
+        return super().train(mode)
+
+    def _forget_stack(self) -> None:
+        self._qkv_cache = None
 
     def _stacked_qkv(self) -> tuple[torch.Tensor, torch.Tensor | None]:
         linears = (self.w_q, self.w_k, self.w_v)
@@ -449,6 +499,15 @@ class MultiHeadAttention(nn.Module):
             if isinstance(attn_mask, torch.Tensor) and attn_mask.dim() == 3:
                 attn_mask = attn_mask[:, None]  # (batch, q_len, kv_len) -> (batch, 1, q_len, kv_len)
         return combine_masks(attn_mask, causal, bias, dtype=q.dtype)
+
+
+def _as_many_keys(query, key, cache: KVCache | None) -> bool:
+    """Whether a call attends to as many keys (cached and its own) as it has queries; False
+    for inputs without a sequence axis (``_heads`` then says what is wrong with them)."""
+    key = query if key is None else key
+    if not (isinstance(query, torch.Tensor) and isinstance(key, torch.Tensor) and query.dim() >= 2 and key.dim() >= 2):
+        return False
+    return key.shape[-2] + (0 if cache is None else cache.length) == query.shape[-2]
 
 
 class _Heads(NamedTuple):

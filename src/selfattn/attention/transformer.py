@@ -81,10 +81,16 @@ class FeedForward(nn.Module):
             FFN(x), (..., d_model).
         """
         hidden = _ACTIVATIONS[self.activation](self.linear1(x))  # (..., d_ff)
-        return self.linear2(self.dropout(hidden))  # (..., d_ff) -> (..., d_model)
+        return self.linear2(_dropped(self.dropout, hidden))  # (..., d_ff) -> (..., d_model)
 
     def extra_repr(self) -> str:
         return f"activation={self.activation!r}"
+
+
+def _dropped(dropout: nn.Dropout, x: torch.Tensor) -> torch.Tensor:
+    """dropout(x), skipping the module call where it would hand x back (p = 0 or evaluation):
+    a training step calls three per layer, and on small models the calls add up."""
+    return dropout(x) if dropout.training and dropout.p > 0 else x
 
 
 class TransformerBlock(nn.Module):
@@ -153,18 +159,18 @@ class TransformerBlock(nn.Module):
         def attend(h: torch.Tensor):
             options = dict(attn_mask=attn_mask, is_causal=causal, cache=cache, positions=positions)
             if not need_weights:
-                return self.dropout1(self.attention(h, **options)), None
+                return _dropped(self.dropout1, self.attention(h, **options)), None
             out, weights = self.attention(h, **options, need_weights=True)
-            return self.dropout1(out), weights  # (..., seq, d_model), (batch, H, q_len, kv_len)
+            return _dropped(self.dropout1, out), weights  # (..., seq, d_model), (batch, H, q_len, kv_len)
 
         if self.config.norm_first:
             attended, weights = attend(self.norm1(x))
             x = x + attended
-            x = x + self.dropout2(self.feed_forward(self.norm2(x)))
+            x = x + _dropped(self.dropout2, self.feed_forward(self.norm2(x)))
         else:
             attended, weights = attend(x)
             x = self.norm1(x + attended)
-            x = self.norm2(x + self.dropout2(self.feed_forward(x)))
+            x = self.norm2(x + _dropped(self.dropout2, self.feed_forward(x)))
         if not need_weights:
             return x
         if x.dim() == 2 and weights.dim() == 4:

@@ -25,6 +25,7 @@ no -inf - (-inf) appears, their l stays 0, and they finish as a zero output with
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import NamedTuple
 
@@ -157,9 +158,14 @@ def exp_floor(x: torch.Tensor) -> float | None:
         log(smallest normal number of x's dtype) + 8, or None off the CPU, for a
             non-floating dtype, or where that is above -60 (float16).
     """
-    if x.device.type != "cpu" or not x.dtype.is_floating_point:
+    return _floor_for(x.device.type, x.dtype)
+
+
+@functools.lru_cache(maxsize=None)
+def _floor_for(device_type: str, dtype: torch.dtype) -> float | None:
+    if device_type != "cpu" or not dtype.is_floating_point:
         return None
-    floor = math.log(torch.finfo(x.dtype).tiny) + 8.0
+    floor = math.log(torch.finfo(dtype).tiny) + 8.0
     return floor if floor < -60.0 else None
 
 
