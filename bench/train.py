@@ -12,7 +12,7 @@ each block) after a warm-up block, so that load on a shared machine hits them al
               torch.profiler's operators side by side, and our step with parts of its attention
               swapped for others (patched here as a diagnosis; nothing in src/ changes).
   b. attention  the same step through our reference attention and through the flash kernel
-              (forced: flash_min_queries 1) at contexts 64, 128, 256, 512, batch 768 / context,
+              (forced: flash_min_queries 1) at contexts 64 to 1024, batch 768 / context (at least 1),
               the peer beside them: the evidence for FLASH_MIN_CONTEXT in training/loop.py.
   c. loss     ``train(task="text", steps=2000)`` (the nanoGPT recipe): the validation loss beside
               nanoGPT's published 1.88, and the peer trained from the same weights on the same
@@ -476,7 +476,7 @@ def main() -> None:
     args.blocks = args.blocks or (2 if quick else 20)
     args.per_block, args.profile_steps = (3, 3) if quick else (10, 20)
     args.attn_blocks, args.attn_per_block = (1, 2) if quick else (6, 5)
-    args.contexts = (64, 128) if quick else (64, 128, 256, 512)
+    args.contexts = (64, 128) if quick else (64, 128, 256, 512, 1024)
     args.text_steps, args.induction_steps = (50, 50) if quick else (RECIPE.steps, None)
     out = args.out or (None if quick else "docs/training-bench.md")
     torch.set_num_threads(args.threads)

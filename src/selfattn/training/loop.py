@@ -38,11 +38,12 @@ from selfattn.training.step import (
 from selfattn.training.tasks import InductionTask, TextTask, min_text_chars
 from selfattn.training.vocab import CharVocab
 
-# Contexts below this train through the reference attention (softmax_attention: its backward
-# written out), longer ones through the flash kernel, forward and backward, whose memory is
-# O(N). bench/train.py, the training step at 768 tokens a step: flash / reference 1.18 at a
-# context of 64, 1.17 at 128, 1.14 at 256, 0.93 at 512.
-FLASH_MIN_CONTEXT = 512
+# Contexts below this train through the reference attention (packed_self_attention: its
+# backward written out), longer ones through the flash kernel, forward and backward, whose
+# memory is O(N). bench/train.py, the training step at 768 tokens a step (one sequence from
+# 1024 on): flash / reference 1.28 at a context of 64, 1.28 at 128, 1.25 at 256, 1.10 at 512,
+# 0.90 at 1024.
+FLASH_MIN_CONTEXT = 1024
 
 
 @dataclass(frozen=True)
