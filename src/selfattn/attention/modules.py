@@ -458,11 +458,11 @@ class MultiHeadAttention(nn.Module):
             self._forget_stack()
             weight = torch.cat(params)
             bias = torch.cat([self.w_q.bias, self.w_k.bias, self.w_v.bias]) if self.config.bias else None
-            q, k, v = F.linear(query, weight, bias).split(widths, dim=-1)
-            return q, k, v, None
-        weight, bias = self._stacked_qkv()
+            scale = None  # unscaled
+        else:
+            (weight, bias), scale = self._stacked_qkv(), 1.0  # W_q already scaled
         q, k, v = F.linear(query, weight, bias).split(widths, dim=-1)  # (batch, seq, sum of widths) -> 3 views
-        return q, k, v, 1.0
+        return q, k, v, scale
 
     def train(self, mode: bool = True) -> MultiHeadAttention:
         """``nn.Module.train``; it also drops the stacked inference weights (see ``_project``)."""

@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
-from selfattn.attention.softmax_attention import _causal_bias, attend_folded, attend_folded_backward
+from selfattn.attention.softmax_attention import causal_bias, attend_folded, attend_folded_backward
 
 
 def packed_self_attention(x: torch.Tensor, weights, biases, n_heads: int, is_causal: bool) -> torch.Tensor:
@@ -61,7 +61,7 @@ class _PackedSelfAttention(torch.autograd.Function):
             bias = torch.cat([b_q * scale, b_k, b_v])  # (3 H head_dim,)
             qkv = torch.baddbmm(bias.view(blocks, 1, head_dim), shared, per_head)
         q, k, v = qkv.view(3, n_heads * batch, seq, head_dim)  # each (H * batch, seq, head_dim), contiguous
-        mask = _causal_bias(seq, seq, x.dtype, x.device) if is_causal else None
+        mask = causal_bias(seq, seq, x.dtype, x.device) if is_causal else None
         out, probs = attend_folded(q, k, v, 1.0, mask)  # (H * batch, seq, head_dim)
         ctx.save_for_backward(rows, weight, q, k, v, probs, out)
         ctx.sizes, ctx.scale, ctx.has_bias = (batch, seq, n_heads, head_dim), scale, b_q is not None

@@ -194,13 +194,13 @@ def _additive(attn_mask, is_causal: bool, q_len: int, kv_len: int, query: torch.
         bias = attn_mask if attn_mask.dtype != torch.bool else (
             torch.zeros(attn_mask.shape, dtype=query.dtype, device=query.device).masked_fill_(~attn_mask, float("-inf")))
     if is_causal:
-        causal = _causal_bias(q_len, kv_len, query.dtype, query.device)
+        causal = causal_bias(q_len, kv_len, query.dtype, query.device)
         bias = causal if bias is None else bias + causal
     return bias
 
 
 @functools.lru_cache(maxsize=16)
-def _causal_bias(q_len: int, kv_len: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+def causal_bias(q_len: int, kv_len: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """The causal rule (top-left) as 0 / -inf, (q_len, kv_len): built once per size, as every
     layer of every step asks for the same one; only read (added), never written."""
     allowed = causal_mask(q_len, kv_len, align="top_left", device=device)  # (q_len, kv_len)
