@@ -33,14 +33,14 @@ import math
 import torch
 from torch.autograd.function import once_differentiable
 
+from selfattn.checks import check_attention_inputs
 from selfattn.distributed.comm import Ring
 from selfattn.distributed.sharding import layout_name, shard_lengths, shard_positions
 from selfattn.errors import DistributedError, SelfAttnError, ShapeError
 from selfattn.kernels.flash import BACKWARD_BLOCK_Q, DEFAULT_BLOCK_K, DEFAULT_BLOCK_Q
 from selfattn.kernels.flash_tiles import flash_backward, flash_forward
-from selfattn.masks.rules import causal_rule
 from selfattn.kernels.online_softmax import NEG_INF, merge_partial_attention
-from selfattn.attention.functional import check_attention_inputs
+from selfattn.masks.rules import causal_rule
 
 
 def ring_attention(

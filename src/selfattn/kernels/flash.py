@@ -29,7 +29,12 @@ import math
 import torch
 from torch.autograd.function import once_differentiable
 
-from selfattn.attention.functional import broadcast_shape, check_attention_inputs, expand_kv_heads, is_causal_bias
+from selfattn.checks import (
+    broadcast_shape,
+    check_attention_inputs,
+    expand_kv_heads,
+    is_causal_bias,
+)
 from selfattn.errors import OptionError, ShapeError
 from selfattn.kernels.flash_tiles import FloatMask, flash_backward, flash_forward
 from selfattn.masks.rules import causal_rule

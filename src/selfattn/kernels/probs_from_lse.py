@@ -14,7 +14,7 @@ import math
 
 import torch
 
-from selfattn.attention.functional import check_attention_inputs, expand_kv_heads
+from selfattn.checks import check_attention_inputs, expand_kv_heads
 from selfattn.errors import OptionError
 from selfattn.kernels.flash import _broadcast_leading, _causal_form
 from selfattn.kernels.online_softmax import NEG_INF
