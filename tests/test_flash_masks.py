@@ -125,7 +125,7 @@ def test_structured_masks_against_torch(case, block_q, block_k, dtype, seed, big
     "mask,ref",
     [
         (PaddingMask([0, 3], 5), padding_loop([0, 3], 5)),  # batch element 0 sees nothing
-        (SlidingWindowMask(7, 3, left=1), window_loop(7, 3, 1, 0, -4)),  # bottom-right, q_len > kv_len
+        (SlidingWindowMask(7, 3, left=1, align="bottom_right"), window_loop(7, 3, 1, 0, -4)),  # q_len > kv_len
         (CausalMask(6, 2, align="bottom_right"), window_loop(6, 2, None, 0, -4)),
         (DocumentMask([1, 2, 1], [1, 0, 2]), document_loop([1, 2, 1], [1, 0, 2])),  # doc 1 has no keys
         (DocumentMask([1, 1, 1, 1], [1, 1, 0, 1]), document_loop([1, 1, 1, 1], [1, 1, 0, 1])),  # single tokens
@@ -221,7 +221,7 @@ SKIP_CASES = {
     "window": (SlidingWindowMask(11, 11, left=2), window_loop(11, 11, 2, 0, 0)),
     "window_wide_rows": (SlidingWindowMask(70, 70, left=3, right=1), window_loop(70, 70, 3, 1, 0)),
     "documents": (DocumentMask([3, 1, 0, 5, 2]), document_loop([3, 1, 0, 5, 2])),
-    "causal&window": (CausalMask(9, 12, align="bottom_right") & SlidingWindowMask(9, 12, left=3),
+    "causal&window": (CausalMask(9, 12, align="bottom_right") & SlidingWindowMask(9, 12, left=3, align="bottom_right"),
                       window_loop(9, 12, 3, 0, 3)),
     "padding": (PaddingMask([2, 4], 11), padding_loop([2, 4], 11)),
     "dense_bool": (window_loop(10, 9, 1, 1, 0) | document_loop([2, 8], [7, 2]), None),
@@ -334,7 +334,8 @@ def gqa_mask(kind, batch, hq, q_len, kv_len):
     if kind == "none":
         return None, torch.zeros(q_len, kv_len, dtype=torch.float64)
     if kind == "causal&window":
-        return (CausalMask(q_len, kv_len, align="bottom_right") & SlidingWindowMask(q_len, kv_len, left=2),
+        return (CausalMask(q_len, kv_len, align="bottom_right")
+                & SlidingWindowMask(q_len, kv_len, left=2, align="bottom_right"),
                 as_bias(window_loop(q_len, kv_len, 2, 0, kv_len - q_len)))
     if kind == "documents":
         return DocumentMask([2, 0, 1, 2], [3, 1, 0, 3]), as_bias(document_loop([2, 0, 1, 2], [3, 1, 0, 3]))

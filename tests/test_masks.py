@@ -125,25 +125,31 @@ def test_sliding_window_property(q_len, kv_len, left, right, align):
 def test_sliding_window_limits_and_combinations(q_len, kv_len):
     wide = max(q_len, kv_len)
     # an unbounded left side and no right side is the causal mask
-    assert_same_mask(sliding_window_mask(q_len, kv_len, left=wide), causal_bottom_right(q_len, kv_len))
+    assert_same_mask(sliding_window_mask(q_len, kv_len, left=wide), causal_top_left(q_len, kv_len))
     assert_same_mask(sliding_window_mask(q_len, kv_len, left=wide, align="top_left"), causal_top_left(q_len, kv_len))
+    assert_same_mask(sliding_window_mask(q_len, kv_len, left=wide, align="bottom_right"), causal_bottom_right(q_len, kv_len))
     # unbounded both sides allows everything
     all_true = torch.ones(q_len, kv_len, dtype=torch.bool)
     assert_same_mask(sliding_window_mask(q_len, kv_len, left=wide, right=wide), all_true)
     # a window of 3 inside the causal mask, combined
-    combined = combine_masks(causal_bottom_right(q_len, kv_len), sliding_window_mask(q_len, kv_len, left=2, right=4))
+    window = sliding_window_mask(q_len, kv_len, left=2, right=4, align="bottom_right")
+    combined = combine_masks(causal_bottom_right(q_len, kv_len), window)
     assert_same_mask(combined, window_loop(q_len, kv_len, 2, 0, "bottom_right"))
+    combined = combine_masks(causal_top_left(q_len, kv_len), sliding_window_mask(q_len, kv_len, left=2, right=4))
+    assert_same_mask(combined, window_loop(q_len, kv_len, 2, 0, "top_left"))
     # kv_len defaults to q_len
     assert_same_mask(sliding_window_mask(q_len, left=1), window_loop(q_len, q_len, 1, 0, "bottom_right"))
 
 
+@pytest.mark.parametrize("align", ["top_left", "bottom_right"])
 @pytest.mark.parametrize("q_len,kv_len,left", [(5, 5, 1), (3, 8, 2), (7, 7, 3)])
-def test_sliding_window_attention_equals_torch_on_each_window(q_len, kv_len, left):
+def test_sliding_window_attention_equals_torch_on_each_window(q_len, kv_len, left, align):
     """Row i of windowed attention is torch's attention of query i over its window of keys alone."""
     query, key, value = randn(2, 2, q_len, 3), randn(2, 2, kv_len, 3, seed=1), randn(2, 2, kv_len, 4, seed=2)
-    ours = scaled_dot_product_attention(query, key, value, attn_mask=sliding_window_mask(q_len, kv_len, left=left))
+    mask = sliding_window_mask(q_len, kv_len, left=left, align=align)
+    ours = scaled_dot_product_attention(query, key, value, attn_mask=mask)
     for i in range(q_len):
-        pos = kv_len - q_len + i
+        pos = kv_len - q_len + i if align == "bottom_right" else i
         window = slice(max(pos - left, 0), pos + 1)
         expected = F.scaled_dot_product_attention(query[..., i : i + 1, :], key[..., window, :], value[..., window, :])
         torch.testing.assert_close(ours[..., i : i + 1, :], expected, atol=1e-12, rtol=1e-10)

@@ -177,8 +177,9 @@ def test_sliding_window_dense_against_loop(q_len, kv_len, left, right, align):
     assert_same(mask.dense(), window_loop(q_len, kv_len, left, right, offset_of(q_len, kv_len, align)))
 
 
-def test_sliding_window_zero_sides_is_the_diagonal_and_default_alignment_is_bottom_right():
-    assert_same(SlidingWindowMask(3, 5, left=0, right=0).dense(), window_loop(3, 5, 0, 0, 2))
+def test_sliding_window_zero_sides_is_the_diagonal_and_default_alignment_is_top_left():
+    assert_same(SlidingWindowMask(3, 5, left=0, right=0).dense(), torch.eye(3, 5, dtype=torch.bool))
+    assert_same(SlidingWindowMask(3, 5, left=0, right=0, align="bottom_right").dense(), window_loop(3, 5, 0, 0, 2))
     assert_same(SlidingWindowMask(4, left=0).dense(), torch.eye(4, dtype=torch.bool))
     assert_same(SlidingWindowMask(4, 6, left=None, right=None).dense(), torch.ones(4, 6, dtype=torch.bool))
 
@@ -234,7 +235,8 @@ def test_block_states_and_dense_against_loops(case, block_q, block_k):
     "mask,ref",
     [
         (SlidingWindowMask(9, 9, left=2), window_loop(9, 9, 2, 0, 0)),
-        (CausalMask(5, 8, align="bottom_right") & SlidingWindowMask(5, 8, left=1, right=1), window_loop(5, 8, 1, 0, 3)),
+        (CausalMask(5, 8, align="bottom_right") & SlidingWindowMask(5, 8, left=1, right=1, align="bottom_right"),
+         window_loop(5, 8, 1, 0, 3)),
         (DocumentMask([3, 1, 0, 4]) & CausalMask(8), document_loop([3, 1, 0, 4]) & window_loop(8, 8, None, 0, 0)),
         (PaddingMask([0, 8, 3], 8) | CausalMask(8), padding_loop([0, 8, 3], 8) | window_loop(8, 8, None, 0, 0)),
     ],
@@ -299,6 +301,43 @@ def test_builders_dense_and_structured(q_len, kv_len, align):
     rule = sliding_window_mask(q_len, kv_len, left=2, right=1, align=align, structured=True)
     assert isinstance(rule, SlidingWindowMask)
     assert_same(rule.dense(), window_ref)
+
+
+# One default alignment: every builder and rule puts query i at key i (top-left) unless told otherwise.
+
+ALIGNED_BUILDERS = {  # name: (build(q_len, kv_len, **align), left, right of the rule)
+    "causal_mask": (lambda q, k, **a: causal_mask(q, k, **a), None, 0),
+    "causal_mask structured": (lambda q, k, **a: causal_mask(q, k, structured=True, **a), None, 0),
+    "CausalMask": (lambda q, k, **a: CausalMask(q, k, **a), None, 0),
+    "sliding_window_mask": (lambda q, k, **a: sliding_window_mask(q, k, left=2, **a), 2, 0),
+    "sliding_window_mask structured": (lambda q, k, **a: sliding_window_mask(q, k, left=1, right=1, structured=True, **a), 1, 1),
+    "SlidingWindowMask": (lambda q, k, **a: SlidingWindowMask(q, k, left=2, right=None, **a), 2, None),
+}
+
+
+def band_at(q_len, kv_len, left, right, position):
+    """M[i][j] = (position(i) - left <= j <= position(i) + right), one entry at a time; None: no limit."""
+    rows = [
+        [(left is None or j >= position(i) - left) and (right is None or j <= position(i) + right) for j in range(kv_len)]
+        for i in range(q_len)
+    ]
+    return torch.tensor(rows, dtype=torch.bool).reshape(q_len, kv_len)
+
+
+@pytest.mark.parametrize("name", ALIGNED_BUILDERS)
+@pytest.mark.parametrize("q_len,kv_len", [(3, 7), (1, 6), (7, 3), (6, 2)])
+def test_every_builder_aligns_top_left_by_default_and_bottom_right_when_asked(name, q_len, kv_len):
+    build, left, right = ALIGNED_BUILDERS[name]
+    top_left = band_at(q_len, kv_len, left, right, lambda i: i)
+    bottom_right = band_at(q_len, kv_len, left, right, lambda i: kv_len - q_len + i)
+    assert not torch.equal(top_left, bottom_right)  # the case tells the two apart
+    for mask, expected in [(build(q_len, kv_len), top_left), (build(q_len, kv_len, align="top_left"), top_left),
+                           (build(q_len, kv_len, align="bottom_right"), bottom_right)]:
+        if isinstance(mask, torch.Tensor):
+            assert_same(mask, expected)
+        else:  # the rule: its dense form and the blocks a kernel would skip
+            assert_same(mask.dense(), expected)
+            assert_same(mask.block_states(2, 3), states_loop(expected, q_len, 2, 3))
 
 
 def test_padding_and_document_builders_dense_and_structured():

@@ -489,7 +489,8 @@ class MultiHeadAttention(nn.Module):
         """The user's mask, the causal mask (bottom-right), the window and the ALiBi bias, as one mask."""
         causal = causal_mask(q_len, kv_len, align="bottom_right", device=q.device) if is_causal else None
         if self.config.sliding_window is not None:
-            window = sliding_window_mask(q_len, kv_len, left=self.config.sliding_window - 1, right=None, device=q.device)
+            window = sliding_window_mask(q_len, kv_len, left=self.config.sliding_window - 1, right=None,
+                                         align="bottom_right", device=q.device)
             causal = window if causal is None else causal & window
         bias = None
         if self.config.positional == "alibi":

@@ -2,9 +2,9 @@
 
 Every builder returns a plain bool tensor that ``scaled_dot_product_attention`` takes as
 ``attn_mask`` and that a plot can draw. Positions: key j sits at position j; query i sits
-at position i (aligned top-left, torch's ``is_causal``) or at kv_len - q_len + i
-(aligned bottom-right: the queries are the newest tokens, as in KV-cached decoding and
-flash-attention). With q_len == kv_len both alignments agree.
+at position i (aligned top-left, torch's ``is_causal``: every builder's default) or at
+kv_len - q_len + i (``align="bottom_right"``: the queries are the newest tokens, as in
+KV-cached decoding and flash-attention). With q_len == kv_len both alignments agree.
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def sliding_window_mask(
     *,
     left: int,
     right: int = 0,
-    align: str = "bottom_right",
+    align: str = "top_left",
     device=None,
     structured: bool = False,
 ):
@@ -126,9 +126,9 @@ def sliding_window_mask(
         kv_len: number of keys; None means q_len.
         left: how many earlier keys each query sees, an integer >= 0 (None: no limit).
         right: how many later keys each query sees (default 0; None: no limit).
-        align: "bottom_right" (default: pos(i) = kv_len - q_len + i, the queries are the
-            newest tokens) or "top_left" (pos(i) = i). Note the default differs from
-            ``causal_mask``'s; with q_len == kv_len both agree.
+        align: "top_left" (default, as ``causal_mask`` and torch's is_causal: pos(i) = i)
+            or "bottom_right" (pos(i) = kv_len - q_len + i: the queries are the newest
+            tokens, as in KV-cached decoding and flash-attn). With q_len == kv_len both agree.
         device: where the bool tensor lives; None is torch's default device.
         structured: return a ``SlidingWindowMask`` instead of a tensor.
 
@@ -144,7 +144,9 @@ def sliding_window_mask(
         >>> import torch
         >>> sa.sliding_window_mask(4, left=1).int().tolist()  # a causal window of 2 keys
         [[1, 0, 0, 0], [1, 1, 0, 0], [0, 1, 1, 0], [0, 0, 1, 1]]
-        >>> sa.sliding_window_mask(3, 5, left=1).int().tolist()  # bottom-right: the last 3 keys' windows
+        >>> sa.sliding_window_mask(3, 5, left=1).int().tolist()  # top-left: query i at key i
+        [[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [0, 1, 1, 0, 0]]
+        >>> sa.sliding_window_mask(3, 5, left=1, align="bottom_right").int().tolist()  # the 3 newest keys' windows
         [[0, 1, 1, 0, 0], [0, 0, 1, 1, 0], [0, 0, 0, 1, 1]]
     """
     mask = SlidingWindowMask(q_len, kv_len, left=left, right=right, align=align)

@@ -37,7 +37,9 @@ class SlidingWindowMask(StructuredMask):
         kv_len: number of keys; None means q_len.
         left: how many earlier keys each query sees, an integer >= 0, or None (no limit).
         right: how many later keys each query sees (default 0), or None (no limit).
-        align: "bottom_right" (default: offset = kv_len - q_len) or "top_left" (offset 0).
+        align: "top_left" (default, torch's is_causal: offset 0) or "bottom_right" (offset =
+            kv_len - q_len: the queries are the newest tokens, as in KV-cached decoding and
+            flash-attn). The two differ only when q_len != kv_len.
 
     Raises:
         OptionError: left or right is not an integer >= 0 or None, or align is unknown.
@@ -54,10 +56,14 @@ class SlidingWindowMask(StructuredMask):
         [[2, 0, 0], [2, 2, 0], [0, 2, 2]]
         >>> [BLOCK_STATE_NAMES[s] for s in mask.block_states(2, 2)[0].tolist()]
         ['partial', 'empty', 'empty']
+        >>> SlidingWindowMask(2, 4, left=1).dense().int().tolist()  # top-left: query i at key i
+        [[1, 0, 0, 0], [1, 1, 0, 0]]
+        >>> SlidingWindowMask(2, 4, left=1, align="bottom_right").dense().int().tolist()  # the 2 newest
+        [[0, 1, 1, 0], [0, 0, 1, 1]]
     """
 
     def __init__(self, q_len: int, kv_len: int | None = None, *, left: int | None, right: int | None = 0,
-                 align: str = "bottom_right") -> None:
+                 align: str = "top_left") -> None:
         for name, size in (("left", left), ("right", right)):
             if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 0):
                 raise OptionError(f"sliding window {name} size must be an integer >= 0, got {size!r}")
@@ -141,7 +147,8 @@ class CausalMask(SlidingWindowMask):
     Args:
         q_len: number of query rows.
         kv_len: number of keys; None means q_len.
-        align: "top_left" (default, pos(i) = i) or "bottom_right" (pos(i) = kv_len - q_len + i).
+        align: "top_left" (default, pos(i) = i) or "bottom_right" (pos(i) = kv_len - q_len + i:
+            the queries are the newest tokens, as in KV-cached decoding and flash-attn).
 
     Raises:
         OptionError: align is unknown.
