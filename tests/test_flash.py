@@ -530,17 +530,9 @@ def test_flash_transformer_equals_the_reference_transformer(small_tiles, extra):
         torch.testing.assert_close(attentions[1], reference(x, output_attentions=True).attentions[1], **TOL[torch.float64])
 
 
-@pytest.mark.parametrize(
-    "build",
-    [
-        lambda: AttentionConfig(8, 2, dropout=0.1, attn_impl="flash"),
-        lambda: MultiHeadAttention(8, 2, dropout=0.1, attn_impl="flash"),
-        lambda: TransformerConfig(8, 2, dropout=0.1, attn_impl="flash"),
-        lambda: TransformerConfig(8, 2, attn_impl="fused"),
-    ],
-)
-def test_flash_refuses_dropout_and_unknown_impls(build):
-    with pytest.raises(ConfigError, match="attn_impl='flash' has no attention dropout|unknown attention implementation"):
+@pytest.mark.parametrize("build", [lambda: TransformerConfig(8, 2, attn_impl="fused"), lambda: AttentionConfig(8, attn_impl="")])
+def test_unknown_impls_are_refused(build):
+    with pytest.raises(ConfigError, match="unknown attention implementation"):
         build()
 
 

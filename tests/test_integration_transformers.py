@@ -290,7 +290,7 @@ def test_function_matches_transformers_sdpa_function(case, calls):
     assert_close(got, expected, atol=1e-12, rtol=1e-10)
 
 
-def test_dropout_in_training_falls_back_to_the_reference(calls):
+def test_dropout_in_training_runs_in_the_kernel(calls):
     q, k, v = qkv(4, 2, 6, 6)
     layer = Layer(True, 2)
     plain, _ = adapter.flash_attention_forward(layer, q, k, v, None, dropout=0.0)
@@ -298,11 +298,14 @@ def test_dropout_in_training_falls_back_to_the_reference(calls):
     layer.train()
     torch.manual_seed(0)
     dropped, _ = adapter.flash_attention_forward(layer, q, k, v, None, dropout=0.5)
-    assert calls.reference == 1 and calls.flash == 1
+    assert calls.reference == 0 and calls.flash == 2
     assert torch.isfinite(dropped).all() and not torch.allclose(dropped, plain)
+    torch.manual_seed(0)  # the same seed draws the same pattern
+    again, _ = adapter.flash_attention_forward(layer, q, k, v, None, dropout=0.5)
+    assert_close(again, dropped, atol=0, rtol=0)
     layer.eval()  # as eager attention: dropout only while training
     evaluated, _ = adapter.flash_attention_forward(layer, q, k, v, None, dropout=0.5)
-    assert calls.flash == 2
+    assert calls.flash == 4
     assert_close(evaluated, plain, atol=0, rtol=0)
 
 

@@ -350,7 +350,6 @@ def test_multihead_cross_attention_property(batch, kv_heads, group, head_dim, q_
         (dict(d_model=8, bias="yes"), r"bias must be True or False, got 'yes'"),
         (dict(d_model=8, rope_base=1.0), r"rope_base must be a number > 1, got 1\.0"),
         (dict(d_model=8, attn_impl="fused"), r"unknown attention implementation 'fused'"),
-        (dict(d_model=8, attn_impl="flash", dropout=0.1), r"attn_impl='flash' has no attention dropout"),
     ],
 )
 def test_invalid_configuration_raises_config_error(kwargs, match):

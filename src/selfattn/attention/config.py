@@ -60,7 +60,7 @@ class AttentionConfig:
             "rope" head_dim must be even.
         rope_base: the RoPE frequency base, a number > 1 (default 10000).
         attn_impl: "reference" (default: the full score matrix) or "flash" (the tiled
-            kernel, used where the weights are not asked for; it needs dropout=0).
+            kernel, used where the weights are not asked for; it drops weights per tile).
         rope_pairs: how RoPE pairs features: "interleaved" (default, 2i with 2i+1) or
             "half" (i with i + head_dim/2, as Llama, Mistral and Qwen2 checkpoints).
         rope_scaling: None, or a ``Llama3RopeScaling`` of RoPE's frequencies.
@@ -76,7 +76,7 @@ class AttentionConfig:
         ConfigError: a size is not a positive integer, d_model is not divisible by n_heads
             (without head_dim), n_heads is not divisible by n_kv_heads, dropout is outside
             [0, 1), bias is not a bool, positional, attn_impl or rope_pairs is unknown,
-            RoPE gets an odd head_dim, rope_base <= 1, or "flash" gets dropout > 0.
+            RoPE gets an odd head_dim, or rope_base <= 1.
 
     Examples:
         >>> import selfattn as sa
@@ -141,10 +141,6 @@ class AttentionConfig:
             raise ConfigError(f"rope_base must be a number > 1, got {self.rope_base!r}")
         if self.attn_impl not in ATTENTION_IMPLS:
             raise ConfigError(f"unknown attention implementation {self.attn_impl!r}: choose one of {', '.join(ATTENTION_IMPLS)}")
-        if self.attn_impl == "flash" and self.dropout > 0:
-            raise ConfigError(
-                "attn_impl='flash' has no attention dropout: use dropout=0, or attn_impl='reference' to drop weights"
-            )
 
     @property
     def kv_heads(self) -> int:

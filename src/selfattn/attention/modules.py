@@ -341,7 +341,8 @@ class MultiHeadAttention(nn.Module):
         alone = is_causal and self._causal_alone(attn_mask)
         heads = self._heads(query, key, value, attn_mask, is_causal and not alone, cache, positions, fast=True)
         offset = heads.k.shape[-2] - heads.q.shape[-2] if alone else None  # bottom-right: the queries are the newest
-        out, _ = flash_with_offset(heads.q, heads.k, heads.v, heads.mask, offset, heads.scale, self._gqa)
+        out, _ = flash_with_offset(heads.q, heads.k, heads.v, heads.mask, offset, heads.scale, self._gqa,
+                                   dropout_p=self._dropout_p)
         output = self.w_o(_merge_heads(out))  # (batch, H, q_len, head_dim) -> (batch, q_len, d_model)
         return output[0] if heads.unbatched else output
 

@@ -111,8 +111,9 @@ def flash_attention_forward(
         attention_mask: None, a bool mask broadcastable to (B, Hq, q_len, kv_len) with
             True = may attend, or a float mask added to the scores.
         scaling: the factor on Q K^T; None means 1 / sqrt(d).
-        dropout: chance of zeroing each weight, applied only while ``module.training``;
-            then the call runs the reference attention, since the kernel has no dropout.
+        dropout: chance of zeroing each weight, applied only while ``module.training``,
+            inside the kernel (the reference attention when the weights are wanted too,
+            so that they are the dropped ones).
         is_causal: overrides ``module.is_causal`` when given.
         **kwargs: the rest of what the layer passes on: ``output_attentions`` (see
             Returns), ``position_bias`` (added to the scores, as T5 does), and keys the mask
@@ -147,11 +148,11 @@ def flash_attention_forward(
     wants_weights = weights_requested(module, kwargs)
     options = {"attn_mask": mask, "is_causal": causal, "scale": scaling, "enable_gqa": gqa}
     tracked = torch.is_grad_enabled() and (query.requires_grad or key.requires_grad)
-    if (dropout > 0 and getattr(module, "training", False)) or (wants_weights and tracked):
-        p = dropout if getattr(module, "training", False) else 0.0
-        output, weights = attention_forward(query, key, value, dropout_p=p, need_weights=wants_weights, **options)
+    p = dropout if getattr(module, "training", False) else 0.0
+    if wants_weights and (tracked or p > 0):
+        output, weights = attention_forward(query, key, value, dropout_p=p, need_weights=True, **options)
     else:
-        output, lse = flash_attention(query, key, value, return_lse=True, **options)
+        output, lse = flash_attention(query, key, value, return_lse=True, dropout_p=p, **options)
         weights = attention_probs_from_lse(query, key, lse, **options) if wants_weights else None
     return output.transpose(1, 2).contiguous(), weights  # (B, Hq, q_len, d_v) -> (B, q_len, Hq, d_v)
 

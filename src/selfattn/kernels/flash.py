@@ -37,6 +37,7 @@ from selfattn.checks import (
 )
 from selfattn.errors import OptionError, ShapeError
 from selfattn.kernels.flash_tiles import FloatMask, flash_backward, flash_forward
+from selfattn.kernels.tile_dropout import check_dropout, tile_dropout
 from selfattn.masks.rules import causal_rule
 from selfattn.masks.structured import EMPTY, StructuredMask, as_structured, block_bounds
 
@@ -65,14 +66,16 @@ def flash_attention(
     block_q: int | None = None,
     block_k: int | None = None,
     return_lse: bool = False,
+    dropout_p: float = 0.0,
+    generator: torch.Generator | None = None,
 ):
     """O = softmax(scale Q K^T + mask) V, tile by tile.   (..., Hq, q_len, d), (..., Hk, kv_len, d), (..., Hk, kv_len, d_v)
 
-    The result of ``selfattn.scaled_dot_product_attention`` without dropout, computed over
-    tiles of block_q query rows x block_k keys with the online softmax, so the
-    q_len x kv_len score matrix never exists. Tiles that the mask hides entirely are not
-    computed. Differentiable in query, key, value and a float mask; the backward
-    recomputes each tile's weights from the lse instead of storing them.
+    The result of ``selfattn.scaled_dot_product_attention``, computed over tiles of
+    block_q query rows x block_k keys with the online softmax, so the q_len x kv_len
+    score matrix never exists. Tiles that the mask hides entirely are not computed.
+    Differentiable in query, key, value and a float mask; the backward recomputes each
+    tile's weights from the lse instead of storing them, and its dropout pattern from a seed.
 
     Args:
         query: (..., Hq, q_len, d) queries, floating point; (q_len, d) alone is enough.
@@ -105,6 +108,13 @@ def flash_attention(
             cost per tile). The backward takes at most 64 rows per tile.
         block_k: keys per tile, a positive int; None chooses it as for block_q.
         return_lse: also return the log-sum-exp of every row.
+        dropout_p: chance of dropping each attention weight, in [0, 1); kept weights are
+            divided by 1 - dropout_p (applied whenever > 0: no train/eval switch here). The
+            pattern is drawn per tile from a seed taken from ``generator`` and regenerated
+            by the backward, never stored; it depends on the seed, not on the block sizes
+            (``kernels.tile_dropout``).
+        generator: the ``torch.Generator`` the dropout seed is drawn from; None: torch's
+            default one, so ``torch.manual_seed`` reproduces a call. Unused without dropout.
 
     Returns:
         O (..., Hq, q_len, d_v) in the query's dtype, the leading axes broadcast; with
@@ -112,7 +122,8 @@ def flash_attention(
             lse_i = log sum_j exp(s_ij) over the keys row i sees, s_ij = scale q_i . k_j
             (+ mask_ij), natural log. It is the log of the softmax's denominator, so
             P_ij = exp(s_ij - lse_i) (``attention_probs_from_lse``), and results over
-            disjoint sets of keys merge exactly. lse carries no gradient. A row that sees
+            disjoint sets of keys merge exactly; dropout does not change it. lse carries
+            no gradient. A row that sees
             no key gives zeros in O, lse = -inf, and zero gradients.
 
     Raises:
@@ -122,7 +133,7 @@ def flash_attention(
             dtype, does not broadcast, or (structured or torch causal) is for another
             q_len x kv_len.
         OptionError: attn_mask and is_causal=True together; block_q or block_k not a
-            positive int.
+            positive int; dropout_p outside [0, 1); generator not a torch.Generator.
 
     Examples:
         >>> import selfattn as sa
@@ -145,17 +156,19 @@ def flash_attention(
         (True, -inf)
     """
     causal_offset, attn_mask = _causal_form(attn_mask, is_causal, query, key)
-    output, lse = flash_with_offset(query, key, value, attn_mask, causal_offset, scale, enable_gqa, block_q, block_k)
+    output, lse = flash_with_offset(query, key, value, attn_mask, causal_offset, scale, enable_gqa, block_q, block_k,
+                                    dropout_p=dropout_p, generator=generator)
     return (output, lse) if return_lse else output
 
 
 def flash_with_offset(query, key, value, attn_mask, causal_offset: int | None, scale=None, enable_gqa=False,
-                      block_q=None, block_k=None, score_mod=None):
+                      block_q=None, block_k=None, score_mod=None, dropout_p=0.0, generator=None):
     """``flash_attention`` with the causal rule given as a number: row i sees keys j <= i + offset
     (None: no causal rule). For callers that know their alignment, such as the modules.   -> (O, lse)
 
     score_mod: None, or a ``kernels.flex.TileScoreMod`` applied to every tile's scores
-    (``flex_attention``); the tensors it captures receive gradients."""
+    (``flex_attention``); the tensors it captures receive gradients. dropout_p, generator:
+    as in ``flash_attention``."""
     if isinstance(attn_mask, StructuredMask):
         check_attention_inputs(query, key, value, None, 0.0, False, enable_gqa)
         attn_mask.check_size(query.shape[-2], key.shape[-2])
@@ -167,6 +180,7 @@ def flash_with_offset(query, key, value, attn_mask, causal_offset: int | None, s
         check_attention_inputs(query, key, value, attn_mask, 0.0, False, enable_gqa)
     block_q = check_block_size("block_q", block_q, None)
     block_k = check_block_size("block_k", block_k, None)
+    check_dropout(dropout_p)
     if scale is None:
         scale = 1.0 / math.sqrt(query.shape[-1])
     group = query.shape[-3] // key.shape[-3] if enable_gqa else 1
@@ -181,8 +195,9 @@ def flash_with_offset(query, key, value, attn_mask, causal_offset: int | None, s
         chosen_q, chosen_k = choose_blocks(mask, query.shape[-2], key.shape[-2], math.prod(query.shape[:-2]))
         block_q, block_k = block_q or chosen_q, block_k or chosen_k
     captured = () if score_mod is None else score_mod.captured
+    dropout = tile_dropout(dropout_p, generator, tuple(query.shape[:-2]), query.device)  # (..., Hq): the scores' lead
     return _FlashAttention.apply(query, key, value, float_mask, mask, float(scale), block_q, block_k, group, auto_k,
-                                 score_mod, *captured)
+                                 dropout, score_mod, *captured)
 
 
 # Tile sizes tried for a mask with empty blocks, and the fixed cost of one tile counted in
@@ -295,10 +310,10 @@ class _FlashAttention(torch.autograd.Function):
     """Saves Q, K, V, O and lse only; the backward recomputes every tile."""
 
     @staticmethod
-    def forward(ctx, q, k, v, float_mask, mask, scale, block_q, block_k, group, auto_k, score_mod, *captured):
-        output, lse = flash_forward(q, k, v, mask, scale, block_q, block_k, group, score_mod=score_mod)
+    def forward(ctx, q, k, v, float_mask, mask, scale, block_q, block_k, group, auto_k, dropout, score_mod, *captured):
+        output, lse = flash_forward(q, k, v, mask, scale, block_q, block_k, group, score_mod=score_mod, dropout=dropout)
         ctx.save_for_backward(q, k, v, output, lse, float_mask)
-        ctx.settings = (mask, scale, block_q, block_k, group, auto_k, score_mod)
+        ctx.settings = (mask, scale, block_q, block_k, group, auto_k, dropout, score_mod)
         ctx.mark_non_differentiable(lse)
         return output, lse
 
@@ -306,7 +321,7 @@ class _FlashAttention(torch.autograd.Function):
     @once_differentiable  # the backward is not itself differentiable: say so instead of failing inside it
     def backward(ctx, grad_out, _grad_lse):
         q, k, v, output, lse, float_mask = ctx.saved_tensors
-        mask, scale, block_q, block_k, group, auto_k, score_mod = ctx.settings
+        mask, scale, block_q, block_k, group, auto_k, dropout, score_mod = ctx.settings
         mask_grad = None
         if float_mask is not None and ctx.needs_input_grad[3]:
             mask_grad = torch.zeros(float_mask.shape, dtype=float_mask.dtype, device=float_mask.device)
@@ -314,9 +329,10 @@ class _FlashAttention(torch.autograd.Function):
         if auto_k:
             block_k = choose_blocks(mask, q.shape[-2], k.shape[-2], math.prod(q.shape[:-2]), rows)[1]
         if score_mod is not None:
-            score_mod.start_backward(ctx.needs_input_grad[11:])
+            score_mod.start_backward(ctx.needs_input_grad[12:])
         dq, dk, dv = flash_backward(
-            grad_out.contiguous(), q, k, v, output, lse, mask, scale, rows, block_k, group, mask_grad, score_mod=score_mod
+            grad_out.contiguous(), q, k, v, output, lse, mask, scale, rows, block_k, group, mask_grad, score_mod=score_mod,
+            dropout=dropout,
         )
         captured = () if score_mod is None else score_mod.captured_grads
-        return (dq, dk, dv, mask_grad, None, None, None, None, None, None, None, *captured)
+        return (dq, dk, dv, mask_grad, None, None, None, None, None, None, None, None, *captured)

@@ -142,7 +142,7 @@ class TileBuffer:
 
 
 def flash_forward(q, k, v, mask, scale: float, block_q: int, block_k: int, group: int = 1, bounded: bool | None = None,
-                  score_mod=None):
+                  score_mod=None, dropout=None):
     """The tiled forward pass.   -> O (..., Hq, q_len, d_v), lse (..., Hq, q_len)
 
     When every score is provably small enough for exp (``exp_is_bounded``), the running
@@ -151,6 +151,8 @@ def flash_forward(q, k, v, mask, scale: float, block_q: int, block_k: int, group
     score_mod: None, or ``score_mod(scores, rows, cols)`` -> the modified (..., Hq, bq, bk)
     tile (``kernels.flex``), applied to every tile before the mask; its scores have no
     known bound, so it takes the online softmax.
+    dropout: None, or a ``kernels.tile_dropout.TileDropout``: each tile's weights times
+    Z / (1 - p) on their way into acc, after their sum went into l (lse is the full softmax's).
     """
     q_len, kv_len, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
     output = q.new_empty((*q.shape[:-1], d_v))
@@ -169,7 +171,8 @@ def flash_forward(q, k, v, mask, scale: float, block_q: int, block_k: int, group
             for c0, c1, partial in tiles:
                 _log_tile("forward", r0, c0)
                 scores = score_tile(q_scaled, k, mask, (r0, r1), (c0, c1), partial, group, out=buffer, score_mod=score_mod)
-                state = online_softmax_update(state, scores, v[..., c0:c1, :]).state
+                drop = _dropper(dropout, group, (r0, r1), (c0, c1))
+                state = online_softmax_update(state, scores, v[..., c0:c1, :], drop).state
         else:  # the common case, kept lean: a few torch calls per tile
             state = state._replace(m=torch.zeros_like(state.m))
             for c0, c1, partial in tiles:
@@ -180,11 +183,23 @@ def flash_forward(q, k, v, mask, scale: float, block_q: int, block_k: int, group
                 weights = scores.exp_()  # (..., Hk, G * bq, bk)
                 if partial:
                     mask.zero_hidden(ungroup_rows(weights, group), (r0, r1), (c0, c1))
-                state = online_sum_update(state, weights, v[..., c0:c1, :])
+                state = online_sum_update(state, weights, v[..., c0:c1, :], _dropper(dropout, group, (r0, r1), (c0, c1)))
         out_block, lse_block = online_softmax_finish(state)  # (..., Hk, G * bq, d_v), (..., Hk, G * bq)
         output[..., r0:r1, :] = ungroup_rows(out_block, group)
         lse[..., r0:r1] = ungroup_rows(lse_block[..., None], group)[..., 0]
     return output, lse
+
+
+def _dropper(dropout, group: int, rows: tuple[int, int], cols: tuple[int, int]):
+    """None, or the function that drops a grouped weight tile's entries in place (``online_sum_update``'s drop)."""
+    if dropout is None:
+        return None
+
+    def drop(weights: torch.Tensor) -> torch.Tensor:
+        ungroup_rows(weights, group).mul_(dropout.multiplier(rows, cols, weights.dtype))  # (..., Hq, bq, bk): a view of weights
+        return weights
+
+    return drop
 
 
 def score_bound(q: torch.Tensor, k: torch.Tensor, scale: float, mask) -> float:
@@ -219,12 +234,14 @@ def backward_may_underflow(q: torch.Tensor, k: torch.Tensor, scale: float, mask,
 
 
 def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k, group: int = 1, mask_grad=None,
-                   grads=None, score_mod=None):
+                   grads=None, score_mod=None, dropout=None):
     """FlashAttention-2's backward: dQ, dK, dV tile by tile, from lse; adds dS into ``mask_grad`` (a float mask's gradient).
 
     score_mod: as in ``flash_forward``, with ``score_mod.backward(ds, ...)`` (``kernels.flex``):
     each tile's scores go through it again under autograd, and dS is carried back through it
     to the raw scores (and into the tensors it captures) before dQ and dK.
+    dropout: the forward's ``TileDropout``: its pattern is drawn again per tile, so that
+    dV_j += (P Z / (1 - p))^T dO_i and dP = (dO_i V_j^T) Z / (1 - p) (``kernels.tile_dropout``).
 
     grads: (dQ, dK, dV) tensors shaped like q, k, v to add into (a ring accumulates its
     steps this way without temporaries); by default fresh zeros. Returns them.
@@ -260,7 +277,7 @@ def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k
         for c0, c1, partial in tiles:
             rows_of.setdefault((c0, c1), []).append((r0, r1, partial))
     heads_view = lambda t, r: ungroup_rows(t.view(*lead, *t.shape[-2:]), group)  # noqa: E731 - (..., Hq, bq, bk) for masks
-    probs_buffer, dp_buffer, sums = TileBuffer(), TileBuffer(), TileBuffer()
+    probs_buffer, dp_buffer, sums, kept_buffer = TileBuffer(), TileBuffer(), TileBuffer(), TileBuffer()
     for (c0, c1), row_blocks in sorted(rows_of.items()):
         k_j, v_j = k3[:, c0:c1], v3[:, c0:c1]  # (B Hk, bk, d)
         dk_j, dv_j = dk3[:, c0:c1], dv3[:, c0:c1]
@@ -279,8 +296,14 @@ def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k
             exp_flush_tiny_(probs, hidden_cap(probs.dtype) if partial else None, flush)
             if partial:
                 mask.zero_hidden(heads_view(probs, r0), (r0, r1), (c0, c1))
-            dv_j += torch.bmm(probs.transpose(1, 2), do_i, out=sums.get(dv_j.shape, q_i))  # (bk, G bq) @ (G bq, d_v)
+            kept = probs
+            if dropout is not None:  # Z / (1 - p) as (B Hk, G bq, bk): the heads layout's memory in the grouped order
+                keep = dropout.multiplier((r0, r1), (c0, c1), probs.dtype).view(shape)
+                kept = torch.mul(probs, keep, out=kept_buffer.get(shape, q_i))  # P Z / (1 - p)
+            dv_j += torch.bmm(kept.transpose(1, 2), do_i, out=sums.get(dv_j.shape, q_i))  # (bk, G bq) @ (G bq, d_v)
             dp = torch.bmm(do_i, v_j.transpose(1, 2), out=dp_buffer.get(shape, q_i))  # dP = dO V^T
+            if dropout is not None:
+                dp.mul_(keep)  # the gradient reaches only the weights that were kept
             ds = probs.mul_(dp.sub_(delta_i))  # dS = P * (dP - D), in P's memory
             if score_mod is not None:
                 ds = score_mod.backward(ds)  # d(raw scores) = dS through the score_mod's own backward

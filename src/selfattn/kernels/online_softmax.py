@@ -84,7 +84,7 @@ def online_softmax_start(rows_shape: tuple[int, ...], d_v: int, like: torch.Tens
     return OnlineSoftmaxState(m, l, acc)
 
 
-def online_softmax_update(state: OnlineSoftmaxState, scores: torch.Tensor, values: torch.Tensor) -> BlockUpdate:
+def online_softmax_update(state: OnlineSoftmaxState, scores: torch.Tensor, values: torch.Tensor, drop=None) -> BlockUpdate:
     """Fold one key block into the state.   scores (..., rows, block) (overwritten), values (..., block, d_v)
 
     m' = max(m, max s_B), r = exp(m - m'), l' = r l + sum_j exp(s_Bj - m'),
@@ -99,6 +99,9 @@ def online_softmax_update(state: OnlineSoftmaxState, scores: torch.Tensor, value
             the first).
         scores: (..., rows, block) this block's scores s_B, -inf where masked; overwritten.
         values: (..., block, d_v) this block's values V_B.
+        drop: None, or a function that applies dropout to exp(s_B - m') in place after
+            its row sums are taken (``kernels.tile_dropout``): l keeps the full softmax's
+            denominator, only acc sees the dropped weights.
 
     Returns:
         A ``BlockUpdate``: the block's max, the rescale factor r, exp(s_B - m') (the
@@ -110,6 +113,8 @@ def online_softmax_update(state: OnlineSoftmaxState, scores: torch.Tensor, value
     exp = exp_flush_tiny_(scores.sub_(shift))  # (..., rows, block)
     rescale = torch.exp(state.m - shift)  # exp(-inf) = 0 the first time
     l_new = torch.addcmul(exp.sum(dim=-1, keepdim=True), rescale, state.l)  # r l + sum exp
+    if drop is not None:
+        exp = drop(exp)
     acc_new = torch.addcmul(exp @ values, rescale, state.acc)  # r acc + exp V_B: (..., rows, d_v)
     return BlockUpdate(block_max, rescale, exp, OnlineSoftmaxState(m_new, l_new, acc_new))
 
@@ -169,7 +174,8 @@ def _floor_for(device_type: str, dtype: torch.dtype) -> float | None:
     return floor if floor < -60.0 else None
 
 
-def online_sum_update(state: OnlineSoftmaxState, weights: torch.Tensor, values: torch.Tensor) -> OnlineSoftmaxState:
+def online_sum_update(state: OnlineSoftmaxState, weights: torch.Tensor, values: torch.Tensor,
+                      drop=None) -> OnlineSoftmaxState:
     """The same fold with m held at 0: l' = l + sum w, acc' = acc + w V_B, where w = exp(s_B).   weights (..., rows, block)
 
     The caller takes the exp (and zeroes masked keys). Exact when no exp(s) can overflow
@@ -182,11 +188,16 @@ def online_sum_update(state: OnlineSoftmaxState, weights: torch.Tensor, values: 
         state: the running sums, with m all 0; its l and acc are updated in place.
         weights: (..., rows, block) w = exp(s_B), 0 for masked keys.
         values: (..., block, d_v) this block's values V_B.
+        drop: None, or dropout applied to the weights in place after their sums (as in
+            ``online_softmax_update``).
 
     Returns:
         The state with the new l and acc (the same tensors, updated in place) and m unchanged.
     """
-    return OnlineSoftmaxState(state.m, state.l.add_(weights.sum(dim=-1, keepdim=True)), state.acc.add_(weights @ values))
+    state.l.add_(weights.sum(dim=-1, keepdim=True))
+    if drop is not None:
+        weights = drop(weights)
+    return OnlineSoftmaxState(state.m, state.l, state.acc.add_(weights @ values))
 
 
 def online_softmax_finish(state: OnlineSoftmaxState) -> tuple[torch.Tensor, torch.Tensor]:
