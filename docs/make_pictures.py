@@ -28,6 +28,7 @@ PLOTS = {
     "plot-arrows.png": ["--kind", "arrows", "--query", "cat"],
     "plot-heads.png": ["--kind", "heads", "--variant", "multihead", "--heads", "4", "--embed", "random", "--dim", "8"],
     "plot-mask.png": ["--kind", "mask", "--mask", "causal-bottom-right:3"],
+    "plot-block-map.png": ["--kind", "mask", "--mask", "sliding-window:256", "--length", "4096"],
     "plot-positional.png": ["--kind", "positional", "--positional", "sinusoidal"],
     "plot-rope-distance.png": ["--kind", "rope-distance"],
     "plot-minilm-heads.png": ["--model", "all-MiniLM-L6-v2", "--kind", "heads"],

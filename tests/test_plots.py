@@ -418,3 +418,91 @@ def test_score_grids_figure_draws_each_grid_on_its_own_scale_centred_on_zero():
 def test_score_grids_figure_refuses_grids_that_do_not_fit(grids, titles):
     with pytest.raises(ShapeError):
         plots.score_grids_figure(grids, titles)
+
+
+def test_block_map_figure_colours_each_block_by_its_state_with_counts():
+    """A BlockMask's map drawn cell for cell, against all / any over the dense mask by a loop."""
+    from selfattn import create_block_mask
+    from selfattn.masks import EMPTY, FULL, PARTIAL
+    from selfattn.viz.block_map import BLOCK_COLOURS, plot_block_mask
+
+    window = create_block_mask(lambda b, h, q, kv: (q >= kv) & (q - kv < 5), None, None, 23, 23, BLOCK_SIZE=4)
+    dense = [[0 <= i - j < 5 for j in range(23)] for i in range(23)]
+    expected = []
+    for r in range(0, 23, 4):
+        cells = [[dense[i][j] for i in range(r, min(r + 4, 23)) for j in range(c, min(c + 4, 23))] for c in range(0, 23, 4)]
+        expected.append([EMPTY if not any(cell) else FULL if all(cell) else PARTIAL for cell in cells])
+    fig = plot_block_mask(window, title="window of 5")
+    ax = fig.axes[0]
+    assert_image_equals(ax, expected)
+    assert ax.get_xlim() == (0, 23) and ax.get_ylim() == (23, 0)  # the last, shorter blocks to scale
+    flat = [s for row in expected for s in row]
+    counts = {state: flat.count(state) for state in (EMPTY, FULL, PARTIAL)}
+    computed, partial = round(100 * (36 - counts[EMPTY]) / 36), round(100 * counts[PARTIAL] / 36)
+    assert ax.get_title() == f"window of 5\n6 x 6 blocks of 4: {computed}% computed, {partial}% partial"
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == [
+        f"empty: skipped ({counts[EMPTY]})", f"full: computed without a mask ({counts[FULL]})",
+        f"partial: mask applied per element ({counts[PARTIAL]})"]
+    image = ax.images[0]
+    for state, colour in BLOCK_COLOURS.items():
+        assert matplotlib.colors.to_hex(image.cmap(image.norm(state))) == colour
+
+
+def test_plot_block_mask_takes_structured_masks_and_writes_the_file(tmp_path):
+    from selfattn.masks import EMPTY, FULL, PARTIAL, CausalMask, DocumentMask, PaddingMask
+    from selfattn.viz.block_map import plot_block_mask
+
+    fig = plot_block_mask(DocumentMask([3, 5]) & CausalMask(8), block_size=(2, 4))
+    document = [0, 0, 0, 1, 1, 1, 1, 1]
+    dense = torch.tensor([[document[i] == document[j] and j <= i for j in range(8)] for i in range(8)])
+    tiles = [[dense[r:r + 2, c:c + 4] for c in (0, 4)] for r in (0, 2, 4, 6)]
+    expected = [[EMPTY if not t.any() else FULL if t.all() else PARTIAL for t in row] for row in tiles]
+    assert_image_equals(fig.axes[0], expected)
+    assert expected == [[PARTIAL, EMPTY], [PARTIAL, EMPTY], [PARTIAL, PARTIAL], [PARTIAL, PARTIAL]]  # rows 2-3 and 4-5 mix documents
+    assert fig.axes[0].get_title() == "4 x 2 blocks of 2 x 4: 75% computed, 75% partial"
+    with pytest.raises(OptionError, match="q_len must be a positive integer"):
+        plot_block_mask(PaddingMask([5], 8), block_size=4)
+    path = tmp_path / "padding.svg"
+    plot_block_mask(PaddingMask([5], 8), path, block_size=4, q_len=6, title="$five$ real keys")
+    assert "$five$ real keys" in svg_texts(path) and "2 x 2 blocks of 4: 100% computed, 50% partial" in svg_texts(path)
+    with pytest.raises(OutputError):
+        plot_block_mask(CausalMask(8), tmp_path / "map.jpg")
+    assert_no_leftovers(tmp_path, ["padding.svg"])
+
+
+def test_block_map_summary_says_0_or_100_percent_only_when_exact():
+    from selfattn.masks import EMPTY, FULL, PARTIAL
+    from selfattn.viz.block_map import block_map_summary
+
+    one = np.full((40, 25), EMPTY)
+    one[3, 4] = PARTIAL
+    assert block_map_summary(one, 128) == "40 x 25 blocks of 128: 0.1% computed, 0.1% partial"
+    almost = np.full((40, 25), FULL)
+    almost[0, 0] = EMPTY
+    assert block_map_summary(almost, (64, 128)) == "40 x 25 blocks of 64 x 128: 99% computed, 0% partial"
+    assert block_map_summary(np.full((2, 2), FULL), 1) == "2 x 2 blocks of 1: 100% computed, 0% partial"
+
+
+@pytest.mark.parametrize(
+    "call,error,message",
+    [
+        (lambda f: f([[0, 3]], 2, 2, 4), ShapeError, "only EMPTY"),
+        (lambda f: f([[0, 1]], 2, 4, 4), ShapeError, "do not tile 4 x 4"),
+        (lambda f: f([0, 1], 2, 2, 4), ShapeError, "n_row_blocks"),
+        (lambda f: f([[0, 1]], 0, 2, 4), OptionError, "block size"),
+        (lambda f: f([[0, 1]], (2, 2, 2), 2, 4), OptionError, "block size"),
+        (lambda f: f([[0, 1]], 2, 0, 4), OptionError, "q_len must be a positive integer"),
+    ],
+)
+def test_block_map_figure_refuses_bad_input(call, error, message):
+    from selfattn.viz.block_map import block_map_figure
+
+    with pytest.raises(error, match=message):
+        call(block_map_figure)
+
+
+def test_plot_block_mask_refuses_what_is_not_a_mask():
+    from selfattn.viz.block_map import plot_block_mask
+
+    with pytest.raises(ShapeError, match="got Tensor"):
+        plot_block_mask(torch.ones(4, 4, dtype=torch.bool))

@@ -5,8 +5,10 @@ import json
 import os
 import re
 import struct
+import time
 import xml.etree.ElementTree as ET
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -15,6 +17,7 @@ from hypothesis import strategies as st
 from seed_reference import CAT_WEIGHTS, TOKENS
 from selfattn import ExplainConfig, build_trace
 from selfattn.explain.json_out import render_json
+from selfattn.masks import EMPTY, FULL, PARTIAL
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -49,6 +52,8 @@ def assert_only(folder, names):
         ["--kind", "mask", "--mask", "sliding-window:2"],
         ["--kind", "mask", "--mask", "padding:5"],
         ["--kind", "mask", "--mask", "documents:3,4", "--tile", "3"],
+        ["--kind", "mask", "--mask", "documents:2x2,3"],
+        ["--kind", "mask", "--mask", "prefix-lm:3"],
         ["--kind", "positional"],
         ["--kind", "positional", "--positional", "rope", "--dim", "16"],
         ["--kind", "rope-distance"],
@@ -245,3 +250,183 @@ def test_mask_plot_draws_the_block_map_of_packed_documents(run_cli, tmp_path):
     texts = " ".join(svg_texts(path))
     assert expected in texts and "Packed documents of 3, 4 tokens" in texts
 
+
+# plot --kind mask --length N: the block map of a mask at a real length.
+def dense_reference(spec: str, n: int) -> torch.Tensor:
+    """(n, n + cached) bool, True = may attend: each spec's rule written out by a loop, as its docs state it."""
+    name, _, argument = spec.partition(":")
+    number = int(argument) if argument.isdigit() else None
+    cached = number if name == "causal-bottom-right" else 0
+    if name == "documents":
+        lengths = [int(size) for part in argument.split(",") for size, _, count in [part.partition("x")]
+                   for _ in range(int(count or 1))]
+        document = [d for d, size in enumerate(lengths) for _ in range(size)]
+    rules = {
+        "causal": lambda i, j: j <= i,
+        "causal-bottom-right": lambda i, j: j <= i + cached,
+        "sliding-window": lambda i, j: i - number < j <= i,
+        "padding": lambda i, j: j < number,
+        "documents": lambda i, j: document[i] == document[j],
+        "prefix-lm": lambda i, j: j <= i or j < number,
+        "none": lambda i, j: True,
+    }
+    return torch.tensor([[rules[name](i, j) for j in range(n + cached)] for i in range(n)])
+
+
+def blocks_of(mask: torch.Tensor, block: int) -> list[list[int]]:
+    """EMPTY / FULL / PARTIAL of each block x block tile, by all / any over the dense mask."""
+    rows, cols = mask.shape
+    return [[EMPTY if not tile.any() else FULL if tile.all() else PARTIAL
+             for tile in (mask[r:r + block, c:c + block] for c in range(0, cols, block))]
+            for r in range(0, rows, block)]
+
+
+def drawn_states(figure) -> list[list[int]]:
+    return np.asarray(figure.axes[0].images[0].get_array()).astype(int).tolist()
+
+
+MASK_MODS = '''
+import torch
+
+def dilated(b, h, q_idx, kv_idx):  # causal, every other key
+    return (q_idx >= kv_idx) & ((q_idx - kv_idx) % 2 == 0)
+
+def local_both_ways(b, h, q_idx, kv_idx):
+    return (q_idx - kv_idx).abs() <= 6
+
+def counts(b, h, q_idx, kv_idx):
+    return (q_idx >= kv_idx).int()
+
+def fails(b, h, q_idx, kv_idx):
+    raise KeyError("no such table")
+
+def python_bool(b, h, q_idx, kv_idx):
+    return True
+
+NOT_A_FUNCTION = 3
+'''
+
+
+@pytest.fixture
+def mask_mods(tmp_path):
+    folder = tmp_path / "mods"
+    folder.mkdir()
+    (folder / "my_masks.py").write_text(MASK_MODS)
+    (folder / "broken.py").write_text("def dilated(b, h, q, kv):\n    return q >=\n")
+    (folder / "not_python.txt").write_text("x = 1\n")
+    return folder
+
+
+@pytest.mark.parametrize("length,tile", [(37, 8), (40, 5), (16, 16), (9, 4)])
+@pytest.mark.parametrize("spec", ["causal", "causal-bottom-right:5", "sliding-window:6", "padding:30", "documents:10,20,7",
+                                  "documents:5x5,12", "prefix-lm:9", "none"])
+def test_block_map_cells_equal_the_dense_masks_blocks(run_cli, drawn, tmp_path, spec, length, tile):
+    """Each cell's state against all / any over the mask written out densely by a loop, at lengths the tile does not divide."""
+    if spec.startswith("documents") and length != 37:
+        spec = f"documents:{length - length // 3},{length // 3}"
+    if spec.startswith(("padding", "prefix-lm")):
+        spec = spec.split(":")[0] + f":{min(int(spec.split(':')[1]), length)}"
+    path = tmp_path / "map.png"
+    status, out, err = run_cli("plot", "--kind", "mask", "--mask", spec, "--length", str(length), "--tile", str(tile),
+                               "-o", str(path))
+    assert status == 0 and err == "" and str(path) in out, err
+    assert drawn_states(drawn[-1]) == blocks_of(dense_reference(spec, length), tile)
+    assert_png(path)
+
+
+@pytest.mark.parametrize("name,rule", [
+    ("dilated", lambda i, j: j <= i and (i - j) % 2 == 0),
+    ("local_both_ways", lambda i, j: abs(i - j) <= 6),
+])
+def test_block_map_of_a_mask_mod_from_a_file(run_cli, drawn, tmp_path, mask_mods, name, rule):
+    path = tmp_path / "map.svg"
+    status, _, err = run_cli("plot", "--kind", "mask", "--mask-mod", f"{mask_mods / 'my_masks.py'}:{name}",
+                             "--length", "45", "--tile", "4", "-o", str(path))
+    assert status == 0 and err == "", err
+    dense = torch.tensor([[rule(i, j) for j in range(45)] for i in range(45)])
+    expected = blocks_of(dense, 4)
+    assert drawn_states(drawn[-1]) == expected
+    flat = [s for row in expected for s in row]
+    computed = round(100 * sum(s != EMPTY for s in flat) / len(flat))
+    title = drawn[-1].axes[0].get_title().split("\n")
+    assert " ".join(title[:-1]) == f"mask_mod {mask_mods / 'my_masks.py'}:{name} over 45 tokens"
+    assert title[-1].startswith(f"12 x 12 blocks of 4: {computed}% computed")
+    assert f"partial: mask applied per element ({sum(s == PARTIAL for s in flat)})" in svg_texts(path)
+
+
+def test_block_map_title_says_how_much_is_computed(run_cli, tmp_path):
+    """The issue's example: a 256-token window at 4096 in blocks of 128 computes 3 blocks per row of 32."""
+    path = tmp_path / "map.svg"
+    assert run_cli("plot", "--kind", "mask", "--mask", "sliding-window:256", "--length", "4096", "-o", str(path))[0] == 0
+    texts = " ".join(svg_texts(path))
+    # Row block i sees key blocks i - 2 (partial), i - 1 (full) and i (partial): 32 + 31 + 30 of 1024 blocks.
+    assert "32 x 32 blocks of 128: 9% computed, 6% partial" in texts
+    assert "full: computed without a mask (31)" in texts and "empty: skipped (931)" in texts
+
+
+def test_block_map_at_65536_is_quick_and_makes_no_n_by_n_tensor(run_cli, drawn, tmp_path):
+    from test_flash_memory import LargestTensors
+
+    n, path = 65536, tmp_path / "map.png"
+    started = time.perf_counter()
+    with LargestTensors() as recorder:
+        status, _, err = run_cli("plot", "--kind", "mask", "--mask", "documents:8192x7,4096,4096", "--length", str(n),
+                                 "-o", str(path))
+    assert status == 0 and err == "", err
+    assert time.perf_counter() - started < 30
+    assert max(numel for _, numel in recorder.produced) <= 512 * 512  # the map itself, 512 x 512 blocks of 128
+    states = drawn_states(drawn[-1])
+    assert len(states) == len(states[0]) == 512
+    document = torch.arange(n) // 8192
+    document[7 * 8192 + 4096:] = 8  # the last 8192 are two documents of 4096
+    for row in (0, 63, 64, 511):  # a few row blocks against the dense rows of that block
+        rows = document[row * 128:(row + 1) * 128, None] == document[None, :]  # (128, n)
+        assert states[row] == blocks_of(rows, 128)[0]
+
+
+def test_prefix_lm_over_the_sentence(run_cli, drawn, tmp_path):
+    assert run_cli("plot", "--kind", "mask", "--mask", "prefix-lm:3", "-o", str(tmp_path / "p.png"))[0] == 0
+    np.testing.assert_array_equal(np.asarray(drawn[-1].axes[0].images[0].get_array()), dense_reference("prefix-lm:3", 7).int())
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--length", "64"], "give --mask SPEC or --mask-mod FILE.py:NAME"),
+        (["--length", "0", "--mask", "causal"], "--length must be a whole number from 1 to 1048576, got 0"),
+        (["--length", "2000000", "--mask", "causal"], "--length must be a whole number from 1"),
+        (["--length", "64", "--mask", "causal", "--tile", "0"], "--tile must be a whole number >= 1, got 0"),
+        (["--length", "64", "--mask", "diagonal"], "unknown mask 'diagonal'"),
+        (["--length", "64", "--mask", "sliding-window:0"], "at least 1 token"),
+        (["--length", "64", "--mask", "padding:65"], "padding:65 needs a length from 0 to --length 64"),
+        (["--length", "64", "--mask", "prefix-lm:65"], "prefix-lm:65 needs a prefix from 0 to --length 64"),
+        (["--length", "64", "--mask", "prefix-lm:x"], "whole number"),
+        (["--length", "64", "--mask", "documents:30,30"], "the documents hold 60 tokens, --length is 64"),
+        (["--length", "64", "--mask", "documents:8x"], "whole numbers >= 1"),
+        (["--length", "65536", "--mask", "causal", "--tile", "8"], "8192 blocks per axis"),
+        (["--length", "64", "--mask", "causal", "--kind", "heatmap"], "--length applies to --kind mask"),
+        (["--length", "64", "--mask", "causal", "--block-size", "8"], "give the block map's block size with --tile"),
+        (["--length", "64", "--mask", "causal", "--variant", "causal"], "it does not take --variant"),
+        (["--length", "64", "--mask", "causal", "the", "cat"], "it does not take a sentence"),
+        (["--length", "64", "--mask", "causal", "--mask-mod", "{mods}/my_masks.py:dilated"], "not both"),
+        (["--mask-mod", "{mods}/my_masks.py:dilated"], "give its length with --length N"),
+        (["--length", "70000", "--mask-mod", "{mods}/my_masks.py:dilated"], "at most 65536"),
+        (["--length", "64", "--mask-mod", "{mods}/my_masks.py"], "as FILE.py:NAME"),
+        (["--length", "64", "--mask-mod", "{mods}/missing.py:dilated"], "there is no file"),
+        (["--length", "64", "--mask-mod", "{mods}/not_python.txt:x"], "is not a Python file"),
+        (["--length", "64", "--mask-mod", "{mods}/broken.py:dilated"], "importing"),
+        (["--length", "64", "--mask-mod", "{mods}/my_masks.py:nowhere"], "has no nowhere"),
+        (["--length", "64", "--mask-mod", "{mods}/my_masks.py:NOT_A_FUNCTION"], "not a function"),
+        (["--length", "64", "--mask-mod", "{mods}/my_masks.py:counts"], "must return a torch.bool tensor, got torch.int32"),
+        (["--length", "64", "--mask-mod", "{mods}/my_masks.py:python_bool"], "must return a tensor"),
+        (["--length", "64", "--mask-mod", "{mods}/my_masks.py:fails"], "the mask_mod failed: KeyError"),
+        (["--kind", "training", "--training", "{mods}", "--length", "64"], "--length"),
+    ],
+)
+def test_bad_block_map_input_is_one_line_exit_2(run_cli, tmp_path, mask_mods, args, message):
+    args = [a.replace("{mods}", str(mask_mods)) for a in args]
+    kind = [] if "--kind" in args else ["--kind", "mask"]
+    status, out, err = run_cli("plot", *kind, *args, "-o", str(tmp_path / "map.png"))
+    assert status == 2 and out == "" and err.count("\n") == 1, err
+    assert message in err, err
+    assert_only(tmp_path, ["mods"])

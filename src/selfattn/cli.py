@@ -69,15 +69,26 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SPEC",
         help="for --kind mask: causal | causal-bottom-right[:P] (P cached keys before the sentence, default 3) | "
         "sliding-window[:W] (window of W tokens, default 3) | padding[:L] (the first L tokens are real, "
-        "default all but 2) | documents[:A,B,...] (packed documents, default two halves) | none. "
-        "Default: the variant's own mask",
+        "default all but 2) | documents[:A,B,...] (packed documents, default two halves; AxK is K documents "
+        "of A tokens) | prefix-lm[:P] (the first P tokens see each other both ways, causal after; default half) | "
+        "none. Default: the variant's own mask",
     )
     plot.add_argument("--tile", type=int, metavar="N",
-                      help="for --kind mask: tiles of N x N in the block map (skipped / full / partial), default 2")
+                      help="for --kind mask: tiles of N x N in the block map (skipped / full / partial), default 2; "
+                      "with --length, the block size of the map, default 128")
+    plot.add_argument("--length", type=int, metavar="LEN",
+                      help="for --kind mask: draw the block map of --mask or --mask-mod over LEN positions (1 to "
+                      "1048576) instead of the sentence's mask: one cell per block of --tile x --tile, empty "
+                      "(skipped), full (no mask) or partial (masked per element)")
+    plot.add_argument("--mask-mod", metavar="FILE.py:NAME",
+                      help="with --length: the block map of your own mask_mod(b, h, q_idx, kv_idx) -> bool tensor, "
+                      "the function NAME of the Python file FILE.py (swept over every pair, B and H None; "
+                      "--length at most 65536)")
     plot.add_argument("--training", metavar="DIR",
                       help="with --kind training (and only with it): a training run's folder (selfattn train --out); "
                       "draws its losses and every head's induction score over the steps. The sentence, embedding, "
-                      "variant and model options, --query, --layer, --head, --mask and --tile are refused with it")
+                      "variant and model options, --query, --layer, --head, --mask, --tile, --length and "
+                      "--mask-mod are refused with it")
     plot.set_defaults(run=run_plot)
 
     view = commands.add_parser(
@@ -281,13 +292,18 @@ _SENTENCE_OPTIONS = {"sentence": [], "embeddings": None, "embed": "auto", "dim":
 
 def _refuse_with_training(args: argparse.Namespace, **more_defaults) -> None:
     """A training run's pictures read the run's own probe: refuse the options of a sentence's attention."""
+    _refuse_sentence_options(args, "--training draws the run's own probe and heads", **more_defaults)
+
+
+def _refuse_sentence_options(args: argparse.Namespace, reason: str, **more_defaults) -> None:
+    """Refuse every option of a sentence's attention given another value than its default."""
     from selfattn.errors import OptionError
 
     defaults = dict(_SENTENCE_OPTIONS, **more_defaults)
     given = [name for name, default in defaults.items() if getattr(args, name, default) != default]
     if given:
         names = ["a sentence" if name == "sentence" else "--" + name.replace("_", "-") for name in given]
-        raise OptionError(f"--training draws the run's own probe and heads: it does not take {', '.join(names)}")
+        raise OptionError(f"{reason}: it does not take {', '.join(names)}")
 
 
 def run_plot(args: argparse.Namespace) -> int:
@@ -298,14 +314,35 @@ def run_plot(args: argparse.Namespace) -> int:
             raise OptionError("--kind training draws a training run: give its folder with --training DIR")
         if args.kind != "training":
             raise OptionError(f"--training goes with --kind training, not --kind {args.kind}")
-        _refuse_with_training(args, layer=0, head=0, mask=None, tile=None)
+        _refuse_with_training(args, layer=0, head=0, mask=None, tile=None, length=None, mask_mod=None)
         from selfattn.viz.training_plot import plot_training
 
         print(f"wrote {plot_training(args.training, args.output)}")
         return 0
+    if args.length is not None or args.mask_mod is not None:
+        return _run_block_map(args)
     from selfattn.viz.commands import plot
 
     path = plot(config_from_args(args, "plot"), args.kind, args.output, layer=args.layer, head=args.head, mask=args.mask, dim=args.dim, tile=args.tile)
+    print(f"wrote {path}")
+    return 0
+
+
+def _run_block_map(args: argparse.Namespace) -> int:
+    """plot --kind mask --length N: a mask's block map at N positions, no sentence involved."""
+    from selfattn.errors import OptionError
+
+    given = "--length" if args.length is not None else "--mask-mod"
+    if args.kind != "mask":
+        raise OptionError(f"{given} applies to --kind mask")
+    if args.length is None:
+        raise OptionError("--mask-mod draws a block map: give its length with --length N")
+    if args.block_size is not None:
+        raise OptionError("--block-size is the flash variant's keys per block: give the block map's block size with --tile")
+    _refuse_sentence_options(args, "--length draws a mask's block map, not a sentence's attention", layer=0, head=0)
+    from selfattn.viz.block_map_command import plot_block_map
+
+    path = plot_block_map(args.output, length=args.length, tile=args.tile, mask=args.mask, mask_mod=args.mask_mod)
     print(f"wrote {path}")
     return 0
 

@@ -92,6 +92,9 @@ PLOT_EXAMPLES = """examples:
   selfattn plot --kind arrows --query cat -o cat.svg      the seed's picture of 'cat' attending
   selfattn plot --variant multihead --heads 4 --kind heads -o heads.png
   selfattn plot --kind mask --mask sliding-window:3 -o window.png
+  selfattn plot --kind mask --mask sliding-window:256 --length 4096 --tile 128 -o map.png
+                                         the block map a tiled kernel sees at 4096 tokens
+  selfattn plot --kind mask --mask-mod my_masks.py:dilated --length 2048 -o dilated.png
   selfattn plot --kind positional --positional rope --dim 64 -o rope.png
   selfattn plot --model all-MiniLM-L6-v2 --layer 2 --head 5 --kind heatmap -o head.png
   selfattn plot --model all-MiniLM-L6-v2 --kind heads -o heads.png   every layer x head

@@ -23,10 +23,11 @@ from collections.abc import Callable
 import torch
 
 from selfattn.errors import OptionError, ShapeError
+from selfattn.masks.dense_states import coarsen_states
 from selfattn.masks.structured import EMPTY, FULL, PARTIAL, StructuredMask, _block_reduce, states_from
 
 MaskMod = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
-CHUNK = 1 << 20  # (batch x heads x rows x keys) pairs evaluated per call while sweeping the blocks (1M: at N = 2048 a quarter of N x N)
+CHUNK = 1 << 18  # (batch x heads x rows x keys) pairs evaluated per call while sweeping the blocks (at N = 2048 1/16 of N x N)
 
 
 class BlockMask(StructuredMask):
@@ -92,12 +93,18 @@ class BlockMask(StructuredMask):
         """
         key = (block_q, block_k)
         if key not in self._states:
-            own_q, own_k = self.block_size
-            if key != (own_q, own_k) and block_q % own_q == 0 and block_k % own_k == 0:
-                self._states[key] = _coarsen(self.block_states(own_q, own_k), block_q // own_q, block_k // own_k)
+            base_q, base_k = self._base
+            if key != self._base and block_q % base_q == 0 and block_k % base_k == 0:
+                self._states[key] = coarsen_states(self.block_states(base_q, base_k), block_q // base_q, block_k // base_k)
             else:
                 self._states[key] = self._sweep(block_q, block_k)
         return self._states[key]
+
+    @property
+    def _base(self) -> tuple[int, int]:
+        """The finest map swept: 64 rows (the backward's row blocks) where the block size allows, its keys."""
+        rows, keys = self.block_size
+        return (64 if rows % 64 == 0 else rows), keys
 
     def _sweep(self, block_q: int, block_k: int) -> torch.Tensor:
         n_r, n_c = -(-self.q_len // block_q), -(-self.kv_len // block_k)
@@ -272,19 +279,6 @@ def check_mod_result(result, shape: tuple[int, ...], name: str, dtype: torch.dty
     except RuntimeError:
         raise ShapeError(f"{name} returned shape {tuple(result.shape)}, which does not broadcast to its tile {shape}") from None
     return result
-
-
-def _coarsen(states: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
-    """Join rows x cols blocks of a map into one: EMPTY if all were, FULL if all were, else PARTIAL."""
-    n_r, n_c = states.shape
-    big_r, big_c = -(-n_r // rows), -(-n_c // cols)
-    padded_empty = torch.ones(big_r * rows, big_c * cols, dtype=torch.bool)
-    padded_full = torch.ones(big_r * rows, big_c * cols, dtype=torch.bool)
-    padded_empty[:n_r, :n_c] = states == EMPTY
-    padded_full[:n_r, :n_c] = states == FULL
-    empty = padded_empty.view(big_r, rows, big_c, cols).all(dim=3).all(dim=1)
-    full = padded_full.view(big_r, rows, big_c, cols).all(dim=3).all(dim=1)
-    return states_from(empty, full)
 
 
 def _torch_block_mask(mask):

@@ -7,7 +7,8 @@ With a pretrained model (--model, any family) the pictures show the chosen layer
 with the model's tokens as they read ('␣cat' for 'Ġcat'); ``heads`` draws every layer
 (rows) and head (columns); keys a mask hides (a decoder's later tokens, outside a sliding
 window) are grey. ``mask`` draws the model's own mask for one text (a --mask spec over
-its tokens instead); ``positional`` draws its learned position table, or for a RoPE model
+its tokens instead; with --length, ``block_map_command`` draws a mask's block map at
+that length); ``positional`` draws its learned position table, or for a RoPE model
 the layer's own rotation of q and k. ``rope-distance`` places the query's vector and one
 other token's at every pair of positions, once turned by RoPE and once with the
 sinusoidal table added to X; with a RoPE model, the traced head's q and k turned by the
@@ -31,6 +32,7 @@ from selfattn.positional.sinusoidal import sinusoidal_score_grid
 from selfattn.trace import Trace
 from selfattn.variant_trace import PROJECTED, VariantTrace, distance_check_key
 from selfattn.viz import PLOT_KINDS, model_pictures
+from selfattn.viz.mask_specs import document_lengths, prefix_lm_mask, split_spec, unknown_spec
 from selfattn.viz.output import check_output_path, write_text
 
 if TYPE_CHECKING:
@@ -197,15 +199,10 @@ def mask_picture(
         if is_model(trace):
             return (everyone if trace.allowed is None else trace.allowed), tokens, tokens, _model_mask_title(trace)
         return everyone, tokens, tokens, "No mask: every token may attend to every token"
-    name, colon, argument = spec.partition(":")
-    value = None
-    if colon and name != "documents":
-        if not argument.isdigit():
-            raise OptionError(f"the number after ':' in --mask {spec!r} must be a whole number >= 0")
-        value = int(argument)
-    if name == "none" and value is None:
+    name, value, argument = split_spec(spec)
+    if name == "none" and argument is None:
         return torch.ones(n, n, dtype=torch.bool), tokens, tokens, "No mask"
-    if name == "causal" and value is None:
+    if name == "causal" and argument is None:
         return causal_top_left(n), tokens, tokens, "Causal mask, aligned top-left (torch's is_causal)"
     if name == "causal-bottom-right":
         past = 3 if value is None else value
@@ -218,7 +215,7 @@ def mask_picture(
             raise OptionError(f"the sliding window must hold at least 1 token, got {window}")
         return sliding_window_mask(n, left=window - 1), tokens, tokens, f"Causal sliding window of {window} tokens"
     if name == "documents":
-        lengths = _document_lengths(spec, argument if colon else None, n)
+        lengths = document_lengths(spec, argument, n)
         title = f"Packed documents of {', '.join(map(str, lengths))} tokens: each token sees only its own document"
         return document_mask(lengths), tokens, tokens, title
     if name == "padding":
@@ -228,10 +225,13 @@ def mask_picture(
         keys = tokens[:length] + [f"[pad] {t}" for t in tokens[length:]]
         allowed = padding_mask([length], n)[0, 0].expand(n, n)  # (1, 1, 1, n) -> (n, n)
         return allowed, tokens, keys, f"Padding mask: keys after the first {length} are padding"
-    raise OptionError(
-        f"unknown mask {spec!r}: use causal, causal-bottom-right[:P], sliding-window[:W], padding[:L], "
-        "documents[:A,B,...] or none"
-    )
+    if name == "prefix-lm":
+        prefix = n // 2 if value is None else value
+        if not 0 <= prefix <= n:
+            raise OptionError(f"prefix-lm:{prefix} needs a prefix from 0 to the {n} tokens of the sentence")
+        title = f"Prefix-LM: the first {prefix} tokens see each other both ways, the rest causally"
+        return prefix_lm_mask(n, prefix).dense()[0, 0], tokens, tokens, title  # (1, 1, n, n) -> (n, n)
+    raise unknown_spec(spec)
 
 
 def _model_mask_title(trace) -> str:
@@ -347,17 +347,3 @@ def _positional_figure(config: ExplainConfig, dim: int | None):
 
 # Tiles of the block map in `plot --kind mask`: a sentence is short, so small tiles.
 DEFAULT_TILE = 2
-
-
-def _document_lengths(spec: str, argument: str | None, n: int) -> list[int]:
-    """The lengths in documents:A,B,... (default: two halves), which must add up to the n tokens."""
-    if argument is None:
-        return [n - n // 2, n // 2] if n > 1 else [n]
-    parts = argument.split(",")
-    if not all(p.isdigit() and int(p) > 0 for p in parts):
-        raise OptionError(f"--mask {spec!r}: give document lengths as whole numbers >= 1, e.g. documents:3,4")
-    lengths = [int(p) for p in parts]
-    if sum(lengths) != n:
-        raise OptionError(f"--mask {spec!r}: the documents hold {sum(lengths)} tokens, the sentence has {n}")
-    return lengths
-
