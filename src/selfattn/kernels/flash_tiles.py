@@ -27,7 +27,8 @@ from selfattn.kernels.online_softmax import (
     online_softmax_update,
     online_sum_update,
 )
-from selfattn.masks.structured import EMPTY, PARTIAL, mask_slice, states_of_dense
+from selfattn.masks.dense_states import DenseStates
+from selfattn.masks.structured import EMPTY, PARTIAL, mask_slice
 
 # exp overflows float32 at 88.7 and float64 at 709.8; a margin of 8 leaves room for the
 # row sums (up to kv_len terms, checked separately) and keeps exp(-bound) a normal number.
@@ -178,10 +179,11 @@ def flash_forward(q, k, v, mask, scale: float, block_q: int, block_k: int, group
             for c0, c1, partial in tiles:
                 _log_tile("forward", r0, c0)
                 scores = torch.matmul(q_scaled, keys_t[..., c0:c1], out=buffer.get((*lead, q_scaled.shape[-2], c1 - c0), q))
-                if partial and hasattr(mask, "add_finite"):
-                    mask.add_finite(ungroup_rows(scores, group), (r0, r1), (c0, c1))
-                weights = scores.exp_()  # (..., Hk, G * bq, bk)
-                if partial:
+                added = partial and getattr(mask, "additive", False)  # a float mask: added, -inf and all
+                if added:
+                    mask.apply(ungroup_rows(scores, group), (r0, r1), (c0, c1))
+                weights = exp_flush_tiny_(scores) if added and mask.hides else scores.exp_()  # (..., Hk, G * bq, bk)
+                if partial and not added:
                     mask.zero_hidden(ungroup_rows(weights, group), (r0, r1), (c0, c1))
                 state = online_sum_update(state, weights, v[..., c0:c1, :], _dropper(dropout, group, (r0, r1), (c0, c1)))
         out_block, lse_block = online_softmax_finish(state)  # (..., Hk, G * bq, d_v), (..., Hk, G * bq)
@@ -290,11 +292,14 @@ def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k
             else:  # S = score_mod(scale Q_i K_j^T), recorded for its backward; then S - lse
                 modded = score_mod.record(torch.bmm(q_i, k_j.transpose(1, 2)).mul_(scale), heads_view, r0, (r0, r1), (c0, c1))
                 probs = torch.add(modded, neg_lse_i, out=probs_buffer.get(shape, q_i))
-            if partial and hasattr(mask, "add_finite"):
-                mask.add_finite(heads_view(probs, r0), (r0, r1), (c0, c1))
-            # P = exp(S - lse). Hidden keys get P = 0; their S - lse is finite but may be large: capped so exp stays finite
-            exp_flush_tiny_(probs, hidden_cap(probs.dtype) if partial else None, flush)
-            if partial:
+            added = partial and getattr(mask, "additive", False)  # a float mask: added, -inf and all
+            if added:
+                mask.apply(heads_view(probs, r0), (r0, r1), (c0, c1))
+            # P = exp(S - lse). Hidden keys get P = 0: a float mask's -inf is flushed to 0 by the exp; for the
+            # others S - lse is finite but may be large: capped so exp stays finite, then zeroed by the mask
+            hidden = partial and not added
+            exp_flush_tiny_(probs, hidden_cap(probs.dtype) if hidden else None, flush or (added and mask.hides))
+            if hidden:
                 mask.zero_hidden(heads_view(probs, r0), (r0, r1), (c0, c1))
             kept = probs
             if dropout is not None:  # Z / (1 - p) as (B Hk, G bq, bk): the heads layout's memory in the grouped order
@@ -341,27 +346,52 @@ def _accumulator(grad: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 class FloatMask:
     """A float mask (added to the scores) for the tile loops: EMPTY where a tile is all -inf,
-    FULL where it is all 0 (nothing to add), else its tile is added."""
+    FULL where it is all 0 (nothing to add), else its tile is added.
+
+    Its block states come from one reduction of the tensor (``masks.dense_states``). A
+    mask with -inf in it (``hides``) is added as it is, -inf included, and the exp that
+    follows is ``exp_flush_tiny_``, which clamps -inf to a normal exponent before exp (on
+    the CPU exp(-inf) takes a slow path) and sets the result to exactly 0: one add instead
+    of replacing -inf by 0, adding, and zeroing after exp.
+    """
+
+    additive = True
 
     def __init__(self, mask: torch.Tensor) -> None:
         self.mask = mask
+        self._states = DenseStates(mask)
+        self._extent = None
+
+    @property
+    def extent(self) -> tuple[float, float]:
+        """(min, max) of the mask's entries: from the block reduction when it found them, else one pass."""
+        if self._extent is None:
+            self._extent = self._states.extent
+        if self._extent is None:
+            low, high = torch.aminmax(self.mask.detach()) if self.mask.numel() else (torch.zeros(()), torch.zeros(()))
+            self._extent = (float(low), float(high))
+        return self._extent
+
+    @property
+    def hides(self) -> bool:
+        """Whether some entry is -inf."""
+        return self.extent[0] == NEG_INF
 
     def block_states(self, block_q: int, block_k: int, q_len: int | None = None) -> torch.Tensor:
-        return states_of_dense(self.mask, block_q, block_k, q_len)
+        rows = self.mask.shape[-2] if self.mask.shape[-2] > 1 else (q_len or 1)
+        return self._states.states(block_q, block_k, rows)
 
     def apply(self, scores: torch.Tensor, rows: tuple[int, int], cols: tuple[int, int]) -> torch.Tensor:
         return scores.add_(mask_slice(self.mask, rows, cols).to(scores.dtype))
 
-    def add_finite(self, scores: torch.Tensor, rows: tuple[int, int], cols: tuple[int, int]) -> torch.Tensor:
-        tile = mask_slice(self.mask, rows, cols).to(scores.dtype)
-        return scores.add_(tile.masked_fill(tile == NEG_INF, 0.0))
-
-    def zero_hidden(self, values: torch.Tensor, rows: tuple[int, int], cols: tuple[int, int]) -> torch.Tensor:
-        return values.mul_(mask_slice(self.mask, rows, cols) != NEG_INF)
-
     def largest_bias(self) -> float:
-        finite = self.mask[torch.isfinite(self.mask)]
-        return float(finite.abs().amax()) if finite.numel() else 0.0
+        """max |b| over the entries, from their min and max; infinite for a mask that hides keys.
+
+        With -inf in the mask the finite entries' bound would cost two more passes over
+        it, about what skipping the running max saves: such a mask takes the online softmax.
+        """
+        low, high = self.extent
+        return max(abs(low), abs(high))
 
 
 def _blocks(length: int, block: int) -> list[tuple[int, int]]:

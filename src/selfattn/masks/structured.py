@@ -212,8 +212,10 @@ def states_of_dense(mask: torch.Tensor, block_q: int, block_k: int, q_len: int |
     """
     visible = mask if mask.dtype == torch.bool else mask != NEG_INF
     untouched = mask if mask.dtype == torch.bool else mask == 0
-    flat_any = visible.reshape(-1, *mask.shape[-2:]).any(dim=0)  # over batch and heads: (rows or 1, kv_len)
-    flat_all = untouched.reshape(-1, *mask.shape[-2:]).all(dim=0)
+    if mask.dim() > 2:  # over batch and heads: (rows or 1, kv_len)
+        visible = visible.reshape(-1, *mask.shape[-2:]).any(dim=0)
+        untouched = untouched.reshape(-1, *mask.shape[-2:]).all(dim=0)
+    flat_any, flat_all = visible, untouched
     rows = flat_any.shape[0] if flat_any.shape[0] > 1 else (q_len or 1)
     return states_from(~_block_reduce(flat_any, block_q, block_k, rows, any_=True), _block_reduce(flat_all, block_q, block_k, rows, any_=False))
 
@@ -222,6 +224,9 @@ def _block_reduce(grid: torch.Tensor, block_q: int, block_k: int, rows: int, any
     """any / all of a (rows or 1, cols) bool grid over each (block_q, block_k) block.   -> (n_row_blocks, n_col_blocks)"""
     cols = grid.shape[-1]
     n_r, n_c = -(-rows // block_q), -(-cols // block_k)
+    if grid.shape[0] == rows == n_r * block_q and cols == n_c * block_k:  # the blocks tile the grid: no padded copy
+        blocks = grid.cpu().view(n_r, block_q, n_c, block_k)
+        return blocks.any(dim=3).any(dim=1) if any_ else blocks.all(dim=3).all(dim=1)
     fill = not any_  # padding must not change the answer
     padded = torch.full((grid.shape[0] if grid.shape[0] > 1 else 1, n_c * block_k), fill, dtype=torch.bool)
     padded[:, :cols] = grid.cpu()
@@ -271,6 +276,7 @@ class DenseMask(StructuredMask):
         self.q_len = mask.shape[-2] if mask.shape[-2] > 1 else None
         self.kv_len = mask.shape[-1]
         self.lead = tuple(mask.shape[:-2])
+        self._states = None  # a DenseStates, made when first asked: one reduction for every tile size
 
     def allowed(self, rows, cols):
         """The tensor's entries at the given rows and keys.
@@ -326,7 +332,11 @@ class DenseMask(StructuredMask):
         Raises:
             OptionError: q_len is None and the tensor's row axis is 1.
         """
-        return states_of_dense(self.mask, block_q, block_k, self._rows(q_len))
+        if self._states is None:
+            from selfattn.masks.dense_states import DenseStates
+
+            self._states = DenseStates(self.mask)
+        return self._states.states(block_q, block_k, self._rows(q_len))
 
     def dense(self, device=None):
         """The wrapped tensor itself (moved when device is given).
