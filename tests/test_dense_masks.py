@@ -117,3 +117,29 @@ def test_scaled_dot_product_attention_takes_the_kernel_for_large_masked_calls():
     with count_tiles() as tiles:
         sa.scaled_dot_product_attention(q[..., :20, :], k[..., :20, :], v[..., :20, :], attn_mask=window[:20, :20])
     assert not tiles, "a small call keeps the plain steps"
+
+
+@pytest.mark.parametrize("window", [(None, 0), (5, 2), (0, None), (3, 3)])
+@pytest.mark.parametrize("blocks", [(4, 8), (16, 16), (64, 128)])
+def test_packed_window_states_never_claim_too_much(window, blocks):
+    from selfattn.masks import DocumentMask
+    from selfattn.masks.packed import PackedWindowMask
+
+    lengths_q, lengths_k = torch.tensor([7, 0, 30, 13]), torch.tensor([9, 4, 30, 10])
+    starts_q, starts_k = torch.cat([torch.zeros(1, dtype=torch.long), lengths_q.cumsum(0)]), torch.cat(
+        [torch.zeros(1, dtype=torch.long), lengths_k.cumsum(0)])
+    seq_q = torch.repeat_interleave(torch.arange(4), lengths_q)
+    seq_k = torch.repeat_interleave(torch.arange(4), lengths_k)
+    place_q = torch.arange(50) - starts_q[seq_q] + (lengths_k - lengths_q)[seq_q]  # bottom-right per sequence
+    place_k = torch.arange(53) - starts_k[seq_k]
+    mask = DocumentMask(lengths_q, lengths_k) & PackedWindowMask(place_q, place_k, *window)
+    i, j = torch.arange(50)[:, None], torch.arange(53)[None, :]  # the rule written out pair by pair
+    distance = place_q[i] - place_k[j]
+    dense = seq_q[i] == seq_k[j]
+    if window[0] is not None:
+        dense &= distance <= window[0]
+    if window[1] is not None:
+        dense &= distance >= -window[1]
+    torch.testing.assert_close(mask.dense(), dense, atol=0, rtol=0)
+    states, exact = mask.block_states(*blocks), reduced_by_loop(dense, *blocks)
+    assert ((states == EMPTY) == (exact == EMPTY)).all() and ((states == FULL) == (exact == FULL)).all()

