@@ -162,13 +162,14 @@ def flash_attention(
 
 
 def flash_with_offset(query, key, value, attn_mask, causal_offset: int | None, scale=None, enable_gqa=False,
-                      block_q=None, block_k=None, score_mod=None, dropout_p=0.0, generator=None):
+                      block_q=None, block_k=None, score_mod=None, dropout_p=0.0, generator=None, softcap=0.0):
     """``flash_attention`` with the causal rule given as a number: row i sees keys j <= i + offset
     (None: no causal rule). For callers that know their alignment, such as the modules.   -> (O, lse)
 
     score_mod: None, or a ``kernels.flex.TileScoreMod`` applied to every tile's scores
     (``flex_attention``); the tensors it captures receive gradients. dropout_p, generator:
-    as in ``flash_attention``."""
+    as in ``flash_attention``. softcap: c > 0 makes every score c tanh(score / c) before
+    score_mod and the mask (``flash_attn_func``'s softcap), 0 leaves them."""
     if isinstance(attn_mask, StructuredMask):
         check_attention_inputs(query, key, value, None, 0.0, False, enable_gqa)
         attn_mask.check_size(query.shape[-2], key.shape[-2])
@@ -196,8 +197,8 @@ def flash_with_offset(query, key, value, attn_mask, causal_offset: int | None, s
         block_q, block_k = block_q or chosen_q, block_k or chosen_k
     captured = () if score_mod is None else score_mod.captured
     dropout = tile_dropout(dropout_p, generator, tuple(query.shape[:-2]), query.device)  # (..., Hq): the scores' lead
-    return _FlashAttention.apply(query, key, value, float_mask, mask, float(scale), block_q, block_k, group, auto_k,
-                                 dropout, score_mod, *captured)
+    settings = (mask, float(scale), block_q, block_k, group, auto_k, dropout, float(softcap), score_mod)
+    return _FlashAttention.apply(query, key, value, float_mask, settings, *captured)
 
 
 # Tile sizes tried for a mask with empty blocks, and the fixed cost of one tile counted in
@@ -310,10 +311,12 @@ class _FlashAttention(torch.autograd.Function):
     """Saves Q, K, V, O and lse only; the backward recomputes every tile."""
 
     @staticmethod
-    def forward(ctx, q, k, v, float_mask, mask, scale, block_q, block_k, group, auto_k, dropout, score_mod, *captured):
-        output, lse = flash_forward(q, k, v, mask, scale, block_q, block_k, group, score_mod=score_mod, dropout=dropout)
+    def forward(ctx, q, k, v, float_mask, settings, *captured):
+        mask, scale, block_q, block_k, group, _, dropout, softcap, score_mod = settings
+        output, lse = flash_forward(q, k, v, mask, scale, block_q, block_k, group, score_mod=score_mod, dropout=dropout,
+                                    softcap=softcap)
         ctx.save_for_backward(q, k, v, output, lse, float_mask)
-        ctx.settings = (mask, scale, block_q, block_k, group, auto_k, dropout, score_mod)
+        ctx.settings = settings
         ctx.mark_non_differentiable(lse)
         return output, lse
 
@@ -321,7 +324,7 @@ class _FlashAttention(torch.autograd.Function):
     @once_differentiable  # the backward is not itself differentiable: say so instead of failing inside it
     def backward(ctx, grad_out, _grad_lse):
         q, k, v, output, lse, float_mask = ctx.saved_tensors
-        mask, scale, block_q, block_k, group, auto_k, dropout, score_mod = ctx.settings
+        mask, scale, block_q, block_k, group, auto_k, dropout, softcap, score_mod = ctx.settings
         mask_grad = None
         if float_mask is not None and ctx.needs_input_grad[3]:
             mask_grad = torch.zeros(float_mask.shape, dtype=float_mask.dtype, device=float_mask.device)
@@ -329,10 +332,10 @@ class _FlashAttention(torch.autograd.Function):
         if auto_k:
             block_k = choose_blocks(mask, q.shape[-2], k.shape[-2], math.prod(q.shape[:-2]), rows)[1]
         if score_mod is not None:
-            score_mod.start_backward(ctx.needs_input_grad[12:])
+            score_mod.start_backward(ctx.needs_input_grad[5:])
         dq, dk, dv = flash_backward(
             grad_out.contiguous(), q, k, v, output, lse, mask, scale, rows, block_k, group, mask_grad, score_mod=score_mod,
-            dropout=dropout,
+            dropout=dropout, softcap=softcap,
         )
         captured = () if score_mod is None else score_mod.captured_grads
-        return (dq, dk, dv, mask_grad, None, None, None, None, None, None, None, None, *captured)
+        return (dq, dk, dv, mask_grad, None, *captured)

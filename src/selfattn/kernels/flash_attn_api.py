@@ -99,11 +99,9 @@ def flash_attn_func(
     if left is not None or right is not None:
         mask = sliding_window_mask(q_len, kv_len, left=left, right=right, align="bottom_right", structured=True)
     slopes = None if alibi_slopes is None else check_slopes(alibi_slopes, batch, heads)
-    score_mod = None
-    if softcap or slopes is not None:
-        score_mod = TileScoreMod(_modifier(float(softcap), slopes, offset), batch, heads)
+    score_mod = None if slopes is None else TileScoreMod(_alibi(slopes, offset), batch, heads)
     qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, S, D) views
-    out, lse, probs = _attend(qt, kt, vt, mask, score_mod, softmax_scale, return_attn_probs, dropout_p)
+    out, lse, probs = _attend(qt, kt, vt, mask, score_mod, softmax_scale, return_attn_probs, dropout_p, softcap)
     out = out.transpose(1, 2).contiguous()  # (B, Sq, H, Dv)
     return (out, lse, probs) if return_attn_probs else out
 
@@ -185,32 +183,31 @@ def flash_attn_varlen_func(
     if left is not None or right is not None:
         mask = mask & PackedWindowMask(place_q, place_k, left, right)
     slopes = None if alibi_slopes is None else check_slopes(alibi_slopes, batch, heads)
-    score_mod = None
-    if softcap or slopes is not None:
-        score_mod = TileScoreMod(_varlen_modifier(float(softcap), slopes, seq_q, place_q, place_k), 1, heads)
+    score_mod = None if slopes is None else TileScoreMod(_varlen_alibi(slopes, seq_q, place_q, place_k), 1, heads)
     qt, kt, vt = (t.transpose(0, 1)[None] for t in (q, k, v))  # (1, H, total, D) views
-    out, lse, probs = _attend(qt, kt, vt, mask, score_mod, softmax_scale, return_attn_probs, dropout_p)
+    out, lse, probs = _attend(qt, kt, vt, mask, score_mod, softmax_scale, return_attn_probs, dropout_p, softcap)
     out = out[0].transpose(0, 1).contiguous()  # (total_q, H, Dv)
     return (out, lse[0], probs[0]) if return_attn_probs else out
 
 
-def _attend(qt, kt, vt, mask, score_mod, softmax_scale, return_probs: bool, dropout_p: float):
-    """The kernel on (B, H, S, D) tensors; lse and (when asked) the probabilities too,
-    a dropped weight negated (flash-attn's S_dmask)."""
+def _attend(qt, kt, vt, mask, score_mod, softmax_scale, return_probs: bool, dropout_p: float, softcap: float):
+    """The kernel on (B, H, S, D) tensors, softcap in the kernel and ALiBi as a score_mod; lse and
+    (when asked) the probabilities too, a dropped weight negated (flash-attn's S_dmask)."""
     scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(qt.shape[-1])
     gqa = kt.shape[1] != qt.shape[1]
     if dropout_p and return_probs:  # a copy of the default generator draws the kernel's seed again for the pattern
         replay = torch.Generator(device=qt.device)
         replay.set_state(_default_generator(qt.device).get_state())
-    out, lse = flash_with_offset(qt, kt, vt, mask, None, scale, gqa, score_mod=score_mod, dropout_p=dropout_p)
+    out, lse = flash_with_offset(qt, kt, vt, mask, None, scale, gqa, score_mod=score_mod, dropout_p=dropout_p,
+                                 softcap=float(softcap))
     if not return_probs:
         return out, lse, None
     with torch.no_grad():
-        if score_mod is None:
+        if score_mod is None and not softcap:
             probs = attention_probs_from_lse(qt, kt, lse, attn_mask=None if mask is None else mask.dense(), scale=scale,
                                              enable_gqa=gqa)
         else:
-            probs = _modded_probs(qt, kt, lse, mask, scale, score_mod)
+            probs = _modded_probs(qt, kt, lse, mask, scale, score_mod, float(softcap))
         if dropout_p:
             lead = (*torch.broadcast_shapes(qt.shape[:-3], kt.shape[:-3]), qt.shape[-3])
             kept = tile_dropout(dropout_p, replay, lead, qt.device)
@@ -246,16 +243,12 @@ def _sequence_of(starts: torch.Tensor, total: int) -> torch.Tensor:
     return torch.bucketize(torch.arange(total), starts[1:], right=True)
 
 
-def _varlen_modifier(softcap: float, slopes, seq_q, place_q, place_k):
-    """softcap, then ALiBi with each sequence's own positions and slopes."""
+def _varlen_alibi(slopes, seq_q, place_q, place_k):
+    """ALiBi with each sequence's own positions and slopes (after the kernel's softcap)."""
     def modify(score, b, h, q_idx, kv_idx):
-        if softcap:
-            score = softcap * torch.tanh(score / softcap)
-        if slopes is not None:
-            rows = seq_q[q_idx] if slopes.shape[0] > 1 else torch.zeros_like(q_idx)  # (1, 1, r, 1)
-            per = slopes[rows, h].to(score.dtype)  # (1, H, r, 1)
-            score = score - per * (place_q[q_idx] - place_k[kv_idx]).abs()
-        return score
+        rows = seq_q[q_idx] if slopes.shape[0] > 1 else torch.zeros_like(q_idx)  # (1, 1, r, 1)
+        per = slopes[rows, h].to(score.dtype)  # (1, H, r, 1)
+        return score - per * (place_q[q_idx] - place_k[kv_idx]).abs()
 
     return modify
 
@@ -292,24 +285,24 @@ def check_slopes(slopes, batch: int, heads: int) -> torch.Tensor:
     raise ShapeError(f"alibi_slopes must be ({heads},) or ({batch}, {heads}), got {tuple(slopes.shape)}")
 
 
-def _modifier(softcap: float, slopes: torch.Tensor | None, offset: int):
-    """The score_mod of flash-attn's softcap, then ALiBi."""
+def _alibi(slopes: torch.Tensor, offset: int):
+    """flash-attn's ALiBi as a score_mod (after the kernel's softcap)."""
     def modify(score, b, h, q_idx, kv_idx):
-        if softcap:
-            score = softcap * torch.tanh(score / softcap)
-        if slopes is not None:
-            per = slopes[b if slopes.shape[0] > 1 else torch.zeros_like(b), h].to(score.dtype)  # (B or 1, H, 1, 1)
-            score = score - per * (q_idx + offset - kv_idx).abs()
-        return score
+        per = slopes[b if slopes.shape[0] > 1 else torch.zeros_like(b), h].to(score.dtype)  # (B or 1, H, 1, 1)
+        return score - per * (q_idx + offset - kv_idx).abs()
 
     return modify
 
 
-def _modded_probs(q, k, lse, mask, scale, score_mod) -> torch.Tensor:
-    """P = exp(score_mod(scale Q K^T) - lse), 0 where hidden: the whole matrix, for return_attn_probs."""
+def _modded_probs(q, k, lse, mask, scale, score_mod, softcap: float) -> torch.Tensor:
+    """P = exp(score_mod(softcap(scale Q K^T)) - lse), 0 where hidden: the whole matrix, for return_attn_probs."""
     if k.shape[1] != q.shape[1]:
         k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
-    scores = score_mod(q @ k.transpose(-2, -1) * scale, (0, q.shape[-2]), (0, k.shape[-2]))  # (B, H, Sq, Sk)
+    scores = q @ k.transpose(-2, -1) * scale  # (B, H, Sq, Sk)
+    if softcap:
+        scores = softcap * torch.tanh(scores / softcap)
+    if score_mod is not None:
+        scores = score_mod(scores, (0, q.shape[-2]), (0, k.shape[-2]))
     if mask is not None:
         scores = scores.masked_fill(~mask.dense(), float("-inf"))
     lse_safe = torch.where(torch.isneginf(lse), torch.full_like(lse, float("inf")), lse)

@@ -105,14 +105,15 @@ def ungroup_rows(x: torch.Tensor, group: int) -> torch.Tensor:
 
 
 def score_tile(q_scaled, key, mask, rows: tuple[int, int], cols: tuple[int, int], partial: bool, group: int = 1,
-               out: TileBuffer | None = None, score_mod=None) -> torch.Tensor:
+               out: TileBuffer | None = None, score_mod=None, softcap: float = 0.0) -> torch.Tensor:
     """S = scale Q_i K_j^T, -inf where a PARTIAL tile's mask hides.   q_scaled (..., Hk, G * bq, d) -> (..., Hk, G * bq, bk)
 
     For the online softmax with a running max (and the explainer). The bounded forward and
     the backward keep hidden scores finite and zero them after exp (``mask.zero_hidden``):
     on CPU torch's exp of -inf (or of anything below about -87) takes a slow path, ~25x
     slower than for ordinary numbers (measured: 18 ms against 0.7 ms for 2M floats).
-    A fresh tensor, or a view of ``out``'s memory (valid until the next tile).
+    A fresh tensor, or a view of ``out``'s memory (valid until the next tile). With a
+    softcap c > 0, q_scaled carries scale / c and the tile becomes c tanh(Q K^T scale / c).
     """
     keys_t = key[..., cols[0]:cols[1], :].transpose(-2, -1)  # (..., Hk, d, bk)
     if out is None:
@@ -120,6 +121,8 @@ def score_tile(q_scaled, key, mask, rows: tuple[int, int], cols: tuple[int, int]
     else:
         shape = (*torch.broadcast_shapes(q_scaled.shape[:-2], keys_t.shape[:-2]), q_scaled.shape[-2], cols[1] - cols[0])
         scores = torch.matmul(q_scaled, keys_t, out=out.get(shape, q_scaled))
+    if softcap:
+        scores.tanh_().mul_(softcap)
     if score_mod is not None:  # before the mask, as FlexAttention: a score_mod never sees a hidden pair's -inf
         heads = ungroup_rows(scores, group)  # (..., Hq, bq, bk): a view of the scores
         heads.copy_(score_mod(heads, rows, cols))
@@ -143,7 +146,7 @@ class TileBuffer:
 
 
 def flash_forward(q, k, v, mask, scale: float, block_q: int, block_k: int, group: int = 1, bounded: bool | None = None,
-                  score_mod=None, dropout=None):
+                  score_mod=None, dropout=None, softcap: float = 0.0):
     """The tiled forward pass.   -> O (..., Hq, q_len, d_v), lse (..., Hq, q_len)
 
     When every score is provably small enough for exp (``exp_is_bounded``), the running
@@ -154,6 +157,8 @@ def flash_forward(q, k, v, mask, scale: float, block_q: int, block_k: int, group
     known bound, so it takes the online softmax.
     dropout: None, or a ``kernels.tile_dropout.TileDropout``: each tile's weights times
     Z / (1 - p) on their way into acc, after their sum went into l (lse is the full softmax's).
+    softcap: c > 0 turns every score s into c tanh(s / c) before score_mod and the mask
+    (flash-attn's softcap); then |s| <= c, which can make the scores bounded.
     """
     q_len, kv_len, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
     output = q.new_empty((*q.shape[:-1], d_v))
@@ -161,17 +166,18 @@ def flash_forward(q, k, v, mask, scale: float, block_q: int, block_k: int, group
     if score_mod is not None:
         bounded = False
     elif bounded is None:
-        bounded = exp_is_bounded(q, k, scale, mask)
+        bounded = exp_is_bounded(q, k, scale, mask, softcap)
     buffer = TileBuffer()
     keys_t = k.transpose(-2, -1)  # (..., Hk, d, kv_len): a view, sliced per key block
     lead = torch.broadcast_shapes(q.shape[:-3] + (k.shape[-3],) if q.dim() >= 3 else (), k.shape[:-2])
     for (r0, r1), tiles in zip(_blocks(q_len, block_q), visible_tiles(mask, q_len, kv_len, block_q, block_k)):
-        q_scaled = group_rows(q, (r0, r1), group) * scale  # (..., Hk, G * bq, d): scaled once per row block
+        q_scaled = group_rows(q, (r0, r1), group) * (scale / softcap if softcap else scale)  # (..., Hk, G * bq, d)
         state = online_softmax_start(q_scaled.shape[:-1], d_v, q)
         if not bounded:
             for c0, c1, partial in tiles:
                 _log_tile("forward", r0, c0)
-                scores = score_tile(q_scaled, k, mask, (r0, r1), (c0, c1), partial, group, out=buffer, score_mod=score_mod)
+                scores = score_tile(q_scaled, k, mask, (r0, r1), (c0, c1), partial, group, out=buffer, score_mod=score_mod,
+                                    softcap=softcap)
                 drop = _dropper(dropout, group, (r0, r1), (c0, c1))
                 state = online_softmax_update(state, scores, v[..., c0:c1, :], drop).state
         else:  # the common case, kept lean: a few torch calls per tile
@@ -179,6 +185,8 @@ def flash_forward(q, k, v, mask, scale: float, block_q: int, block_k: int, group
             for c0, c1, partial in tiles:
                 _log_tile("forward", r0, c0)
                 scores = torch.matmul(q_scaled, keys_t[..., c0:c1], out=buffer.get((*lead, q_scaled.shape[-2], c1 - c0), q))
+                if softcap:
+                    scores.tanh_().mul_(softcap)
                 added = partial and getattr(mask, "additive", False)  # a float mask: added, -inf and all
                 if added:
                     mask.apply(ungroup_rows(scores, group), (r0, r1), (c0, c1))
@@ -204,26 +212,30 @@ def _dropper(dropout, group: int, rows: tuple[int, int], cols: tuple[int, int]):
     return drop
 
 
-def score_bound(q: torch.Tensor, k: torch.Tensor, scale: float, mask) -> float:
+def score_bound(q: torch.Tensor, k: torch.Tensor, scale: float, mask, softcap: float = 0.0) -> float:
     """B with |s| <= B for every finite score s = scale q.k (+ mask).   q, k non-empty
 
-    Cauchy-Schwarz: |scale q_i . k_j| <= |scale| max_i |q_i| max_j |k_j|. A bool or
-    structured mask adds only -inf; a float mask adds its own largest finite magnitude.
+    Cauchy-Schwarz: |scale q_i . k_j| <= |scale| max_i |q_i| max_j |k_j|; a softcap c
+    keeps it within c. A bool or structured mask adds only -inf; a float mask adds its own
+    largest finite magnitude.
     """
     bound = abs(scale) * float(torch.linalg.vector_norm(q, dim=-1).amax()) * float(torch.linalg.vector_norm(k, dim=-1).amax())
+    if softcap:
+        bound = min(bound, softcap)
     bias = getattr(mask, "largest_bias", None)
     return bound + bias() if bias is not None else bound
 
 
-def exp_is_bounded(q: torch.Tensor, k: torch.Tensor, scale: float, mask) -> bool:
+def exp_is_bounded(q: torch.Tensor, k: torch.Tensor, scale: float, mask, softcap: float = 0.0) -> bool:
     """Whether every finite score s satisfies |s| + log(kv_len) < log(max float) - 8: then exp
     of any score, and any row sum, stays a normal finite number (``score_bound``)."""
     if not q.numel() or not k.numel():
         return False
-    return score_bound(q, k, scale, mask) + math.log(k.shape[-2]) < math.log(torch.finfo(q.dtype).max) - EXP_MARGIN
+    return score_bound(q, k, scale, mask, softcap) + math.log(k.shape[-2]) < math.log(torch.finfo(q.dtype).max) - EXP_MARGIN
 
 
-def backward_may_underflow(q: torch.Tensor, k: torch.Tensor, scale: float, mask, lse: torch.Tensor) -> bool:
+def backward_may_underflow(q: torch.Tensor, k: torch.Tensor, scale: float, mask, lse: torch.Tensor,
+                           softcap: float = 0.0) -> bool:
     """Whether some S - lse of the backward can fall below ``exp_floor``, so that P = exp(S - lse)
     needs ``exp_flush_tiny_``: S >= -B (``score_bound``) and lse <= max lse, so S - lse >= -B - max lse.
     A row that sees no key (lse = -inf) is computed with lse = +inf: always."""
@@ -232,11 +244,11 @@ def backward_may_underflow(q: torch.Tensor, k: torch.Tensor, scale: float, mask,
         return False
     if not bool(torch.isfinite(lse).all()):
         return True
-    return score_bound(q, k, scale, mask) + float(lse.amax()) > -floor
+    return score_bound(q, k, scale, mask, softcap) + float(lse.amax()) > -floor
 
 
 def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k, group: int = 1, mask_grad=None,
-                   grads=None, score_mod=None, dropout=None):
+                   grads=None, score_mod=None, dropout=None, softcap: float = 0.0):
     """FlashAttention-2's backward: dQ, dK, dV tile by tile, from lse; adds dS into ``mask_grad`` (a float mask's gradient).
 
     score_mod: as in ``flash_forward``, with ``score_mod.backward(ds, ...)`` (``kernels.flex``):
@@ -244,6 +256,7 @@ def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k
     to the raw scores (and into the tensors it captures) before dQ and dK.
     dropout: the forward's ``TileDropout``: its pattern is drawn again per tile, so that
     dV_j += (P Z / (1 - p))^T dO_i and dP = (dO_i V_j^T) Z / (1 - p) (``kernels.tile_dropout``).
+    softcap: the forward's c: with t = tanh(scale Q K^T / c), S = c t and dS_raw = dS (1 - t^2).
 
     grads: (dQ, dK, dV) tensors shaped like q, k, v to add into (a ring accumulates its
     steps this way without temporaries); by default fresh zeros. Returns them.
@@ -259,7 +272,7 @@ def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k
     fixed cost is much of the time.
     """
     q_len, kv_len = q.shape[-2], k.shape[-2]
-    flush = score_mod is not None or backward_may_underflow(q, k, scale, mask, lse)  # else a plain exp: two passes fewer
+    flush = score_mod is not None or backward_may_underflow(q, k, scale, mask, lse, softcap)  # else a plain exp: two passes fewer
     if grads is None:
         grads = tuple(torch.zeros(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
     dq, dk, dv = grads
@@ -279,7 +292,7 @@ def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k
         for c0, c1, partial in tiles:
             rows_of.setdefault((c0, c1), []).append((r0, r1, partial))
     heads_view = lambda t, r: ungroup_rows(t.view(*lead, *t.shape[-2:]), group)  # noqa: E731 - (..., Hq, bq, bk) for masks
-    probs_buffer, dp_buffer, sums, kept_buffer = TileBuffer(), TileBuffer(), TileBuffer(), TileBuffer()
+    probs_buffer, dp_buffer, sums, kept_buffer, tanh_buffer = (TileBuffer() for _ in range(5))
     for (c0, c1), row_blocks in sorted(rows_of.items()):
         k_j, v_j = k3[:, c0:c1], v3[:, c0:c1]  # (B Hk, bk, d)
         dk_j, dv_j = dk3[:, c0:c1], dv3[:, c0:c1]
@@ -287,10 +300,16 @@ def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k
             _log_tile("backward", r0, c0)
             q_i, do_i, neg_lse_i, delta_i, dq_i = row_data[r0]
             shape = (q_i.shape[0], q_i.shape[1], c1 - c0)
-            if score_mod is None:  # S - lse = scale Q_i K_j^T - lse_i in one product: (B Hk, G bq, bk)
+            tanh = None
+            if softcap:  # t = tanh(scale Q_i K_j^T / c), kept for dS_raw = dS (1 - t^2)
+                tanh = torch.bmm(q_i, k_j.transpose(1, 2), out=tanh_buffer.get(shape, q_i)).mul_(scale / softcap).tanh_()
+            if score_mod is None and tanh is None:  # S - lse = scale Q_i K_j^T - lse_i in one product: (B Hk, G bq, bk)
                 probs = torch.baddbmm(neg_lse_i, q_i, k_j.transpose(1, 2), alpha=scale, out=probs_buffer.get(shape, q_i))
-            else:  # S = score_mod(scale Q_i K_j^T), recorded for its backward; then S - lse
-                modded = score_mod.record(torch.bmm(q_i, k_j.transpose(1, 2)).mul_(scale), heads_view, r0, (r0, r1), (c0, c1))
+            elif score_mod is None:  # S - lse = c t - lse
+                probs = torch.add(neg_lse_i, tanh, alpha=softcap, out=probs_buffer.get(shape, q_i))
+            else:  # S = score_mod(scale Q_i K_j^T, softcapped), recorded for its backward; then S - lse
+                raw = torch.bmm(q_i, k_j.transpose(1, 2)).mul_(scale) if tanh is None else tanh * softcap
+                modded = score_mod.record(raw, heads_view, r0, (r0, r1), (c0, c1))
                 probs = torch.add(modded, neg_lse_i, out=probs_buffer.get(shape, q_i))
             added = partial and getattr(mask, "additive", False)  # a float mask: added, -inf and all
             if added:
@@ -310,11 +329,13 @@ def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k
             if dropout is not None:
                 dp.mul_(keep)  # the gradient reaches only the weights that were kept
             ds = probs.mul_(dp.sub_(delta_i))  # dS = P * (dP - D), in P's memory
-            if score_mod is not None:
-                ds = score_mod.backward(ds)  # d(raw scores) = dS through the score_mod's own backward
-            if mask_grad is not None:
+            if mask_grad is not None:  # the mask is added last: its gradient is dS itself
                 tile = mask_slice(mask_grad, (r0, r1), (c0, c1))
                 tile += heads_view(ds, r0).sum_to_size(tile.shape)
+            if score_mod is not None:
+                ds = score_mod.backward(ds)  # d(raw scores) = dS through the score_mod's own backward
+            if tanh is not None:  # through the softcap: dS_raw = dS - dS t^2
+                ds.addcmul_(ds, tanh.square_(), value=-1.0)
             dq_i.add_(torch.bmm(ds, k_j, out=sums.get(dq_i.shape, q_i)), alpha=scale)  # scale (G bq, bk) @ (bk, d)
             dk_j.add_(torch.bmm(ds.transpose(1, 2), q_i, out=sums.get(dk_j.shape, q_i)), alpha=scale)  # scale dS^T Q
     for r0, (_, _, _, _, dq_i) in row_data.items():
