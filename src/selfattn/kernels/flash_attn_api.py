@@ -181,7 +181,7 @@ def flash_attn_varlen_func(
     # rules with closed-form block states, so the blocks between sequences cost nothing to find.
     mask = DocumentMask(lengths_q, lengths_k)
     if left is not None or right is not None:
-        mask = mask & PackedWindowMask(place_q, place_k, left, right)
+        mask = mask & _window_rule(starts_q, starts_k, place_q, place_k, left, right)
     slopes = None if alibi_slopes is None else check_slopes(alibi_slopes, batch, heads)
     score_mod = None if slopes is None else TileScoreMod(_varlen_alibi(slopes, seq_q, place_q, place_k), 1, heads)
     qt, kt, vt = (t.transpose(0, 1)[None] for t in (q, k, v))  # (1, H, total, D) views
@@ -213,6 +213,18 @@ def _attend(qt, kt, vt, mask, score_mod, softmax_scale, return_probs: bool, drop
             kept = tile_dropout(dropout_p, replay, lead, qt.device)
             probs = torch.where(kept.dense(qt.shape[-2], kt.shape[-2]), probs, -probs)
     return out, lse, probs
+
+
+def _window_rule(starts_q, starts_k, place_q, place_k, left, right):
+    """The per-sequence window as a rule. Within a sequence, place_q(i) - place_k(j) = i - j + c_s with
+    c_s = start_k - start_q + len_k - len_q; when every sequence has the same c (equal query and key
+    lengths: c = 0) it is one window over the packed positions, whose tiles are cached band patterns."""
+    shifts = (starts_k[:-1] - starts_q[:-1] + starts_k.diff() - starts_q.diff()).unique()
+    total_q, total_k = len(place_q), len(place_k)
+    if len(shifts) == 1 and int(shifts[0]) in (0, total_k - total_q):
+        align = "top_left" if int(shifts[0]) == 0 else "bottom_right"
+        return sliding_window_mask(total_q, total_k, left=left, right=right, align=align, structured=True)
+    return PackedWindowMask(place_q, place_k, left, right)
 
 
 def _default_generator(device: torch.device) -> torch.Generator:
