@@ -1,0 +1,209 @@
+"""Old kernel against new in one run: selfattn.flash_attention at two revisions, interleaved.
+
+The plain and causal cases of bench/attention.py (batch 1, 8 heads, head dim 64, float32;
+no mask and is_causal=True; forward without autograd and forward + backward) for the
+``src`` of an old revision and the ``src`` of the working tree. Each side runs in its own
+long-lived worker process that imports selfattn from its own tree (PYTHONPATH=<tree>/src)
+and answers one timed call per request over stdin/stdout, so the two never run at the
+same time and take turns round by round (the order alternates). Both build the same seeded
+inputs (bench/attention.py's). We print the median per side and the ratio new / old (below
+1: the change made it faster), and the max |new - old| of the outputs and gradients.
+
+The old revision's ``src`` is extracted with ``git archive`` into a temporary folder, which
+is removed at the end, also after an error or Ctrl-C.
+
+    .venv/bin/python bench/kernel_ab.py --old HEAD~1               # N = 4096, 5 rounds
+    .venv/bin/python bench/kernel_ab.py --old v0.3 --n 2048,4096 --rounds 7
+    .venv/bin/python bench/kernel_ab.py --old HEAD --quick         # smoke check: N = 256, 1 round
+    options: --threads T  --json PATH
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HEADS, D_HEAD = 8, 64
+MASKS = ("none", "causal")
+PASSES = ("forward", "fwd+bwd")
+
+
+def worker(threads: int, expected_src: str) -> None:
+    """Answer requests {"n", "mask", "pass", "save"} with {"seconds"}: one call each, after the inputs exist."""
+    import torch
+
+    import selfattn
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it closes our stdin and cleans up
+    torch.set_num_threads(threads)
+    where = os.path.dirname(os.path.dirname(os.path.abspath(selfattn.__file__)))
+    if os.path.realpath(where) != os.path.realpath(expected_src):
+        raise SystemExit(f"worker imported selfattn from {where}, not {expected_src}")
+    inputs = {}
+    print(json.dumps({"ready": selfattn.__file__}), flush=True)
+    for line in sys.stdin:
+        request = json.loads(line)
+        backward = request["pass"] == "fwd+bwd"
+        key = (request["n"], backward)
+        if key not in inputs:
+            inputs.clear()  # one size at a time: the cases come ordered by N
+            g = torch.Generator().manual_seed(0)  # as bench/attention.py's make_inputs
+            qkv = [torch.randn(1, HEADS, request["n"], D_HEAD, generator=g) for _ in range(3)]
+            inputs[key] = ([t.requires_grad_(backward) for t in qkv], torch.randn(1, HEADS, request["n"], D_HEAD, generator=g))
+        qkv, grad_out = inputs[key]
+        for t in qkv:
+            t.grad = None
+        start = time.perf_counter()
+        out = selfattn.flash_attention(*qkv, is_causal=request["mask"] == "causal")
+        if backward:
+            out.backward(grad_out)
+        seconds = time.perf_counter() - start
+        if request.get("save"):
+            torch.save([out.detach()] + ([t.grad for t in qkv] if backward else []), request["save"])
+        del out
+        print(json.dumps({"seconds": seconds}), flush=True)
+
+
+class Worker:
+    """A worker process for one tree, fed one request at a time."""
+
+    def __init__(self, label: str, src: str, threads: int) -> None:
+        self.label = label
+        env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        command = [sys.executable, os.path.abspath(__file__), "--worker", src, "--threads", str(threads)]
+        self.process = subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.imported = self._answer()["ready"]
+
+    def _answer(self) -> dict:
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the {self.label} worker stopped (exit status {self.process.wait()}); its error is above")
+        return json.loads(line)
+
+    def call(self, n: int, mask: str, pass_: str, save: str | None = None) -> float:
+        self.process.stdin.write(json.dumps({"n": n, "mask": mask, "pass": pass_, "save": save}) + "\n")
+        self.process.stdin.flush()
+        return self._answer()["seconds"]
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            try:
+                self.process.stdin.close()
+            except BrokenPipeError:
+                pass
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def resolve(rev: str) -> str | None:
+    """The commit a revision names, or None."""
+    found = subprocess.run(["git", "-C", ROOT, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
+                           capture_output=True, text=True, check=False)
+    return found.stdout.strip() if found.returncode == 0 else None
+
+
+def extract(commit: str, folder: str) -> str:
+    """The commit's src/ under folder (git archive | tar); -> the path of that src."""
+    archive = subprocess.Popen(["git", "-C", ROOT, "archive", commit, "src"], stdout=subprocess.PIPE)
+    subprocess.run(["tar", "-x", "-C", folder], stdin=archive.stdout, check=True)
+    archive.stdout.close()
+    if archive.wait() != 0:
+        raise SystemExit(f"kernel_ab: git archive {commit} src failed")
+    return os.path.join(folder, "src")
+
+
+def max_diff(old_path: str, new_path: str) -> float:
+    import torch
+
+    old, new = torch.load(old_path, weights_only=True), torch.load(new_path, weights_only=True)
+    return max(float((a - b).abs().max()) for a, b in zip(old, new))
+
+
+def compare(workers: dict, lengths, rounds: int, scratch: str) -> list[dict]:
+    """One row per (N, mask, pass): each side's median ms, new / old and the max |diff|."""
+    rows = []
+    for n in lengths:
+        for mask in MASKS:
+            for pass_ in PASSES:
+                saved = {side: os.path.join(scratch, f"{side}.pt") for side in workers}
+                for side, w in workers.items():  # warm-up, which also saves the results
+                    w.call(n, mask, pass_, saved[side])
+                times = {side: [] for side in workers}
+                sides = list(workers)
+                for r in range(rounds):
+                    for side in sides if r % 2 == 0 else sides[::-1]:
+                        times[side].append(workers[side].call(n, mask, pass_))
+                ms = {side: statistics.median(t) * 1e3 for side, t in times.items()}
+                rows.append({"n": n, "mask": mask, "pass": pass_, "old_ms": ms["old"], "new_ms": ms["new"],
+                             "new/old": ms["new"] / ms["old"], "max_diff": max_diff(saved["old"], saved["new"])})
+                print(f"  N={n} {mask} {pass_}: old {ms['old']:.1f} ms, new {ms['new']:.1f} ms", file=sys.stderr, flush=True)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--old", metavar="REV", help="the revision to compare against (a commit, tag or branch)")
+    parser.add_argument("--n", type=lambda s: [int(x) for x in s.split(",")], default=[4096], help="lengths, comma-separated")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads in each worker (default: torch's)")
+    parser.add_argument("--quick", action="store_true", help="N = 256, 1 round")
+    parser.add_argument("--json", metavar="PATH")
+    parser.add_argument("--worker", metavar="SRC", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.threads is None:
+        import torch
+
+        args.threads = torch.get_num_threads()
+    if args.worker:
+        worker(args.threads, args.worker)
+        return
+    if not args.old:
+        parser.error("--old REV is required")
+    commit = resolve(args.old)
+    if commit is None:
+        parser.error(f"--old {args.old!r} is not a revision of {ROOT}")
+    if args.quick:
+        args.n, args.rounds = [256], 1
+    if any(n < 1 for n in args.n) or args.rounds < 1:
+        parser.error("--n and --rounds must be positive")
+    started = time.time()
+    scratch = tempfile.mkdtemp(prefix="kernel-ab-")
+    workers = {}
+    try:
+        old_src = extract(commit, scratch)
+        workers["old"] = Worker("old", old_src, args.threads)
+        workers["new"] = Worker("new", os.path.join(ROOT, "src"), args.threads)
+        rows = compare(workers, args.n, args.rounds, scratch)
+    except KeyboardInterrupt:
+        raise SystemExit("kernel_ab: interrupted; the old tree is removed")
+    except RuntimeError as error:  # a worker stopped: its traceback is above
+        raise SystemExit(f"kernel_ab: {error}")
+    finally:
+        for w in workers.values():
+            w.close()
+        shutil.rmtree(scratch, ignore_errors=True)
+    print(f"selfattn.flash_attention, {args.old} = {commit[:10]} (old) against the working tree (new); {args.threads} threads, float32, "
+          f"batch 1, {HEADS} heads, head dim {D_HEAD}; median of {args.rounds} alternating rounds; "
+          f"{(time.time() - started) / 60:.1f} min")
+    print(f"{'N':>6}  {'mask':6}  {'pass':7}  {'old ms':>9}  {'new ms':>9}  {'new/old':>7}  max |new - old|")
+    for r in rows:
+        print(f"{r['n']:>6}  {r['mask']:6}  {r['pass']:7}  {r['old_ms']:9.1f}  {r['new_ms']:9.1f}  {r['new/old']:7.2f}  {r['max_diff']:.1e}")
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump({"old": args.old, "commit": commit, "threads": args.threads, "rounds": args.rounds, "rows": rows}, out, indent=1)
+
+
+if __name__ == "__main__":
+    main()
