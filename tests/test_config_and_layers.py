@@ -73,6 +73,17 @@ CORE = [
 ]
 
 
+@pytest.mark.parametrize("layer", ["kernels", "masks", "checks.py"])
+def test_kernels_and_masks_sit_below_the_attention_package(layer):
+    """The kernels and masks share only lower helpers with the modules (checks.py, errors.py): the
+    attention package imports the kernel, so the kernel must not import it back."""
+    files = sorted((PACKAGE / layer).rglob("*.py")) if (PACKAGE / layer).is_dir() else [PACKAGE / layer]
+    assert files
+    for path in files:
+        bad = {m for m in _imports(path) if m.startswith(("selfattn.attention", "selfattn.models", "selfattn.training"))}
+        assert not bad, f"{path.name} imports {bad}"
+
+
 @pytest.mark.parametrize("layer", CORE)
 def test_core_never_imports_renderers_or_cli(layer):
     files = sorted((PACKAGE / layer).rglob("*.py")) if (PACKAGE / layer).is_dir() else [PACKAGE / layer]
