@@ -16,8 +16,8 @@ a time ratio, ours / peer: below 1 means ours is faster.
     c  dense masks: flash_attention and scaled_dot_product_attention against SDPA with the same
        mask: an all-zero float mask, an ALiBi bias -slope |i - j| (no -inf), causal + ALiBi as one
        float mask with -inf, a bool causal mask. Target <= 1.0.
-    d  a sliding window (255 each side) as a dense bool tensor against the same window as a
-       structured mask, both through flash_attention. Target <= 1.25.
+    d  a sliding window (255 each side), and 8 packed documents of N/8, as dense bool tensors
+       against the same masks as rules, both through flash_attention. Target <= 1.25.
     e  flash_attn_varlen_func on 8 causal sequences of N/8 against SDPA with the dense
        block-diagonal causal mask on (1, H, N, d). Target <= 0.2 (5x faster).
 
@@ -40,6 +40,7 @@ import torch
 import torch.nn.functional as F
 
 import selfattn as sa
+from selfattn.masks import DocumentMask
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from attention import loadavg, make_inputs, max_diff, run_once
@@ -47,7 +48,7 @@ from attention import loadavg, make_inputs, max_diff, run_once
 HEADS, D_HEAD, SOFTCAP, DOCUMENTS = 8, 64, 30.0, 8
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CASES = ("a. causal + ALiBi", "b. softcap", "c. zero float mask", "c. ALiBi float bias", "c. causal + ALiBi float mask",
-         "c. causal bool mask", "d. sliding window", "e. varlen 8 causal sequences")
+         "c. causal bool mask", "d. sliding window", "d. packed documents", "e. varlen 8 causal sequences")
 
 
 @dataclass
@@ -158,7 +159,9 @@ def build_cases(n: int, window: int, inputs: dict, compile_flex: bool = True) ->
     length = n // DOCUMENTS
     cu = torch.arange(0, n + 1, length, dtype=torch.int32)
     document = torch.arange(n) // length
-    block_causal = causal_bool & (document[:, None] == document[None, :])  # (N, N)
+    documents_bool = document[:, None] == document[None, :]  # (N, N)
+    documents_rule = DocumentMask([length] * DOCUMENTS)
+    block_causal = causal_bool & documents_bool
     packed = lambda x: x[0].transpose(0, 1)  # (1, H, N, d) -> (N, H, d) view
 
     cases = []
@@ -186,10 +189,13 @@ def build_cases(n: int, window: int, inputs: dict, compile_flex: bool = True) ->
              "flash dense bool": lambda q, k, v: sa.flash_attention(q, k, v, attn_mask=window_bool),
              "sdpa bool": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=window_bool)}
         cases.append(Case(CASES[6], pass_, d, {"flash dense bool": "sdpa bool", "flash structured": "sdpa bool"}))
+        d2 = {"flash structured": lambda q, k, v: sa.flash_attention(q, k, v, attn_mask=documents_rule),
+              "flash dense bool": lambda q, k, v: sa.flash_attention(q, k, v, attn_mask=documents_bool)}
+        cases.append(Case(CASES[7], pass_, d2, {"flash dense bool": "flash structured"}))
         e = {"sdpa block-diagonal": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=block_causal),
              "flash_attn_varlen_func": lambda q, k, v: sa.flash_attn_varlen_func(
                  packed(q), packed(k), packed(v), cu, cu, length, length, causal=True).transpose(0, 1)[None]}
-        cases.append(Case(CASES[7], pass_, e, {"flash_attn_varlen_func": "sdpa block-diagonal"}))
+        cases.append(Case(CASES[8], pass_, e, {"flash_attn_varlen_func": "sdpa block-diagonal"}))
     return cases, setup
 
 
@@ -207,8 +213,10 @@ def targets() -> list[Target]:
         for case in CASES[2:6]:
             for impl in ("flash", "reference"):
                 out.append(Target(f"{case}: {impl} <= SDPA", case, pass_, impl, "sdpa", 1.0))
-        out.append(Target("d. dense bool <= 1.25 x structured", CASES[6], pass_, "flash dense bool", "flash structured", 1.25))
-        out.append(Target("e. varlen 5x faster than SDPA", CASES[7], pass_, "flash_attn_varlen_func", "sdpa block-diagonal", 0.2))
+        for case in CASES[6:8]:
+            out.append(Target(f"{case}: dense bool <= 1.25 x structured", case, pass_, "flash dense bool",
+                              "flash structured", 1.25))
+        out.append(Target("e. varlen 5x faster than SDPA", CASES[8], pass_, "flash_attn_varlen_func", "sdpa block-diagonal", 0.2))
     return out
 
 

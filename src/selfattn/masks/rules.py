@@ -298,6 +298,23 @@ class DocumentMask(StructuredMask):
         """
         return self.q_doc.to(rows.device)[rows][:, None] == self.kv_doc.to(cols.device)[cols][None, :]
 
+    def covers(self, rows, cols):
+        """Whether the tile's rows and keys all lie in one document (documents are contiguous, so the
+        first and last of each tell).
+
+        Args:
+            rows: the tile's rows (r0, r1).
+            cols: the tile's keys (c0, c1).
+
+        Returns:
+            True when every pair of the tile is in the same document.
+        """
+        (r0, r1), (c0, c1) = rows, cols
+        if r1 <= r0 or c1 <= c0:
+            return False
+        q_doc, kv_doc = self.q_doc, self.kv_doc
+        return int(q_doc[r0]) == int(q_doc[r1 - 1]) == int(kv_doc[c0]) == int(kv_doc[c1 - 1])
+
     def block_states(self, block_q, block_k, q_len=None):
         """EMPTY / FULL / PARTIAL per block, from each document's rows and keys per block.
 

@@ -145,6 +145,18 @@ class StructuredMask:
         """
         return values.mul_(self.tile(rows, cols, values.device))
 
+    def covers(self, rows: tuple[int, int], cols: tuple[int, int]) -> bool:
+        """Whether the mask allows every pair of the tile, when that is cheap to tell; False otherwise.
+
+        Args:
+            rows: the tile's rows (r0, r1).
+            cols: the tile's keys (c0, c1).
+
+        Returns:
+            True only if every (i, j) of the tile may attend; False means "not known to".
+        """
+        return False
+
     def check_size(self, q_len: int, kv_len: int) -> None:
         """ShapeError unless this mask fits attention of q_len queries over kv_len keys.
 
@@ -426,6 +438,39 @@ class AndMask(_Combined):
         """
         empty, full = (stack == EMPTY).any(0), (stack == FULL).all(0)
         return states_from(empty, full), ((stack == PARTIAL).sum(0) >= 2) & ~empty
+
+    def apply(self, scores, rows, cols):
+        """scores = -inf where any part hides, in place; a part that allows the whole tile is left out,
+        and when one part is left, its own (cached) masking runs.
+
+        Args:
+            scores: the tile's scores, (..., r1 - r0, c1 - c0).
+            rows: the tile's rows (r0, r1).
+            cols: the tile's keys (c0, c1).
+
+        Returns:
+            scores, masked.
+        """
+        parts = [m for m in self.masks if not m.covers(rows, cols)]
+        if len(parts) <= 1:
+            return parts[0].apply(scores, rows, cols) if parts else scores
+        return super().apply(scores, rows, cols)
+
+    def zero_hidden(self, values, rows, cols):
+        """values = 0 where any part hides, in place, leaving out the parts that allow the whole tile.
+
+        Args:
+            values: the tile's values, (..., r1 - r0, c1 - c0).
+            rows: the tile's rows (r0, r1).
+            cols: the tile's keys (c0, c1).
+
+        Returns:
+            values, with the hidden pairs zeroed.
+        """
+        parts = [m for m in self.masks if not m.covers(rows, cols)]
+        if len(parts) <= 1:
+            return parts[0].zero_hidden(values, rows, cols) if parts else values
+        return super().zero_hidden(values, rows, cols)
 
 
 class OrMask(_Combined):
