@@ -476,10 +476,7 @@ class AndMask(_Combined):
         Returns:
             scores, masked.
         """
-        parts = [m for m in self.masks if not m.covers(rows, cols)]
-        if len(parts) <= 1:
-            return parts[0].apply(scores, rows, cols) if parts else scores
-        return super().apply(scores, rows, cols)
+        return self._by_parts("apply", scores, rows, cols)
 
     def zero_hidden(self, values, rows, cols):
         """values = 0 where any part hides, in place, leaving out the parts that allow the whole tile.
@@ -492,10 +489,14 @@ class AndMask(_Combined):
         Returns:
             values, with the hidden pairs zeroed.
         """
+        return self._by_parts("zero_hidden", values, rows, cols)
+
+    def _by_parts(self, method: str, tensor, rows, cols):
+        """``method`` of the one part that does not cover the tile, nothing if none is left, else of the AND."""
         parts = [m for m in self.masks if not m.covers(rows, cols)]
-        if len(parts) <= 1:
-            return parts[0].zero_hidden(values, rows, cols) if parts else values
-        return super().zero_hidden(values, rows, cols)
+        if len(parts) > 1:
+            return getattr(super(), method)(tensor, rows, cols)
+        return getattr(parts[0], method)(tensor, rows, cols) if parts else tensor
 
 
 class OrMask(_Combined):
