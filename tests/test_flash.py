@@ -222,7 +222,7 @@ def test_float32_error_is_at_most_twice_torchs(case):
 def test_float32_error_bound_with_the_default_tiles():
     """Causal at q_len = 160 with the default tiles. With 256-row backward tiles dK and dV reached
     2.1-2.5x torch's error on each of these seeds (torch's CPU kernel sums 32-64 rows at a time);
-    the backward now takes at most BACKWARD_BLOCK_Q = 64 rows per tile."""
+    the backward's dK and dV now sum SUM_ROWS = 64 rows at a time (in tiles of 128 rows)."""
     for seed in range(4):
         assert_within_twice_torch(float32_errors(DEFAULT_TILE_CASE, seed))
 

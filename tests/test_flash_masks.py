@@ -23,7 +23,7 @@ from torch.utils._pytree import tree_flatten
 import selfattn.kernels.flash as flash_module
 from selfattn import scaled_dot_product_attention
 from selfattn.errors import ShapeError
-from selfattn.kernels.flash import flash_attention
+from selfattn.kernels.flash import BACKWARD_BLOCK_Q, flash_attention
 from selfattn.kernels.flash_tiles import count_tiles
 from selfattn.masks import EMPTY, FULL, PARTIAL, CausalMask, DenseMask, DocumentMask, PaddingMask, SlidingWindowMask
 from test_structured_masks import document_loop, mask_cases, padding_loop, states_loop, window_loop
@@ -211,7 +211,7 @@ def test_float_mask_gradient_against_torch():
 def expected_tiles(visible, q_len, block_q, block_k):
     """("forward" | "backward", row start, key start) of every block with a visible pair, by a loop."""
     tiles = []
-    for name, rows in (("forward", block_q), ("backward", min(block_q, 64))):
+    for name, rows in (("forward", block_q), ("backward", min(block_q, BACKWARD_BLOCK_Q))):
         states = states_loop(visible, q_len, rows, block_k)
         tiles += [(name, i * rows, j * block_k) for i, j in (states != EMPTY).nonzero().tolist()]
     return sorted(tiles)
@@ -242,7 +242,7 @@ def test_count_tiles_equals_the_non_empty_blocks(name, block_q, block_k):
         out.sum().backward()
     assert sorted(tiles) == expected_tiles(visible, q_len, block_q, block_k)
     n_cols = -(-visible.shape[-1] // block_k)
-    all_tiles = (-(-q_len // block_q) + -(-q_len // min(block_q, 64))) * n_cols  # forward and backward
+    all_tiles = (-(-q_len // block_q) + -(-q_len // min(block_q, BACKWARD_BLOCK_Q))) * n_cols  # forward and backward
     if (states_loop(visible, q_len, block_q, block_k) == EMPTY).any():
         assert len(tiles) < all_tiles
     bias = mask if name == "float" else as_bias(visible)

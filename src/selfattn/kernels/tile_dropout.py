@@ -7,7 +7,7 @@ The keep pattern Z is a function of (seed, batch, head, i, j) alone. It is drawn
 grid of DROP_ROWS x DROP_COLS cells, independent of the tiles: cell (a, b) seeds a
 generator from the call's seed and (a, b), draws uniforms for every batch element and
 head of the cell, and a tile takes the parts of the cells it overlaps. So the forward
-(tiles of up to 512 rows) and the backward (64 rows, its own key blocks) see the same Z,
+(tiles of up to 512 rows) and the backward (128 rows, its own key blocks) see the same Z,
 any block size gives the same result, and Z is never held for the whole matrix. The call's
 seed is drawn from torch's generator (or the one given), so ``torch.manual_seed``
 reproduces a run.
@@ -25,7 +25,7 @@ import torch
 
 from selfattn.errors import OptionError
 
-DROP_ROWS = 64  # the backward's row blocks, so one of its tiles meets one row of cells
+DROP_ROWS = 64  # half the backward's row blocks: one of its tiles meets two rows of cells
 DROP_COLS = 128  # the smallest key block the kernel chooses
 
 _MASK64 = (1 << 64) - 1

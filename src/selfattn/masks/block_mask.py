@@ -102,7 +102,7 @@ class BlockMask(StructuredMask):
 
     @property
     def _base(self) -> tuple[int, int]:
-        """The finest map swept: 64 rows (the backward's row blocks) where the block size allows, its keys."""
+        """The finest map swept: 64 rows (a divisor of every row block the kernel chooses) where the block size allows, its keys."""
         rows, keys = self.block_size
         return (64 if rows % 64 == 0 else rows), keys
 

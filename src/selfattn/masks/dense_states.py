@@ -2,7 +2,7 @@
 
 A bool or float mask given as a tensor has no rule to read its blocks from: each state
 (EMPTY, FULL, PARTIAL) needs a pass over the whole tensor. The kernel asks for several
-tile sizes in one call (the forward tries 512, 256 and 128; the backward 64-row blocks),
+tile sizes in one call (the forward tries 512, 256 and 128; the backward 128-row blocks),
 so the tensor is reduced once, to a map of BASE_ROWS x BASE_COLS blocks, and every tile
 size that is a multiple of it is read off that map: a larger block is EMPTY if all its
 base blocks are, FULL if all are. Other sizes (tests force tiny tiles) reduce the tensor
@@ -15,7 +15,7 @@ import torch
 
 from selfattn.masks.structured import EMPTY, FULL, NEG_INF, states_from, states_of_dense
 
-BASE_ROWS, BASE_COLS = 64, 128  # the backward's rows; the smallest key block the kernel chooses
+BASE_ROWS, BASE_COLS = 64, 128  # a divisor of every row block the kernel chooses; its smallest key block
 
 
 class DenseStates:
