@@ -14,8 +14,8 @@ import math
 import pytest
 import torch
 
-import selfattn.kernels.flash_tiles as flash_tiles
-from selfattn.kernels.flash_tiles import backward_may_underflow
+import selfattn.kernels.flash_backward as flash_backward_module
+from selfattn.kernels.flash_backward import backward_may_underflow
 from selfattn.kernels.online_softmax import exp_floor, exp_flush_tiny_, online_softmax_start, online_softmax_update
 from selfattn.masks import CausalMask, SlidingWindowMask
 from selfattn.kernels.flash import flash_attention
@@ -130,7 +130,7 @@ def test_flushing_backward_equals_the_plain_one_where_nothing_underflows(monkeyp
         return torch.autograd.grad(out, leaves, upstream)
 
     plain = grads()
-    monkeypatch.setattr(flash_tiles, "backward_may_underflow", lambda *args: True)
+    monkeypatch.setattr(flash_backward_module, "backward_may_underflow", lambda *args: True)
     flushed = grads()
     for a, b in zip(plain, flushed):
         torch.testing.assert_close(a, b, rtol=0, atol=0)

@@ -38,7 +38,8 @@ from selfattn.distributed.comm import Ring
 from selfattn.distributed.sharding import layout_name, shard_lengths, shard_positions
 from selfattn.errors import DistributedError, SelfAttnError, ShapeError
 from selfattn.kernels.flash import BACKWARD_BLOCK_Q, DEFAULT_BLOCK_K, DEFAULT_BLOCK_Q
-from selfattn.kernels.flash_tiles import flash_backward, flash_forward
+from selfattn.kernels.flash_backward import flash_backward
+from selfattn.kernels.flash_tiles import flash_forward
 from selfattn.kernels.online_softmax import NEG_INF, merge_partial_attention
 from selfattn.masks.rules import causal_rule
 

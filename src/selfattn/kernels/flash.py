@@ -36,7 +36,8 @@ from selfattn.checks import (
     is_causal_bias,
 )
 from selfattn.errors import OptionError, ShapeError
-from selfattn.kernels.flash_tiles import FloatMask, flash_backward, flash_forward
+from selfattn.kernels.flash_backward import flash_backward
+from selfattn.kernels.flash_tiles import FloatMask, flash_forward
 from selfattn.kernels.tile_dropout import check_dropout, tile_dropout
 from selfattn.masks.rules import causal_rule
 from selfattn.masks.structured import EMPTY, StructuredMask, as_structured, block_bounds
@@ -51,7 +52,7 @@ DEFAULT_BLOCK_Q = 512
 DEFAULT_BLOCK_K = 512
 # The backward's row blocks. Its dK and dV sum over a tile's rows; in one float32 product over
 # 256 rows that rounding reached 2.5x the error of torch's own kernel (which sums 32-64 rows at
-# a time), so those two products take 64 rows at a time (flash_tiles.SUM_ROWS) while the tile's
+# a time), so those two products take 64 rows at a time (flash_backward.SUM_ROWS) while the tile's
 # other products take 128: 8-15% faster than 64-row tiles at N = 4096 (plain 568 -> 523 ms
 # forward + backward; backward alone causal 268 -> 245, a window 106 -> 92, documents 64 -> 55).
 BACKWARD_BLOCK_Q = 128

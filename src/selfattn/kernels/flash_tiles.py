@@ -1,10 +1,11 @@
-"""The tile loops of flash attention: forward and backward over (row block, key block) tiles.
+"""The tile loops of flash attention: the forward over (row block, key block) tiles, and what both passes share.
 
 Inputs arrive grouped for GQA: q (..., Hk * G, q_len, d) with G query heads sharing each
 of the Hk key/value heads, k (..., Hk, kv_len, d), v (..., Hk, kv_len, d_v). A row block
 takes the same rows of the G heads of a group and stacks them, (..., Hk, G * bq, d), so
 one product with the shared K tile serves the whole group: K and V are never repeated,
 and dK, dV sum over the group in the same product. G = 1 is plain multi-head attention.
+The backward's loop is in ``flash_backward``.
 
 ``mask`` is None or an object with ``block_states(bq, bk, q_len)`` (EMPTY / FULL /
 PARTIAL per tile, ``selfattn.masks``) and ``apply(scores, rows, cols)``: EMPTY tiles are
@@ -20,7 +21,6 @@ import torch
 
 from selfattn.kernels.online_softmax import (
     NEG_INF,
-    exp_floor,
     exp_flush_tiny_,
     online_softmax_finish,
     online_softmax_start,
@@ -232,151 +232,6 @@ def exp_is_bounded(q: torch.Tensor, k: torch.Tensor, scale: float, mask, softcap
     if not q.numel() or not k.numel():
         return False
     return score_bound(q, k, scale, mask, softcap) + math.log(k.shape[-2]) < math.log(torch.finfo(q.dtype).max) - EXP_MARGIN
-
-
-def backward_may_underflow(q: torch.Tensor, k: torch.Tensor, scale: float, mask, lse: torch.Tensor,
-                           softcap: float = 0.0) -> bool:
-    """Whether some S - lse of the backward can fall below ``exp_floor``, so that P = exp(S - lse)
-    needs ``exp_flush_tiny_``: S >= -B (``score_bound``) and lse <= max lse, so S - lse >= -B - max lse.
-    A row that sees no key (lse = -inf) is computed with lse = +inf: always."""
-    floor = exp_floor(lse)
-    if floor is None or not q.numel() or not k.numel() or not lse.numel():
-        return False
-    if not bool(torch.isfinite(lse).all()):
-        return True
-    return score_bound(q, k, scale, mask, softcap) + float(lse.amax()) > -floor
-
-
-def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k, group: int = 1, mask_grad=None,
-                   grads=None, score_mod=None, dropout=None, softcap: float = 0.0):
-    """FlashAttention-2's backward: dQ, dK, dV tile by tile, from lse; adds dS into ``mask_grad`` (a float mask's gradient).
-
-    score_mod: as in ``flash_forward``, with ``score_mod.backward(ds, ...)`` (``kernels.flex``):
-    each tile's scores go through it again under autograd, and dS is carried back through it
-    to the raw scores (and into the tensors it captures) before dQ and dK.
-    dropout: the forward's ``TileDropout``: its pattern is drawn again per tile, so that
-    dV_j += (P Z / (1 - p))^T dO_i and dP = (dO_i V_j^T) Z / (1 - p) (``kernels.tile_dropout``).
-    softcap: the forward's c: with t = tanh(scale Q K^T / c), S = c t and dS_raw = dS (1 - t^2).
-
-    grads: (dQ, dK, dV) tensors shaped like q, k, v to add into (a ring accumulates its
-    steps this way without temporaries); by default fresh zeros. Returns them.
-    Per tile, every batch element and head in one batched product:
-
-        P = exp(scale Q_i K_j^T - lse_i)        dV_j += P^T dO_i     (the scaling and -lse inside the product)
-        dS = P * (dO_i V_j^T - D_i)             dQ_i += scale dS K_j
-        dK_j += scale dS^T Q_i
-
-    Every product lands in a reused buffer and is added from there (``baddbmm_`` would
-    save the add, but on CPU it loops over the batch in Python-visible pieces and was 3x
-    slower here): this loop runs about 12 torch calls per tile, and on small tiles their
-    fixed cost is much of the time.
-    """
-    q_len, kv_len = q.shape[-2], k.shape[-2]
-    flush = score_mod is not None or backward_may_underflow(q, k, scale, mask, lse, softcap)  # else a plain exp: two passes fewer
-    if grads is None:
-        grads = tuple(torch.zeros(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
-    dq, dk, dv = grads
-    lead = k.shape[:-2]  # (..., Hk): one batched product per tile covers every batch element and head
-    k3, v3 = k.reshape(-1, *k.shape[-2:]), v.reshape(-1, *v.shape[-2:])  # (B Hk, kv_len, d), views unless broadcast
-    dk3, dv3 = _accumulator(dk, q.dtype), _accumulator(dv, q.dtype)
-    delta = (grad_out * output).sum(dim=-1, keepdim=True)  # D = rowsum(dO * O): (..., Hq, q_len, 1)
-    # exp(S - lse) with lse = +inf for rows that see nothing: their P is 0, not exp(-inf + inf).
-    lse_safe = torch.where(lse == NEG_INF, torch.full_like(lse, float("inf")), lse)[..., None]  # (..., Hq, q_len, 1)
-    per_row = (q, grad_out, -lse_safe, delta)  # sliced per row block below (views where the layout allows)
-    rows_of, row_data = {}, {}  # key block -> the row blocks that see it; row block -> its grouped 3-D slices
-    for (r0, r1), tiles in zip(_blocks(q_len, block_q), visible_tiles(mask, q_len, kv_len, block_q, block_k)):
-        if tiles:
-            row_data[r0] = [group_rows(t, (r0, r1), group).reshape(-1, group * (r1 - r0), t.shape[-1])
-                            for t in per_row]  # (B Hk, G bq, .)
-            row_data[r0].append(torch.zeros_like(row_data[r0][0]))  # dQ_i
-        for c0, c1, partial in tiles:
-            rows_of.setdefault((c0, c1), []).append((r0, r1, partial))
-    heads_view = lambda t, r: ungroup_rows(t.view(*lead, *t.shape[-2:]), group)  # noqa: E731 - (..., Hq, bq, bk) for masks
-    probs_buffer, dp_buffer, sums, kept_buffer, tanh_buffer = (TileBuffer() for _ in range(5))
-    for (c0, c1), row_blocks in sorted(rows_of.items()):
-        k_j, v_j = k3[:, c0:c1], v3[:, c0:c1]  # (B Hk, bk, d)
-        dk_j, dv_j = dk3[:, c0:c1], dv3[:, c0:c1]
-        for r0, r1, partial in row_blocks:
-            _log_tile("backward", r0, c0)
-            q_i, do_i, neg_lse_i, delta_i, dq_i = row_data[r0]
-            shape = (q_i.shape[0], q_i.shape[1], c1 - c0)
-            tanh = None
-            if softcap:  # t = tanh(scale Q_i K_j^T / c), kept for dS_raw = dS (1 - t^2)
-                tanh = torch.bmm(q_i, k_j.transpose(1, 2), out=tanh_buffer.get(shape, q_i)).mul_(scale / softcap).tanh_()
-            if score_mod is None and tanh is None:  # S - lse = scale Q_i K_j^T - lse_i in one product: (B Hk, G bq, bk)
-                probs = torch.baddbmm(neg_lse_i, q_i, k_j.transpose(1, 2), alpha=scale, out=probs_buffer.get(shape, q_i))
-            elif score_mod is None:  # S - lse = c t - lse
-                probs = torch.add(neg_lse_i, tanh, alpha=softcap, out=probs_buffer.get(shape, q_i))
-            else:  # S = score_mod(scale Q_i K_j^T, softcapped), recorded for its backward; then S - lse
-                raw = torch.bmm(q_i, k_j.transpose(1, 2)).mul_(scale) if tanh is None else tanh * softcap
-                modded = score_mod.record(raw, heads_view, r0, (r0, r1), (c0, c1))
-                probs = torch.add(modded, neg_lse_i, out=probs_buffer.get(shape, q_i))
-            added = partial and getattr(mask, "additive", False)  # a float mask: added, -inf and all
-            if added:
-                mask.apply(heads_view(probs, r0), (r0, r1), (c0, c1))
-            # P = exp(S - lse). Hidden keys get P = 0: a float mask's -inf is flushed to 0 by the exp; for the
-            # others S - lse is finite but may be large: capped so exp stays finite, then zeroed by the mask
-            hidden = partial and not added
-            exp_flush_tiny_(probs, hidden_cap(probs.dtype) if hidden else None, flush or (added and mask.hides))
-            if hidden:
-                mask.zero_hidden(heads_view(probs, r0), (r0, r1), (c0, c1))
-            kept = probs
-            if dropout is not None:  # Z / (1 - p) as (B Hk, G bq, bk): the heads layout's memory in the grouped order
-                keep = dropout.multiplier((r0, r1), (c0, c1), probs.dtype).view(shape)
-                kept = torch.mul(probs, keep, out=kept_buffer.get(shape, q_i))  # P Z / (1 - p)
-            _add_row_sums(dv_j, kept, do_i, sums, 1.0)  # dV_j += P^T dO_i: (bk, G bq) @ (G bq, d_v)
-            dp = torch.bmm(do_i, v_j.transpose(1, 2), out=dp_buffer.get(shape, q_i))  # dP = dO V^T
-            if dropout is not None:
-                dp.mul_(keep)  # the gradient reaches only the weights that were kept
-            ds = probs.mul_(dp.sub_(delta_i))  # dS = P * (dP - D), in P's memory
-            if mask_grad is not None:  # the mask is added last: its gradient is dS itself
-                tile = mask_slice(mask_grad, (r0, r1), (c0, c1))
-                tile += heads_view(ds, r0).sum_to_size(tile.shape)
-            if score_mod is not None:
-                ds = score_mod.backward(ds)  # d(raw scores) = dS through the score_mod's own backward
-            if tanh is not None:  # through the softcap: dS_raw = dS - dS t^2
-                ds.addcmul_(ds, tanh.square_(), value=-1.0)
-            dq_i.add_(torch.bmm(ds, k_j, out=sums.get(dq_i.shape, q_i)), alpha=scale)  # scale (G bq, bk) @ (bk, d)
-            _add_row_sums(dk_j, ds, q_i, sums, scale)  # dK_j += scale dS^T Q_i
-    for r0, (_, _, _, _, dq_i) in row_data.items():
-        r1 = r0 + dq_i.shape[1] // group
-        dq[..., r0:r1, :] += heads_view(dq_i, r0)
-    for grad, acc in ((dk, dk3), (dv, dv3)):
-        if acc.data_ptr() != grad.data_ptr():  # a temporary (another dtype or layout): add it now
-            grad += acc.view(grad.shape)
-    return dq, dk, dv
-
-
-SUM_ROWS = 64  # rows summed in one float32 product of dK and dV (torch's CPU kernel sums 32-64)
-
-
-def _add_row_sums(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor, sums: TileBuffer, alpha: float) -> None:
-    """acc += alpha a^T b, summed over the rows of a and b SUM_ROWS at a time.   a (n, R, k), b (n, R, e), acc (n, k, e)
-
-    A tile of more rows keeps its other products large (fewer, faster calls), while these two,
-    which add up the rows, stay as accurate as with 64-row tiles: one product over 128 or 256
-    rows in float32 reached 2.1-2.5x the error of torch's own kernel on dK and dV."""
-    for start in range(0, a.shape[1], SUM_ROWS):
-        part_a, part_b = a[:, start:start + SUM_ROWS], b[:, start:start + SUM_ROWS]
-        acc.add_(torch.bmm(part_a.transpose(1, 2), part_b, out=sums.get(acc.shape, b)), alpha=alpha)
-
-
-def hidden_cap(dtype: torch.dtype) -> float:
-    """Where the backward caps S - lse before exp. A visible key has S - lse <= 0, so the cap
-    touches only hidden keys, whose exp then stays finite (float16 overflows at exp(11.1))
-    and becomes exactly 0 when multiplied by the mask's 0."""
-    return min(50.0, math.log(torch.finfo(dtype).max) - 1.0)
-
-
-def _accumulator(grad: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """``grad`` as (batch x heads, n, e) to accumulate into in place, or zeros to add at the end
-    when it cannot be viewed so (a slice with other strides) or has another dtype (a ring's float32 sums)."""
-    if grad.dtype == dtype:
-        try:
-            return grad.view(-1, *grad.shape[-2:])
-        except RuntimeError:
-            pass
-    return torch.zeros((math.prod(grad.shape[:-2]), *grad.shape[-2:]), dtype=dtype, device=grad.device)
 
 
 class FloatMask:

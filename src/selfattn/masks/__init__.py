@@ -6,6 +6,9 @@
                     ``PaddingMask``, ``DocumentMask``) that never build q_len x kv_len
     structured.py   what every structured mask answers (allowed pairs, block states for a
                     tiled kernel, the dense form), ``DenseMask``, and ``&`` / ``|``
+    dense_states.py a mask tensor's block states, reduced once per call
+    block_mask.py   FlexAttention's mask_mod and its block map (``create_block_mask``)
+    packed.py       a window counted within each packed sequence (varlen)
 """
 
 from selfattn.masks.builders import (
@@ -21,6 +24,7 @@ from selfattn.masks.builders import (
     to_additive,
     user_mask,
 )
+from selfattn.masks.dense_states import states_of_dense
 from selfattn.masks.rules import ALIGNMENTS, CausalMask, DocumentMask, PaddingMask, SlidingWindowMask
 from selfattn.masks.structured import (
     BLOCK_STATE_NAMES,
@@ -31,7 +35,6 @@ from selfattn.masks.structured import (
     DenseMask,
     OrMask,
     StructuredMask,
-    states_of_dense,
 )
 
 __all__ = [

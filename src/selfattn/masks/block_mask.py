@@ -23,8 +23,8 @@ from collections.abc import Callable
 import torch
 
 from selfattn.errors import OptionError, ShapeError
-from selfattn.masks.dense_states import coarsen_states
-from selfattn.masks.structured import EMPTY, FULL, PARTIAL, StructuredMask, _block_reduce, states_from
+from selfattn.masks.dense_states import _block_reduce, coarsen_states
+from selfattn.masks.structured import EMPTY, FULL, PARTIAL, StructuredMask, states_from
 
 MaskMod = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 CHUNK = 1 << 18  # (batch x heads x rows x keys) pairs evaluated per call while sweeping the blocks (at N = 2048 1/16 of N x N)

@@ -27,7 +27,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, Patch, Rectangle
 
 from selfattn.errors import OptionError, ShapeError
-from selfattn.masks.structured import EMPTY, FULL, PARTIAL, states_of_dense
+from selfattn.masks.dense_states import states_of_dense
+from selfattn.masks.structured import EMPTY, FULL, PARTIAL
 from selfattn.pipeline.tokenize import find_query
 from selfattn.viz import output
 from selfattn.viz.figure_parts import (
