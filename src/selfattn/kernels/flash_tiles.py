@@ -250,17 +250,11 @@ class FloatMask:
     def __init__(self, mask: torch.Tensor) -> None:
         self.mask = mask
         self._states = DenseStates(mask)
-        self._extent = None
 
     @property
     def extent(self) -> tuple[float, float]:
-        """(min, max) of the mask's entries: from the block reduction when it found them, else one pass."""
-        if self._extent is None:
-            self._extent = self._states.extent
-        if self._extent is None:
-            low, high = torch.aminmax(self.mask.detach()) if self.mask.numel() else (torch.zeros(()), torch.zeros(()))
-            self._extent = (float(low), float(high))
-        return self._extent
+        """(min, max) of the mask's entries (``DenseStates.extent``)."""
+        return self._states.extent()
 
     @property
     def hides(self) -> bool:

@@ -23,7 +23,7 @@ from collections.abc import Callable
 import torch
 
 from selfattn.errors import OptionError, ShapeError
-from selfattn.masks.dense_states import _block_reduce, coarsen_states
+from selfattn.masks.dense_states import BASE_ROWS, _block_reduce, coarsen_states
 from selfattn.masks.structured import EMPTY, FULL, PARTIAL, StructuredMask, states_from
 
 MaskMod = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -102,9 +102,9 @@ class BlockMask(StructuredMask):
 
     @property
     def _base(self) -> tuple[int, int]:
-        """The finest map swept: 64 rows (a divisor of every row block the kernel chooses) where the block size allows, its keys."""
+        """The finest map swept: BASE_ROWS rows (a divisor of every row block the kernel chooses) where the block size allows, its keys."""
         rows, keys = self.block_size
-        return (64 if rows % 64 == 0 else rows), keys
+        return (BASE_ROWS if rows % BASE_ROWS == 0 else rows), keys
 
     def _sweep(self, block_q: int, block_k: int) -> torch.Tensor:
         n_r, n_c = -(-self.q_len // block_q), -(-self.kv_len // block_k)

@@ -29,27 +29,39 @@ class DenseStates:
     def __init__(self, mask: torch.Tensor) -> None:
         self.mask = mask.detach()  # only read: a mask that requires grad gets its gradient elsewhere
         self._maps: dict[tuple[int, int, int], torch.Tensor] = {}
-        self.extent: tuple[float, float] | None = None  # a float mask's (min, max), when the reduction found them
+        self._extent: tuple[float, float] | None = None  # a float mask's (min, max), when a reduction found them
 
     def states(self, block_q: int, block_k: int, rows: int) -> torch.Tensor:
         """int8 (ceil(rows / block_q), ceil(kv_len / block_k)) of EMPTY / FULL / PARTIAL."""
         key = (block_q, block_k, rows)
         if key not in self._maps:
-            if block_q % BASE_ROWS == 0 and block_k % BASE_COLS == 0:
-                base = self.states(BASE_ROWS, BASE_COLS, rows) if (block_q, block_k) != (BASE_ROWS, BASE_COLS) else None
-                if base is None:
-                    extremes = block_extremes(self.mask, BASE_ROWS, BASE_COLS)
-                    if extremes is not None:
-                        low, high = extremes
-                        self.extent = (float(low.min()), float(high.max()))
-                        self._maps[key] = states_from(high == NEG_INF, (low == 0) & (high == 0))
-                    else:
-                        self._maps[key] = states_of_dense(self.mask, BASE_ROWS, BASE_COLS, rows)
-                else:
-                    self._maps[key] = coarsen_states(base, block_q // BASE_ROWS, block_k // BASE_COLS)
+            if (block_q, block_k) == (BASE_ROWS, BASE_COLS):
+                self._maps[key] = self._base_map(rows)
+            elif block_q % BASE_ROWS == 0 and block_k % BASE_COLS == 0:
+                self._maps[key] = coarsen_states(self.states(BASE_ROWS, BASE_COLS, rows), block_q // BASE_ROWS,
+                                                 block_k // BASE_COLS)
             else:
                 self._maps[key] = states_of_dense(self.mask, block_q, block_k, rows)
         return self._maps[key]
+
+    def extent(self) -> tuple[float, float]:
+        """(min, max) of a float mask's entries: from the base map's reduction where the blocks tile
+        the mask (so the kernel's later request for states costs nothing), else one pass."""
+        if self._extent is None and self.mask.dim() >= 2 and self.mask.shape[-2] > 1:
+            self.states(BASE_ROWS, BASE_COLS, self.mask.shape[-2])  # finds the extent when block_extremes applies
+        if self._extent is None:
+            low, high = torch.aminmax(self.mask) if self.mask.numel() else (torch.zeros(()), torch.zeros(()))
+            self._extent = (float(low), float(high))
+        return self._extent
+
+    def _base_map(self, rows: int) -> torch.Tensor:
+        """The BASE_ROWS x BASE_COLS map: a float mask's per-block min and max where they tile it."""
+        extremes = block_extremes(self.mask, BASE_ROWS, BASE_COLS)
+        if extremes is None:
+            return states_of_dense(self.mask, BASE_ROWS, BASE_COLS, rows)
+        low, high = extremes
+        self._extent = (float(low.min()), float(high.max()))
+        return states_from(high == NEG_INF, (low == 0) & (high == 0))
 
 
 def block_extremes(mask: torch.Tensor, block_q: int, block_k: int) -> tuple[torch.Tensor, torch.Tensor] | None:
