@@ -23,7 +23,8 @@ from selfattn.masks.structured import EMPTY, FULL, PARTIAL, StructuredMask
 from selfattn.viz import plots
 from selfattn.viz.figure_parts import _as_array, _clamp, _new_figure, _quiet_glyphs
 
-BLOCK_COLOURS = {EMPTY: "#e6e6e6", FULL: "#2e8b57", PARTIAL: "#e07b00"}  # the tile colours of mask_figure's overlay
+# Full and partial take the colours of mask_figure's tile outlines; a skipped block is a grey cell here.
+BLOCK_COLOURS = {EMPTY: "#e6e6e6", FULL: plots._BLOCK_STYLES[FULL][0], PARTIAL: plots._BLOCK_STYLES[PARTIAL][0]}
 BLOCK_WORDS = {EMPTY: "empty: skipped", FULL: "full: computed without a mask", PARTIAL: "partial: mask applied per element"}
 GRID_LINES_UP_TO = 64  # blocks per axis; beyond this the lines would hide the cells
 
