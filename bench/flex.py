@@ -15,7 +15,10 @@ a time ratio, ours / peer: below 1 means ours is faster.
        plain flash_attention without a mask. Target <= 1.3.
     c  dense masks: flash_attention and scaled_dot_product_attention against SDPA with the same
        mask: an all-zero float mask, an ALiBi bias -slope |i - j| (no -inf), causal + ALiBi as one
-       float mask with -inf, a bool causal mask. Target <= 1.0.
+       float mask with -inf, a bool causal mask, and the two without structure: a random normal
+       float bias and a random bool mask (each key visible with probability 1/2). Target <= 1.0.
+       The zero and random float cases also time "bare torch loop" (forward): the same tiles as
+       the fewest torch calls that compute them, without flash_attention's checks and bookkeeping.
     d  a sliding window (255 each side), and 8 packed documents of N/8, as dense bool tensors
        against the same masks as rules, both through flash_attention. Target <= 1.25.
     e  flash_attn_varlen_func on 8 causal sequences of N/8 against SDPA with the dense
@@ -47,8 +50,9 @@ from attention import loadavg, make_inputs, max_diff, run_once
 
 HEADS, D_HEAD, SOFTCAP, DOCUMENTS = 8, 64, 30.0, 8
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CASES = ("a. causal + ALiBi", "b. softcap", "c. zero float mask", "c. ALiBi float bias", "c. causal + ALiBi float mask",
-         "c. causal bool mask", "d. sliding window", "d. packed documents", "e. varlen 8 causal sequences")
+DENSE = ("c. zero float mask", "c. ALiBi float bias", "c. causal + ALiBi float mask", "c. causal bool mask",
+         "c. random float bias", "c. random bool mask")
+CASES = ("a. causal + ALiBi", "b. softcap", *DENSE, "d. sliding window", "d. packed documents", "e. varlen 8 causal sequences")
 
 
 @dataclass
@@ -107,6 +111,27 @@ def twice(make):
     return result, f"{times[0]:.0f} ms first call, {times[1]:.0f} ms again"
 
 
+def bare_tile_loop(q, k, v, mask, block: int = 512):
+    """The floor of a tiled forward written in torch calls, for a float mask of small entries.
+
+    Per 512 x 512 tile: one product, the mask's add, exp, a row sum and a product into the
+    output; no checks, no block states, no running max (only exact because the bench's scores
+    and masks are small) and no other bookkeeping. Not for use: it measures what the torch
+    calls alone cost, against which flash_attention's own overhead can be read.
+    """
+    n, scale = q.shape[-2], q.shape[-1] ** -0.5
+    keys_t, out = k.transpose(-2, -1), torch.empty_like(q)
+    for r0 in range(0, n, block):
+        rows = q[..., r0:r0 + block, :] * scale
+        acc, sums = torch.zeros_like(rows), rows.new_zeros((*rows.shape[:-1], 1))
+        for c0 in range(0, n, block):
+            weights = (rows @ keys_t[..., c0:c0 + block]).add_(mask[..., r0:r0 + block, c0:c0 + block]).exp_()
+            sums += weights.sum(dim=-1, keepdim=True)
+            acc += weights @ v[..., c0:c0 + block, :]
+        out[..., r0:r0 + block, :] = acc / sums
+    return out
+
+
 def torch_flex(n: int, alibi, causal, q, k, v):
     """torch.compile(flex_attention) with its block mask: (fn or None, setup info)."""
     info = {}
@@ -138,6 +163,9 @@ def build_cases(n: int, window: int, inputs: dict, compile_flex: bool = True) ->
     causal_bool = j <= i  # (N, N)
     causal_alibi = (-slopes[:, None, None] * (i - j)).masked_fill(~causal_bool, float("-inf"))  # (H, N, N)
     alibi_abs = -slopes[:, None, None] * (i - j).abs()  # (H, N, N)
+    noise = torch.Generator().manual_seed(18)
+    random_bias = torch.randn(n, n, generator=noise)  # no structure: every tile is added, nothing skipped or bounded away
+    random_bool = torch.rand(n, n, generator=noise) < 0.5  # half the keys of every row, scattered: every tile partial
 
     def alibi(score, b, h, q_idx, kv_idx):
         return score - slopes[h] * (q_idx - kv_idx)
@@ -180,22 +208,26 @@ def build_cases(n: int, window: int, inputs: dict, compile_flex: bool = True) ->
              "flash_attn_func softcap": lambda q, k, v: t(sa.flash_attn_func(t(q), t(k), t(v), softcap=SOFTCAP)),
              "flex softcap": lambda q, k, v: sa.flex_attention(q, k, v, score_mod=softcap)}
         cases.append(Case(CASES[1], pass_, b, {"flash_attn_func softcap": "flex softcap"}))
-        for name, mask in zip(CASES[2:6], (torch.zeros(n, n), alibi_abs, causal_alibi, causal_bool)):
+        for name, mask in zip(DENSE, (torch.zeros(n, n), alibi_abs, causal_alibi, causal_bool, random_bias, random_bool)):
             c = {"sdpa": lambda q, k, v, m=mask: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
                  "flash": lambda q, k, v, m=mask: sa.flash_attention(q, k, v, attn_mask=m),
                  "reference": lambda q, k, v, m=mask: sa.scaled_dot_product_attention(q, k, v, attn_mask=m)}
-            cases.append(Case(name, pass_, c, {"flash": "sdpa", "reference": "sdpa"}))
+            checks = {"flash": "sdpa", "reference": "sdpa"}
+            if pass_ == "forward" and name in (DENSE[0], DENSE[4]):  # no -inf: the bare loop is exact there
+                c["bare torch loop"] = lambda q, k, v, m=mask: bare_tile_loop(q, k, v, m)
+                checks["bare torch loop"] = "sdpa"
+            cases.append(Case(name, pass_, c, checks))
         d = {"flash structured": lambda q, k, v: sa.flash_attention(q, k, v, attn_mask=window_rule),
              "flash dense bool": lambda q, k, v: sa.flash_attention(q, k, v, attn_mask=window_bool),
              "sdpa bool": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=window_bool)}
-        cases.append(Case(CASES[6], pass_, d, {"flash dense bool": "sdpa bool", "flash structured": "sdpa bool"}))
+        cases.append(Case(CASES[8], pass_, d, {"flash dense bool": "sdpa bool", "flash structured": "sdpa bool"}))
         d2 = {"flash structured": lambda q, k, v: sa.flash_attention(q, k, v, attn_mask=documents_rule),
               "flash dense bool": lambda q, k, v: sa.flash_attention(q, k, v, attn_mask=documents_bool)}
-        cases.append(Case(CASES[7], pass_, d2, {"flash dense bool": "flash structured"}))
+        cases.append(Case(CASES[9], pass_, d2, {"flash dense bool": "flash structured"}))
         e = {"sdpa block-diagonal": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=block_causal),
              "flash_attn_varlen_func": lambda q, k, v: sa.flash_attn_varlen_func(
                  packed(q), packed(k), packed(v), cu, cu, length, length, causal=True).transpose(0, 1)[None]}
-        cases.append(Case(CASES[8], pass_, e, {"flash_attn_varlen_func": "sdpa block-diagonal"}))
+        cases.append(Case(CASES[10], pass_, e, {"flash_attn_varlen_func": "sdpa block-diagonal"}))
     return cases, setup
 
 
@@ -210,13 +242,13 @@ def targets() -> list[Target]:
         # score_mod (called per tile, the backward through autograd) and is shown without a target.
         out.append(Target("b. flash_attn_func softcap <= 1.3 x plain flash", CASES[1], pass_, "flash_attn_func softcap",
                           "flash plain", 1.3))
-        for case in CASES[2:6]:
+        for case in DENSE:
             for impl in ("flash", "reference"):
                 out.append(Target(f"{case}: {impl} <= SDPA", case, pass_, impl, "sdpa", 1.0))
-        for case in CASES[6:8]:
+        for case in CASES[8:10]:
             out.append(Target(f"{case}: dense bool <= 1.25 x structured", case, pass_, "flash dense bool",
                               "flash structured", 1.25))
-        out.append(Target("e. varlen 5x faster than SDPA", CASES[8], pass_, "flash_attn_varlen_func", "sdpa block-diagonal", 0.2))
+        out.append(Target("e. varlen 5x faster than SDPA", CASES[10], pass_, "flash_attn_varlen_func", "sdpa block-diagonal", 0.2))
     return out
 
 
