@@ -52,7 +52,9 @@ HEADS, D_HEAD, SOFTCAP, DOCUMENTS = 8, 64, 30.0, 8
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DENSE = ("c. zero float mask", "c. ALiBi float bias", "c. causal + ALiBi float mask", "c. causal bool mask",
          "c. random float bias", "c. random bool mask")
-CASES = ("a. causal + ALiBi", "b. softcap", *DENSE, "d. sliding window", "d. packed documents", "e. varlen 8 causal sequences")
+WINDOW, DOCS, VARLEN = "d. sliding window", "d. packed documents", "e. varlen 8 causal sequences"
+CASES = ("a. causal + ALiBi", "b. softcap", *DENSE, WINDOW, DOCS, VARLEN)
+BARE = (DENSE[0], DENSE[4])  # float masks without -inf, where the bare loop (no running max) is exact
 
 
 @dataclass
@@ -213,21 +215,21 @@ def build_cases(n: int, window: int, inputs: dict, compile_flex: bool = True) ->
                  "flash": lambda q, k, v, m=mask: sa.flash_attention(q, k, v, attn_mask=m),
                  "reference": lambda q, k, v, m=mask: sa.scaled_dot_product_attention(q, k, v, attn_mask=m)}
             checks = {"flash": "sdpa", "reference": "sdpa"}
-            if pass_ == "forward" and name in (DENSE[0], DENSE[4]):  # no -inf: the bare loop is exact there
+            if pass_ == "forward" and name in BARE:
                 c["bare torch loop"] = lambda q, k, v, m=mask: bare_tile_loop(q, k, v, m)
                 checks["bare torch loop"] = "sdpa"
             cases.append(Case(name, pass_, c, checks))
         d = {"flash structured": lambda q, k, v: sa.flash_attention(q, k, v, attn_mask=window_rule),
              "flash dense bool": lambda q, k, v: sa.flash_attention(q, k, v, attn_mask=window_bool),
              "sdpa bool": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=window_bool)}
-        cases.append(Case(CASES[8], pass_, d, {"flash dense bool": "sdpa bool", "flash structured": "sdpa bool"}))
+        cases.append(Case(WINDOW, pass_, d, {"flash dense bool": "sdpa bool", "flash structured": "sdpa bool"}))
         d2 = {"flash structured": lambda q, k, v: sa.flash_attention(q, k, v, attn_mask=documents_rule),
               "flash dense bool": lambda q, k, v: sa.flash_attention(q, k, v, attn_mask=documents_bool)}
-        cases.append(Case(CASES[9], pass_, d2, {"flash dense bool": "flash structured"}))
+        cases.append(Case(DOCS, pass_, d2, {"flash dense bool": "flash structured"}))
         e = {"sdpa block-diagonal": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=block_causal),
              "flash_attn_varlen_func": lambda q, k, v: sa.flash_attn_varlen_func(
                  packed(q), packed(k), packed(v), cu, cu, length, length, causal=True).transpose(0, 1)[None]}
-        cases.append(Case(CASES[10], pass_, e, {"flash_attn_varlen_func": "sdpa block-diagonal"}))
+        cases.append(Case(VARLEN, pass_, e, {"flash_attn_varlen_func": "sdpa block-diagonal"}))
     return cases, setup
 
 
@@ -245,10 +247,10 @@ def targets() -> list[Target]:
         for case in DENSE:
             for impl in ("flash", "reference"):
                 out.append(Target(f"{case}: {impl} <= SDPA", case, pass_, impl, "sdpa", 1.0))
-        for case in CASES[8:10]:
+        for case in (WINDOW, DOCS):
             out.append(Target(f"{case}: dense bool <= 1.25 x structured", case, pass_, "flash dense bool",
                               "flash structured", 1.25))
-        out.append(Target("e. varlen 5x faster than SDPA", CASES[10], pass_, "flash_attn_varlen_func", "sdpa block-diagonal", 0.2))
+        out.append(Target("e. varlen 5x faster than SDPA", VARLEN, pass_, "flash_attn_varlen_func", "sdpa block-diagonal", 0.2))
     return out
 
 
