@@ -190,21 +190,34 @@ def test_greedy_generation_matches_sdpa(family, folders, calls):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_gradients_match_sdpa(family, folders, calls):
-    ours, sdpa = models(folders[family], NAME, "sdpa")
+    """The projections' gradients through our kernel, held to transformers' own sdpa error.
+
+    Both float32 runs are compared with sdpa run in float64 on the same weights. How far
+    float32 lands from float64 depends on the CPU's kernels, so ours is bounded by sdpa's
+    own error on the same input, not by a fixed tolerance: the whole gradient's error
+    (its norm) within 2x sdpa's, and its largest single entry within 5x (one entry's
+    error is noisy: 0.5-2.4x sdpa's across these checkpoints on one Intel CPU, where the
+    norms stay within 0.7-1.4x).
+    """
+    ours, sdpa, exact = models(folders[family], NAME, "sdpa", "sdpa")
+    exact.double()
     inputs = batch(family, folders[family])
     mask = inputs["attention_mask"]
     picked = ("q_proj.weight", "k_proj.weight", "v_proj.weight", "c_attn.weight", "query.weight", "key.weight")
     grads = []
-    for model in (sdpa, ours):
+    for model in (sdpa, ours, exact):
         with no_dropout(model):
             values = real(result(family, model(**inputs)), mask)
             torch.manual_seed(2)
-            (values * torch.randn(values.shape)).sum().backward()  # a weighted sum: every position counts differently
+            (values * torch.randn(values.shape).to(values.dtype)).sum().backward()  # every position counts differently
         grads.append({n: p.grad for n, p in model.named_parameters() if n.endswith(picked)})
     assert calls.flash == layers(ours) and calls.reference == 0
-    assert grads[0].keys() == grads[1].keys() and len(grads[0]) >= layers(ours)
+    assert grads[0].keys() == grads[1].keys() == grads[2].keys() and len(grads[0]) >= layers(ours)
     for name in grads[0]:
-        assert_close(grads[1][name], grads[0][name], atol=1e-4, rtol=1e-4, msg=name)
+        theirs, mine = (grads[i][name].double() - grads[2][name] for i in (0, 1))
+        floor = 1e-7 * float(grads[2][name].abs().max())  # for an error that is exactly zero
+        assert mine.norm() <= 2 * theirs.norm() + floor, f"{name}: |error| {mine.norm():.3g} > 2 x sdpa's {theirs.norm():.3g}"
+        assert mine.abs().max() <= 5 * theirs.abs().max() + floor, f"{name}: max error {mine.abs().max():.3g} > 5 x sdpa's"
 
 
 def test_register_twice_returns_the_name():
