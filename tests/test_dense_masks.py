@@ -15,7 +15,7 @@ import torch.nn.functional as F
 import selfattn as sa
 from selfattn.kernels.flash_tiles import FloatMask, count_tiles
 from selfattn.masks.dense_states import DenseStates
-from selfattn.masks.structured import EMPTY, FULL, PARTIAL
+from selfattn.masks.states import EMPTY, FULL, PARTIAL
 
 
 def reduced_by_loop(mask: torch.Tensor, block_q: int, block_k: int) -> torch.Tensor:

@@ -56,38 +56,7 @@ def from_torch(mha: nn.MultiheadAttention) -> MultiHeadAttention:
         >>> torch.allclose(ours(x, attn_mask=sa.padding_mask([5, 3])), expected, atol=1e-5)
         True
     """
-    if not isinstance(mha, nn.MultiheadAttention):
-        raise ConfigError(f"from_torch expects a torch.nn.MultiheadAttention, got {type(mha).__name__}")
-    if mha.bias_k is not None or mha.bias_v is not None:
-        raise ConfigError("add_bias_kv=True is not supported: our attention has no learned extra key/value row")
-    if mha.add_zero_attn:
-        raise ConfigError("add_zero_attn=True is not supported: our attention adds no zero key/value row")
-    e = mha.embed_dim
-    if mha._qkv_same_embed_dim:
-        w_q, w_k, w_v = mha.in_proj_weight.chunk(3)  # (3E, E) -> 3 x (E, E)
-    else:
-        w_q, w_k, w_v = mha.q_proj_weight, mha.k_proj_weight, mha.v_proj_weight  # (E, E), (E, kdim), (E, vdim)
-    has_bias = mha.in_proj_bias is not None
-    ours = MultiHeadAttention(
-        e,
-        mha.num_heads,
-        bias=has_bias,
-        dropout=float(mha.dropout),
-        kdim=None if mha.kdim == e else mha.kdim,
-        vdim=None if mha.vdim == e else mha.vdim,
-    )
-    ours.to(device=mha.out_proj.weight.device, dtype=mha.out_proj.weight.dtype)
-    pairs = [(ours.w_q.weight, w_q), (ours.w_k.weight, w_k), (ours.w_v.weight, w_v), (ours.w_o.weight, mha.out_proj.weight)]
-    if has_bias:
-        b_q, b_k, b_v = mha.in_proj_bias.chunk(3)  # (3E,) -> 3 x (E,)
-        pairs += [(ours.w_q.bias, b_q), (ours.w_k.bias, b_k), (ours.w_v.bias, b_v), (ours.w_o.bias, mha.out_proj.bias)]
-    with torch.no_grad():
-        for target, source in pairs:
-            assert target.shape == source.shape, (tuple(target.shape), tuple(source.shape))
-            target.copy_(source)  # a copy into our own storage, not a shared view
-            target.requires_grad_(source.requires_grad)
-    ours.train(mha.training)
-    return ours
+    return MultiHeadAttention.from_torch(mha)
 
 
 def torch_masks_to_ours(

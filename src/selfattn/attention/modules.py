@@ -21,6 +21,7 @@ from selfattn.attention.config import AttentionConfig
 from selfattn.attention.functional import AttentionSteps, attention_forward, attention_steps
 from selfattn.attention.packed_attention import packed_self_attention
 from selfattn.attention.kv_cache import KVCache
+from selfattn.attention.torch_weights import copy_torch_weights, torch_settings
 from selfattn.errors import ShapeError
 from selfattn.masks import causal_mask, check_mask_kind, combine_masks, sliding_window_mask
 from selfattn.positional import alibi_bias, apply_rope
@@ -213,9 +214,7 @@ class MultiHeadAttention(nn.Module):
             ConfigError: mha is not an ``nn.MultiheadAttention``, or it uses add_bias_kv or
                 add_zero_attn.
         """
-        from selfattn.attention.interop import from_torch
-
-        return from_torch(mha)
+        return copy_torch_weights(cls(**torch_settings(mha)), mha)
 
     def forward(
         self,

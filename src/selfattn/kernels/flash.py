@@ -40,7 +40,8 @@ from selfattn.kernels.flash_backward import flash_backward
 from selfattn.kernels.flash_tiles import FloatMask, flash_forward
 from selfattn.kernels.tile_dropout import check_dropout, tile_dropout
 from selfattn.masks.rules import causal_rule
-from selfattn.masks.structured import EMPTY, StructuredMask, as_structured, block_bounds
+from selfattn.masks.states import EMPTY, block_bounds
+from selfattn.masks.structured import StructuredMask, as_structured
 
 # Default tile sizes, measured on this project's 2-core CPU (bench/attention.py at N = 4096,
 # 8 heads, d = 64; tiles 128x256 to 1024x1024 tried): each step runs ~5-10 torch calls on

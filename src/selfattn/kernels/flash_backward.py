@@ -21,7 +21,7 @@ from selfattn.kernels.flash_tiles import (
     visible_tiles,
 )
 from selfattn.kernels.online_softmax import NEG_INF, exp_floor, exp_flush_tiny_
-from selfattn.masks.structured import mask_slice
+from selfattn.masks.states import mask_slice
 
 
 def backward_may_underflow(q: torch.Tensor, k: torch.Tensor, scale: float, mask, lse: torch.Tensor,

@@ -28,7 +28,7 @@ from selfattn.kernels.online_softmax import (
     online_sum_update,
 )
 from selfattn.masks.dense_states import DenseStates
-from selfattn.masks.structured import EMPTY, PARTIAL, mask_slice
+from selfattn.masks.states import EMPTY, PARTIAL, mask_slice
 
 # exp overflows float32 at 88.7 and float64 at 709.8; a margin of 8 leaves room for the
 # row sums (up to kv_len terms, checked separately) and keeps exp(-bound) a normal number.

@@ -4,9 +4,10 @@
                     documents, a user's mask, combining, to additive)
     rules.py        the same masks as rules (``CausalMask``, ``SlidingWindowMask``,
                     ``PaddingMask``, ``DocumentMask``) that never build q_len x kv_len
+    states.py       the block states (EMPTY, FULL, PARTIAL) and their helpers: the leaf
     structured.py   what every structured mask answers (allowed pairs, block states for a
-                    tiled kernel, the dense form), ``DenseMask``
-    combined.py     ``&`` / ``|`` of structured masks (``AndMask``, ``OrMask``)
+                    tiled kernel, the dense form), ``DenseMask``, and ``&`` / ``|`` of
+                    structured masks (``AndMask``, ``OrMask``)
     dense_states.py a mask tensor's block states, reduced once per call
     block_mask.py   FlexAttention's mask_mod and its block map (``create_block_mask``)
     packed.py       a window counted within each packed sequence (varlen)
@@ -27,8 +28,8 @@ from selfattn.masks.builders import (
 )
 from selfattn.masks.dense_states import states_of_dense
 from selfattn.masks.rules import ALIGNMENTS, CausalMask, DocumentMask, PaddingMask, SlidingWindowMask
-from selfattn.masks.combined import AndMask, OrMask
-from selfattn.masks.structured import BLOCK_STATE_NAMES, EMPTY, FULL, PARTIAL, DenseMask, StructuredMask
+from selfattn.masks.states import BLOCK_STATE_NAMES, EMPTY, FULL, PARTIAL
+from selfattn.masks.structured import AndMask, DenseMask, OrMask, StructuredMask
 
 __all__ = [
     "ALIGNMENTS", "AndMask", "BLOCK_STATE_NAMES", "CausalMask", "DenseMask", "DocumentMask", "EMPTY", "FULL", "OrMask",

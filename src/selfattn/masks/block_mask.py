@@ -23,8 +23,9 @@ from collections.abc import Callable
 import torch
 
 from selfattn.errors import OptionError, ShapeError
-from selfattn.masks.dense_states import BASE_ROWS, _block_reduce, coarsen_states
-from selfattn.masks.structured import EMPTY, FULL, PARTIAL, StructuredMask, states_from
+from selfattn.masks.dense_states import BASE_ROWS, block_reduce, coarsen_states
+from selfattn.masks.states import EMPTY, FULL, PARTIAL, states_from
+from selfattn.masks.structured import StructuredMask
 
 MaskMod = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 CHUNK = 1 << 18  # (batch x heads x rows x keys) pairs evaluated per call while sweeping the blocks (at N = 2048 1/16 of N x N)
@@ -119,8 +120,8 @@ class BlockMask(StructuredMask):
             visible = tile.reshape(-1, *tile.shape[-2:]).any(dim=0)  # over b and h: (r, kv_len)
             complete = tile.reshape(-1, *tile.shape[-2:]).all(dim=0)
             blocks = slice(r0 // block_q, -(-(r0 + len(rows)) // block_q))  # r0 is a multiple of block_q
-            empty[blocks] = ~_block_reduce(visible, block_q, block_k, len(rows), any_=True)
-            full[blocks] = _block_reduce(complete, block_q, block_k, len(rows), any_=False)
+            empty[blocks] = ~block_reduce(visible, block_q, block_k, len(rows), any_=True)
+            full[blocks] = block_reduce(complete, block_q, block_k, len(rows), any_=False)
         return states_from(empty, full)
 
     def to_dense(self) -> torch.Tensor:

@@ -13,8 +13,7 @@ import torch
 
 from selfattn.errors import ShapeError
 from selfattn.masks.rules import CausalMask, DocumentMask, PaddingMask, SlidingWindowMask, alignment_offset
-from selfattn.masks.combined import AndMask
-from selfattn.masks.structured import StructuredMask
+from selfattn.masks.structured import AndMask, StructuredMask
 
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from selfattn.masks.structured import EMPTY, FULL, NEG_INF, states_from
+from selfattn.masks.states import EMPTY, FULL, NEG_INF, states_from
 
 BASE_ROWS, BASE_COLS = 64, 128  # a divisor of every row block the kernel chooses; its smallest key block
 
@@ -136,10 +136,10 @@ def states_of_dense(mask: torch.Tensor, block_q: int, block_k: int, q_len: int |
         untouched = untouched.reshape(-1, *mask.shape[-2:]).all(dim=0)
     flat_any, flat_all = visible, untouched
     rows = flat_any.shape[0] if flat_any.shape[0] > 1 else (q_len or 1)
-    return states_from(~_block_reduce(flat_any, block_q, block_k, rows, any_=True), _block_reduce(flat_all, block_q, block_k, rows, any_=False))
+    return states_from(~block_reduce(flat_any, block_q, block_k, rows, any_=True), block_reduce(flat_all, block_q, block_k, rows, any_=False))
 
 
-def _block_reduce(grid: torch.Tensor, block_q: int, block_k: int, rows: int, any_: bool) -> torch.Tensor:
+def block_reduce(grid: torch.Tensor, block_q: int, block_k: int, rows: int, any_: bool) -> torch.Tensor:
     """any / all of a (rows or 1, cols) bool grid over each (block_q, block_k) block.   -> (n_row_blocks, n_col_blocks)"""
     cols = grid.shape[-1]
     n_r, n_c = -(-rows // block_q), -(-cols // block_k)

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import torch
 
-from selfattn.masks.structured import StructuredMask, states_from
+from selfattn.masks.states import states_from
+from selfattn.masks.structured import StructuredMask
 
 
 class PackedWindowMask(StructuredMask):

@@ -11,7 +11,8 @@ import functools
 import torch
 
 from selfattn.errors import OptionError, ShapeError
-from selfattn.masks.structured import NEG_INF, StructuredMask, block_bounds, states_from
+from selfattn.masks.states import NEG_INF, block_bounds, states_from
+from selfattn.masks.structured import StructuredMask
 
 ALIGNMENTS = ("top_left", "bottom_right")
 """Where query row i sits on the key axis: top-left pos(i) = i, bottom-right pos(i) = kv_len - q_len + i."""

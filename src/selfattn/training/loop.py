@@ -22,8 +22,8 @@ from pathlib import Path
 import torch
 
 from selfattn.errors import TrainingError
-from selfattn.training import probe as probes
-from selfattn.training import run_files as files
+import selfattn.training.probe as probes
+import selfattn.training.run_files as files
 from selfattn.training.config import TrainConfig
 from selfattn.training.distributed import Processes
 from selfattn.training.model import model_config, new_model, save_model

@@ -19,7 +19,8 @@ from matplotlib.patches import Patch
 
 from selfattn.errors import OptionError, ShapeError
 from selfattn.masks.block_mask import BlockMask
-from selfattn.masks.structured import EMPTY, FULL, PARTIAL, StructuredMask
+from selfattn.masks.states import EMPTY, FULL, PARTIAL
+from selfattn.masks.structured import StructuredMask
 from selfattn.viz import plots
 from selfattn.viz.figure_parts import _as_array, _clamp, _new_figure, _quiet_glyphs
 

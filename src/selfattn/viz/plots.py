@@ -28,7 +28,7 @@ from matplotlib.patches import FancyArrowPatch, Patch, Rectangle
 
 from selfattn.errors import OptionError, ShapeError
 from selfattn.masks.dense_states import states_of_dense
-from selfattn.masks.structured import EMPTY, FULL, PARTIAL
+from selfattn.masks.states import EMPTY, FULL, PARTIAL
 from selfattn.pipeline.tokenize import find_query
 from selfattn.viz import output
 from selfattn.viz.figure_parts import (
