@@ -25,7 +25,8 @@ from selfattn.viz.explorer import (
     notebook_html,
     render_explorer,
 )
-from selfattn.viz.explorer_data import explorer_data, rounded
+from selfattn.formatting import rounded
+from selfattn.viz.explorer_data import explorer_data
 
 # A line's width and opacity, as documented in explorer.js: r = weight / the row's largest weight,
 # width = MIN_WIDTH + (MAX_WIDTH - MIN_WIDTH) r px, opacity = MIN_OPACITY + (1 - MIN_OPACITY) r.

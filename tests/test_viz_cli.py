@@ -5,6 +5,8 @@ import json
 import os
 import re
 import struct
+import subprocess
+import sys
 import time
 import xml.etree.ElementTree as ET
 
@@ -15,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from seed_reference import CAT_WEIGHTS, TOKENS
+import selfattn as sa
 from selfattn import ExplainConfig, build_trace
 from selfattn.explain.json_out import render_json
 from selfattn.masks import EMPTY, FULL, PARTIAL
@@ -196,11 +199,34 @@ def test_view_refusals(run_cli, tmp_path):
 
 
 def test_traces_render_in_jupyter_as_the_explorer():
+    from notebook import shown_in_jupyter
+
     for trace in (build_trace(ExplainConfig()), build_trace(ExplainConfig(variant="multihead"))):
-        frame = trace._repr_html_()
+        frame = shown_in_jupyter(trace)
         assert frame.startswith("<iframe") and 'sandbox="allow-scripts"' in frame
         srcdoc = html.unescape(re.search(r'srcdoc="(.*?)"', frame, re.S).group(1))
         assert embedded_data(srcdoc)["tokens"] == trace.tokens
+        assert frame == sa.explore(trace).html()  # the same page as asking for it
+
+
+def test_importing_selfattn_in_ipython_registers_the_explorer():
+    """In a fresh process with an IPython shell running, ``import selfattn`` alone makes a trace show as its page."""
+    pytest.importorskip("IPython")
+    code = (
+        "from IPython.core.interactiveshell import InteractiveShell\n"
+        "shell = InteractiveShell.instance()\n"
+        "import selfattn as sa\n"
+        "data, _ = shell.display_formatter.format(sa.build_trace(sa.ExplainConfig()))\n"
+        "print(data['text/html'][:7])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "<iframe"
+
+
+def test_explore_refuses_what_it_cannot_show():
+    with pytest.raises(TypeError, match="explore shows a Trace"):
+        sa.explore("The cat")
 
 
 def test_view_numbers_match_json_at_the_shown_precision(run_cli, tmp_path):

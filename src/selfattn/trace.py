@@ -144,12 +144,6 @@ class Trace:
         """The embedding width d."""
         return int(self.embeddings.shape[1])
 
-    def _repr_html_(self) -> str:
-        """Jupyter shows a trace as the interactive explorer; the one place core reaches up to viz."""
-        from selfattn.viz.explorer import notebook_explorer
-
-        return notebook_explorer(self)
-
 
 def check_dot_products(scores: torch.Tensor, x: torch.Tensor) -> None:
     """Refuse embeddings whose dot products (the scores X X^T) overflow their dtype."""

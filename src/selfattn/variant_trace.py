@@ -172,11 +172,6 @@ class VariantTrace:
         """Whether the scores were divided by sqrt(d_k) (every variant but the seed's own scores)."""
         return self.variant not in UNSCALED
 
-    def _repr_html_(self) -> str:
-        """Jupyter shows a trace as the interactive explorer; the one place core reaches up to viz."""
-        from selfattn.viz.explorer import notebook_explorer
-
-        return notebook_explorer(self)
 
     @property
     def distance_check_key(self) -> int:

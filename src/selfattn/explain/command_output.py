@@ -10,10 +10,9 @@ from __future__ import annotations
 import json
 from typing import TextIO
 
-from selfattn.config import check_precision
 from selfattn.errors import OptionError, SentenceError
 from selfattn.explain.document import Document, Heading
-from selfattn.explain.json_out import _compact, plain
+from selfattn.formatting import check_precision, compact_json, plain
 
 FORMATS = ("text", "json", "markdown")
 SHOWN_CHARS = 70  # a longer sentence is cut where it is named
@@ -80,7 +79,7 @@ def _layout(value, indent: int) -> str:
     if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
         rows = [f"{pad}  {json.dumps(v, ensure_ascii=False, allow_nan=False)}" for v in value]
         return "[\n" + ",\n".join(rows) + "\n" + pad + "]"
-    return _compact(value, indent)  # numbers, strings, lists: one line per row of a matrix
+    return compact_json(value, indent)  # numbers, strings, lists: one line per row of a matrix
 
 
 def write_document(doc: Document, title: str, output_format: str, stream: TextIO) -> None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from selfattn.explain.json_out import plain
+from selfattn.formatting import plain
 from selfattn.models.model_trace import ModelTrace
 
 TOP_TOKENS = 3  # as many as the text walkthrough names

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 
 
-from selfattn.config import check_precision
+from selfattn.formatting import check_precision
 from selfattn.explain.document import (
     Document,
     Heading,

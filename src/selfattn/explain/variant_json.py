@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from selfattn.explain.json_out import plain
+from selfattn.formatting import plain
 from selfattn.variant_trace import MULTI_HEAD, VariantTrace
 
 

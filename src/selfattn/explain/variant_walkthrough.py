@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from selfattn.config import check_precision
+from selfattn.formatting import check_precision
 from selfattn.explain.document import (
     Document,
     Heading,

@@ -18,7 +18,7 @@ from selfattn.explain.document import (
     fmt_vector,
     vector_cells,
 )
-from selfattn.config import check_precision
+from selfattn.formatting import check_precision
 from selfattn.trace import Trace
 
 FLOAT32_EXP_LIMIT = 88.72  # exp(x) is inf in float32 above ln(3.4e38) ~ 88.72

@@ -104,12 +104,6 @@ class ModelTrace:
         """Whether token ``index`` is one of the vocabulary's special tokens."""
         return self.tokens[index] in self.special_tokens
 
-    def _repr_html_(self) -> str:
-        """Jupyter shows a model trace as the interactive explorer."""
-        from selfattn.viz.explorer import notebook_explorer
-
-        return notebook_explorer(self)
-
 
 def check_layer_head(layer: int, head: int, n_layers: int, n_heads: int) -> None:
     for flag, value, count in (("--layer", layer, n_layers), ("--head", head, n_heads)):

@@ -44,8 +44,3 @@ class ModelOutput:
         """Real tokens per text, [CLS] and [SEP] included."""
         return [len(t) for t in self.tokens]
 
-    def _repr_html_(self) -> str:
-        """Jupyter: the interactive explorer for the first text, every layer and head."""
-        from selfattn.viz.explorer import notebook_model_explorer
-
-        return notebook_model_explorer(self)

@@ -14,7 +14,8 @@ import os
 from pathlib import Path
 
 from selfattn.errors import ModelError
-from selfattn.models import gpt2, llama
+import selfattn.models.gpt2 as gpt2
+import selfattn.models.llama as llama
 from selfattn.models.bert import BertModel, load_bert
 from selfattn.models.checkpoint import LAYOUT, find_cached, find_model_folder, read_config, read_weights
 from selfattn.models.decoder import DecoderConfig, DecoderModel

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from selfattn.models import gpt2
+import selfattn.models.gpt2 as gpt2
 from selfattn.models.decoder import DecoderConfig, DecoderModel
 from selfattn.models.weights import export_weights
 from selfattn.training.vocab import CharVocab

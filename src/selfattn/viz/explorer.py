@@ -15,6 +15,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
+from selfattn.formatting import check_precision
 from selfattn.trace import Trace
 from selfattn.variant_trace import VariantTrace
 from selfattn.viz.explorer_data import explorer_data
@@ -156,7 +157,6 @@ def notebook_model_explorer(
     The output holds each head's weights but not the steps that made them, so the page
     shows weights (and hidden states, when the output has them) only.
     """
-    from selfattn.config import check_precision
     from selfattn.viz.model_data import model_page_data, output_page
 
     check_precision(precision)

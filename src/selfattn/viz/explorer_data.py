@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from selfattn.explain.json_out import plain
+from selfattn.formatting import rounded
 from selfattn.trace import Trace
 from selfattn.variant_trace import MULTI_HEAD, VariantTrace
 
@@ -79,11 +79,6 @@ size budget, else only the selected layer or head; the names say which ones they
 
 STEP_NUMBER_BUDGET = 400_000  # step numbers embedded for every head below this; else for the selected head only
 FLASH_ACC_SHOWN = 8  # components of each running acc vector in the page
-
-
-def rounded(value: Any, precision: int) -> Any:
-    """Tensors to nested lists rounded to ``precision`` decimals; -inf / inf / nan as strings."""
-    return plain(value, precision)
 
 
 def explorer_data(

@@ -30,7 +30,7 @@ import torch
 from selfattn.errors import ModelError, OptionError
 from selfattn.models.description import AttentionInfo
 from selfattn.pipeline.steps import attention_scores
-from selfattn.viz.explorer_data import rounded
+from selfattn.formatting import rounded
 from selfattn.viz.model_pictures import hidden_label
 from selfattn.viz.token_labels import token_labels
 

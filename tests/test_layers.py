@@ -1,0 +1,109 @@
+"""The house's arrows, read from every import statement of src/selfattn.
+
+Every ``import`` and ``from ... import`` counts, at module level, inside functions and
+under ``TYPE_CHECKING`` alike: an import inside a function is still an arrow between two
+modules, and hiding a cycle in one is how cycles grew before. ``from package import name``
+counts as an arrow to the package too (its ``__init__`` runs first and may import back).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def modules() -> dict[str, tuple[Path, bool]]:
+    """Module name -> (file, is a package)."""
+    found = {}
+    for path in sorted((SRC / "selfattn").rglob("*.py")):
+        parts = list(path.relative_to(SRC).with_suffix("").parts)
+        package = parts[-1] == "__init__"
+        found[".".join(parts[:-1] if package else parts)] = (path, package)
+    return found
+
+
+MODULES = modules()
+
+
+def owner(name: str) -> str | None:
+    """The module that ``name`` (a module or a module.attribute) lives in."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def imports_of(module: str) -> set[str]:
+    """Every selfattn module that ``module`` imports, anywhere in its file."""
+    path, package = MODULES[module]
+    here = module if package else module.rpartition(".")[0]
+    targets = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            targets |= {owner(alias.name) for alias in node.names if alias.name.split(".")[0] == "selfattn"}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here.split(".")[: len(here.split(".")) - (node.level - 1)]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            if source.split(".")[0] != "selfattn":
+                continue
+            targets.add(owner(source))
+            targets |= {f"{source}.{alias.name}" for alias in node.names if f"{source}.{alias.name}" in MODULES}
+    return targets - {None, module}
+
+
+GRAPH = {module: imports_of(module) for module in MODULES}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index, low, on_stack, stack, found = {}, {}, set(), [], []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_the_reader_sees_function_level_imports():
+    """A cycle hidden in a function is found: the reader is checked on a graph made up here."""
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+    assert "selfattn.errors" in GRAPH["selfattn.checks"]  # a module-level import, read
+
+
+def test_no_import_cycle():
+    found = cycles(GRAPH)
+    assert not found, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in found)
