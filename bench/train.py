@@ -45,7 +45,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from peer_gpt import PeerGPT, copy_from_ours  # noqa: E402
 
-from selfattn.attention import modules  # noqa: E402
+from selfattn.attention import paths  # noqa: E402
 from selfattn.attention.functional import AttentionOutput  # noqa: E402
 from selfattn.training import train  # noqa: E402
 from selfattn.training.config import TrainConfig  # noqa: E402
@@ -138,18 +138,29 @@ def swapped(owner, name: str, replacement):
         setattr(owner, name, original)
 
 
+@contextlib.contextmanager
+def swapped_path(name: str, declines):
+    """The registry's path ``name`` with another ``declines`` for the duration."""
+    original = paths.PATHS[name]
+    paths.PATHS[name] = original._replace(declines=declines)
+    try:
+        yield
+    finally:
+        paths.PATHS[name] = original
+
+
 def _sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False, need_weights=True):
     return AttentionOutput(F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale), None)  # causal only
 
 
 def _unpacked():
     """Training self-attention the general way: three products, heads split, softmax_attention."""
-    return swapped(modules.MultiHeadAttention, "_trains_packed", lambda *args, **kwargs: False)
+    return swapped_path("packed", lambda *args: "switched off by the benchmark")
 
 
 @contextlib.contextmanager
 def _unpacked_with_sdpa():
-    with _unpacked(), swapped(modules, "attention_forward", _sdpa):
+    with _unpacked(), swapped(paths, "attention_forward", _sdpa):
         yield
 
 

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from selfattn.errors import OptionError, ShapeError
-from selfattn.models import decoder_roles
-from selfattn.models.decoder_roles import (
+from selfattn.analysis import decoder_roles
+from selfattn.analysis.decoder_roles import (
     DECODER_PATTERNS,
     DECODER_ROLES,
     DecoderHeadRole,

@@ -138,6 +138,19 @@ def test_ring_attention_example_runs_under_torchrun(tmp_path):
 README = (ROOT / "README.md").read_text()
 
 
+def test_the_architecture_picture_is_what_the_code_draws_today():
+    """docs/architecture.md holds the house exactly as docs/make_architecture.py draws it from the imports now."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_architecture", ROOT / "docs" / "make_architecture.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    drawn = script.block()
+    assert "commands" in drawn and "leaves" in drawn and "imports down" in drawn
+    assert script.page_block(page) == drawn, "the picture is stale: run .venv/bin/python docs/make_architecture.py --write"
+
+
 def test_readme_is_the_short_front_door():
     assert len(README.splitlines()) <= 300
     assert README.count("```sh\nmake run") == 1 and "make test" in README.split("## Quick start")[1].split("##")[0]

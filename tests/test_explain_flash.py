@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from seed_reference import CAT_CONTEXT, CAT_EXP_SUM, CAT_SCORES, CAT_WEIGHTS, INPUTS, QUERY_INDEX, TOKENS, at_4_decimals
 from selfattn.errors import OptionError
-from selfattn.variant_trace import trace_variant
+from selfattn.trace.variants import trace_variant
 
 X = torch.tensor(INPUTS, dtype=torch.float64)
 TOL = dict(atol=2e-6, rtol=2e-5)  # the library computes in float32
@@ -194,7 +194,7 @@ def test_option_errors_are_one_line_and_exit_2(run_cli, args, message):
 
 
 def test_library_refuses_bad_block_sizes():
-    from selfattn.config import ExplainConfig
+    from selfattn.commands.options import ExplainConfig
 
     for value in (0, True, 2.0):
         with pytest.raises(OptionError, match="--block-size"):

@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from browser import chromium, recorded_page
-from selfattn.config import ExplainConfig, build_trace
+from selfattn.commands.options import ExplainConfig
+from selfattn.commands.traces import build_trace
 from selfattn.explain.json_out import render_json
 from selfattn.viz.explorer import (
     CONTENT_SECURITY_POLICY,

@@ -59,7 +59,7 @@ def test_text_is_the_prompt_and_its_continuation(run_cli, folders):
 
 
 def test_a_terminal_sees_the_text_as_it_is_made(folders):
-    from selfattn.explain.generate_command import generate_command
+    from selfattn.commands.generate import generate_command
 
     class Terminal(io.StringIO):
         writes = 0

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from selfattn.errors import ShapeError
-from selfattn.models.head_roles import (
+from selfattn.analysis.head_roles import (
     PARTS,
     PATTERNS,
     ROLE_THRESHOLD,

@@ -175,7 +175,7 @@ def test_the_same_seed_gives_the_same_probe(run_cli, folders):
 
 def test_the_probe_never_draws_a_special_token(folders):
     """GPT-2's tokenizer adds no BOS, so its <|endoftext|> is not the first token; it must not be drawn either."""
-    from selfattn.explain.decoder_heads import induction_probe_for
+    from selfattn.analysis.probes import induction_probe_for
     from selfattn.models.loading import shared_model
 
     folder = folders["gpt2"]
@@ -204,13 +204,10 @@ def test_a_window_shorter_than_the_probe_scores_zero_and_says_why(run_cli, folde
 
 def test_the_probe_names_a_planted_induction_head():
     """Weights made by hand (no training here): head (1, 2) is a perfect induction head on the probe."""
-    from selfattn.explain.decoder_heads import (
-        Probe,
-        decoder_heads_document,
-        decoder_heads_to_dict,
-    )
+    from selfattn.analysis.probes import Probe
+    from selfattn.explain.decoder_heads import decoder_heads_document, decoder_heads_to_dict
     from selfattn.explain.text import render_text
-    from selfattn.models.decoder_roles import (
+    from selfattn.analysis.decoder_roles import (
         classify_decoder_heads,
         induction_probe_score,
     )
@@ -328,7 +325,7 @@ def test_the_probe_refuses_an_encoder(run_cli, folders):
 
 
 def test_a_tiny_decoder_takes_well_under_a_second(folders):
-    from selfattn.explain.model_commands import heads_command
+    from selfattn.commands.heads import heads_command
 
     folder = str(folders["llama"])
     heads_command(REPEATS, folder, "json", 2, io.StringIO())  # loads the model once

@@ -11,6 +11,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -102,6 +104,85 @@ def test_the_reader_sees_function_level_imports():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
     assert "selfattn.errors" in GRAPH["selfattn.checks"]  # a module-level import, read
+
+
+# The house, top to bottom: a module may import its own layer and the layers below, never above.
+LAYERS = {
+    "cli": ("selfattn.cli", "selfattn.cli_options", "selfattn.__main__"),
+    "commands": ("selfattn.commands",),
+    "renderers": ("selfattn.explain", "selfattn.viz"),
+    "analysis": ("selfattn.analysis", "selfattn.training"),
+    "trace": ("selfattn.trace",),
+    "models": ("selfattn.models", "selfattn.integrations"),
+    "attention": ("selfattn.attention", "selfattn.distributed"),
+    "kernels": ("selfattn.kernels",),
+    "leaves": ("selfattn.masks", "selfattn.pipeline", "selfattn.positional", "selfattn.checks", "selfattn.errors",
+               "selfattn.shapes", "selfattn.formatting", "selfattn.peak_memory"),
+}
+ORDER = list(LAYERS)  # top first
+TOP = "selfattn"  # the package itself: the lazy public API, above everything
+# What a renderer may never import: anything that loads a model by name or reads its files, and
+# the training package but for its records (a run's metrics and probe, as the commands read them).
+LOADERS = ("selfattn.models.loading", "selfattn.models.pretrained", "selfattn.models.checkpoint",
+           "selfattn.models.files", "selfattn.models.families", "selfattn.models.registry")
+TRAINING_RECORDS = ("selfattn.training.records", "selfattn.training.config")
+
+
+def layer_of(module: str) -> str:
+    for name, prefixes in LAYERS.items():
+        if any(module == p or module.startswith(p + ".") for p in prefixes):
+            return name
+    raise AssertionError(f"{module} is in no layer: add it to LAYERS (and to docs/architecture.md)")
+
+
+def test_every_module_has_a_layer():
+    for module in MODULES:
+        if module != TOP:
+            layer_of(module)
+
+
+def test_imports_point_down():
+    upward = [
+        f"{module} ({layer_of(module)}) imports {target} ({layer_of(target)})"
+        for module, targets in GRAPH.items() if module != TOP
+        for target in sorted(targets) if target != TOP and ORDER.index(layer_of(target)) < ORDER.index(layer_of(module))
+    ]
+    assert not upward, "imports that point up:\n" + "\n".join(upward)
+
+
+def test_renderers_never_load_or_train():
+    found = [
+        f"{module} imports {target}"
+        for module, targets in GRAPH.items() if module != TOP and layer_of(module) == "renderers"
+        for target in sorted(targets)
+        if target.startswith(LOADERS) or (target.startswith("selfattn.training") and not target.startswith(TRAINING_RECORDS))
+    ]
+    assert not found, "renderers that load or train:\n" + "\n".join(found)
+
+
+def test_records_never_import_a_renderer():
+    """The trace layer and everything below it hold plain data: no import of explain/, viz/, the commands or the CLI."""
+    below = ORDER[ORDER.index("analysis"):]
+    found = [
+        f"{module} imports {target}"
+        for module, targets in GRAPH.items() if module != TOP and layer_of(module) in below
+        for target in sorted(targets) if target != TOP and layer_of(target) in ("renderers", "commands", "cli")
+    ]
+    assert not found, "\n".join(found)
+
+
+def test_the_rules_catch_an_upward_import(monkeypatch):
+    """The layer tests fail on a made-up upward import and a made-up loading renderer."""
+    graph = dict(GRAPH)
+    graph["selfattn.trace.seed"] = GRAPH["selfattn.trace.seed"] | {"selfattn.viz.explorer"}
+    graph["selfattn.viz.explorer"] = GRAPH["selfattn.viz.explorer"] | {"selfattn.models.loading"}
+    monkeypatch.setattr(__import__(__name__), "GRAPH", graph)
+    with pytest.raises(AssertionError, match="trace.seed"):
+        test_imports_point_down()
+    with pytest.raises(AssertionError, match="models.loading"):
+        test_renderers_never_load_or_train()
+    with pytest.raises(AssertionError, match="viz.explorer"):
+        test_records_never_import_a_renderer()
 
 
 def test_no_import_cycle():

@@ -120,7 +120,7 @@ def test_run_refuses_input_it_would_misread():
 def test_every_checkpoint_tensor_is_mapped_or_knowingly_ignored():
     from safetensors.torch import load_file
 
-    from selfattn.models.bert import IGNORED_KEYS, weight_mapping
+    from selfattn.models.families.bert import IGNORED_KEYS, weight_mapping
     from selfattn.models.files import model_folder
 
     state = load_file(str(model_folder(MODEL) / "model.safetensors"))
@@ -137,7 +137,8 @@ def test_every_checkpoint_tensor_is_mapped_or_knowingly_ignored():
 def test_a_checkpoint_that_does_not_fit_is_refused():
     from safetensors.torch import load_file
 
-    from selfattn.models.bert import BertModel, load_weights
+    from selfattn.models.encoder import BertModel
+    from selfattn.models.families.bert import load_weights
     from selfattn.models.files import model_folder
 
     state = load_file(str(model_folder(MODEL) / "model.safetensors"))

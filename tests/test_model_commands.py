@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from minilm_reference import run_reference
-from selfattn.models.head_roles import PARTS, PATTERNS, ROLE_THRESHOLD, ROLES
+from selfattn.analysis.head_roles import PARTS, PATTERNS, ROLE_THRESHOLD, ROLES
 
 MODEL = "all-MiniLM-L6-v2"
 ESC = "\x1b"
@@ -259,8 +259,8 @@ def test_user_errors_are_one_line(run_cli, argv, fragment):
 def test_role_label_names_the_word_and_a_repeated_words_position():
     import torch
 
-    from selfattn.explain.model_commands import role_label
-    from selfattn.models.head_roles import classify_head
+    from selfattn.explain.encoder_heads import role_label
+    from selfattn.analysis.head_roles import classify_head
 
     def everyone_on(tokens, target):
         w = torch.zeros(len(tokens), len(tokens), dtype=torch.float64)
@@ -279,8 +279,8 @@ def test_library_calls_refuse_bad_arguments():
     import io
 
     from selfattn.errors import OptionError, SentenceError
-    from selfattn.explain.model_commands import heads_command
-    from selfattn.explain.similarity_command import similarity_command
+    from selfattn.commands.heads import heads_command
+    from selfattn.commands.similarity import similarity_command
 
     with pytest.raises(OptionError, match="format"):
         heads_command(None, MODEL, "html", 2, io.StringIO())

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from selfattn.attention.config import AttentionConfig
 from selfattn.attention.kv_cache import KVCache
-from selfattn.attention.modules import MultiHeadAttention, SelfAttention
+from selfattn.attention.modules import MultiHeadAttention
+from selfattn.attention.self_attention import SelfAttention
 from selfattn.errors import ConfigError, ShapeError
 from selfattn.masks import padding_mask
 

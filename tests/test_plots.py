@@ -21,7 +21,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch
 
 from selfattn.errors import OptionError, OutputError, QueryError, ShapeError
-from selfattn.viz import plots
+from selfattn.viz import plots, positional_plots
 
 TOKENS = ["The", "cat", "sat"]
 # rows sum to 1, as attention weights do; written out so the expected cell texts are known
@@ -132,7 +132,7 @@ def test_heatmap_of_256_tokens_thins_labels_and_renders(tmp_path):
         (lambda: plots.heads_figure(torch.ones(2, 3, 4) / 4, TOKENS), ShapeError),
         (lambda: plots.heads_figure(torch.ones(2, 3, 3) / 3, TOKENS, head_names=["only one"]), ShapeError),
         (lambda: plots.mask_figure([[1, 0], [1, 1]]), OptionError),
-        (lambda: plots.positional_figure(torch.zeros(4)), ShapeError),
+        (lambda: positional_plots.positional_figure(torch.zeros(4)), ShapeError),
     ],
 )
 def test_bad_inputs_raise_typed_errors(call, error):
@@ -265,7 +265,7 @@ def test_mask_figure_block_map_outlines_each_tile_by_its_state():
 def test_positional_figure_uses_a_diverging_scale_centred_on_zero():
     positions = torch.arange(6, dtype=torch.float64)[:, None]
     matrix = torch.cat([torch.sin(positions / 3), torch.cos(positions / 3)], dim=1)  # (6, 2)
-    fig = plots.positional_figure(matrix, title="sinusoidal")
+    fig = positional_plots.positional_figure(matrix, title="sinusoidal")
     ax = fig.axes[0]
     assert len(fig.axes) == 2
     assert_image_equals(ax, matrix)
@@ -273,7 +273,7 @@ def test_positional_figure_uses_a_diverging_scale_centred_on_zero():
     assert ax.images[0].get_cmap().name == "RdBu_r"
     assert tick_texts(ax.yaxis) == [str(i) for i in range(6)] and tick_texts(ax.xaxis) == ["0", "1"]
     assert (ax.get_xlabel(), ax.get_ylabel(), ax.get_title()) == ("dimension", "position", "sinusoidal")
-    wide = plots.positional_figure([[3.0, -1.0]]).axes[0].images[0].get_clim()
+    wide = positional_plots.positional_figure([[3.0, -1.0]]).axes[0].images[0].get_clim()
     assert wide == (-3.0, 3.0)
 
 
@@ -379,18 +379,18 @@ def test_check_output_path_returns_the_path_before_any_work(tmp_path):
 
 def test_positional_figure_limit_sets_the_scale_for_small_learned_values():
     table = torch.tensor([[0.05, -0.02], [0.1, 0.0]])  # learned embeddings are small
-    ax = plots.positional_figure(table, limit=0.1).axes[0]
+    ax = positional_plots.positional_figure(table, limit=0.1).axes[0]
     assert ax.images[0].get_clim() == pytest.approx((-0.1, 0.1))
     assert_image_equals(ax, table.double(), tolerance=1e-7)
     for bad in (0, -1.0, float("nan"), "1", True):
         with pytest.raises(OptionError, match="limit"):
-            plots.positional_figure(table, limit=bad)
+            positional_plots.positional_figure(table, limit=bad)
 
 
 def test_score_grids_figure_draws_each_grid_on_its_own_scale_centred_on_zero():
     first = torch.tensor([[1.0, -2.0], [0.5, 1.0]])
     second = torch.tensor([[10.0, 3.0], [-4.0, 0.0]])
-    fig = plots.score_grids_figure([first, second], ["RoPE", "sinusoidal"], title="one pair")
+    fig = positional_plots.score_grids_figure([first, second], ["RoPE", "sinusoidal"], title="one pair")
     panels = [ax for ax in fig.axes if ax.images]
     assert len(panels) == 2 and len(fig.axes) == 4  # two grids, two colorbars
     for ax, grid, name, limit in zip(panels, (first, second), ("RoPE", "sinusoidal"), (2.0, 10.0)):
@@ -400,7 +400,7 @@ def test_score_grids_figure_draws_each_grid_on_its_own_scale_centred_on_zero():
         assert ax.get_title() == name and (ax.get_xlabel(), ax.get_ylabel()) == ("key position j", "query position i")
         assert tick_texts(ax.xaxis) == tick_texts(ax.yaxis) == ["0", "1"]
     assert fig._suptitle.get_text() == "one pair"
-    blank = plots.score_grids_figure([torch.zeros(2, 2)], ["zeros"]).axes[0].images[0].get_clim()
+    blank = positional_plots.score_grids_figure([torch.zeros(2, 2)], ["zeros"]).axes[0].images[0].get_clim()
     assert blank == (-1.0, 1.0)
 
 
@@ -417,7 +417,7 @@ def test_score_grids_figure_draws_each_grid_on_its_own_scale_centred_on_zero():
 )
 def test_score_grids_figure_refuses_grids_that_do_not_fit(grids, titles):
     with pytest.raises(ShapeError):
-        plots.score_grids_figure(grids, titles)
+        positional_plots.score_grids_figure(grids, titles)
 
 
 def test_block_map_figure_colours_each_block_by_its_state_with_counts():

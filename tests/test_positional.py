@@ -323,7 +323,7 @@ def test_bad_input_raises_a_typed_error(call, error):
 
 def test_untrained_learned_positions_do_not_depend_on_the_sentence_length():
     """Position p gets one row, and the projections one set of weights, whatever the sentence's length."""
-    from selfattn.variant_trace import trace_variant
+    from selfattn.trace.variants import trace_variant
 
     tokens = ["a", "b", "c", "d", "e"]
     x = torch.randn(5, 4, generator=torch.Generator().manual_seed(1))

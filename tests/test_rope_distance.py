@@ -26,7 +26,7 @@ from selfattn.positional.rope import (
     rope_scores_at,
 )
 from selfattn.positional.sinusoidal import sinusoidal_score_grid
-from selfattn.viz.commands import ROPE_DISTANCE_POSITIONS, rope_distance_picture
+from selfattn.commands.plot import ROPE_DISTANCE_POSITIONS, rope_distance_picture
 
 F32 = {"rtol": 1e-5, "atol": 1e-5}
 

@@ -23,7 +23,8 @@ import selfattn as sa
 from selfattn.training import train
 from selfattn.training.loop import next_token_loss
 from selfattn.training.model import model_config, new_model
-from selfattn.training.probe import INDUCTION_FORMED, read_snapshots
+from selfattn.training.probe import read_snapshots
+from selfattn.training.records import INDUCTION_FORMED
 from selfattn.training.tasks import InductionTask
 from selfattn.training.vocab import CharVocab
 

@@ -32,7 +32,7 @@ from browser import chromium, recorded_page  # noqa: E402
 from notebook import shown_in_jupyter  # noqa: E402
 from selfattn.errors import OptionError  # noqa: E402
 from selfattn.models.loading import shared_model  # noqa: E402
-from selfattn.models.model_trace import trace_model  # noqa: E402
+from selfattn.trace.model import trace_model  # noqa: E402
 from selfattn.viz.explorer import notebook_model_explorer, page_data  # noqa: E402
 from selfattn.viz.explorer_data import explorer_data  # noqa: E402
 from selfattn.viz.model_data import VECTOR_PREVIEW  # noqa: E402
@@ -315,7 +315,7 @@ def test_big_pages_keep_only_the_selected_layer_or_head(run_cli, reference, tmp_
 
 
 def test_explorer_selects_another_head_than_the_trace(reference):
-    trace = trace_model(SENTENCE, MODEL, layer=0, head=0)
+    trace = trace_model(SENTENCE, shared_model(MODEL), layer=0, head=0)
     data = explorer_data(trace, layer=4, head=1)
     assert data["selected"] == {"layer": 4, "head": 1}
     steps = data["layers"][4]["heads"][1]["steps"]
@@ -377,7 +377,7 @@ def test_model_output_without_attentions_says_how_to_get_them():
 
 
 def test_model_trace_renders_in_jupyter(reference):
-    trace = trace_model(SENTENCE, MODEL, layer=3, head=4)
+    trace = trace_model(SENTENCE, shared_model(MODEL), layer=3, head=4)
     page = frame_page(shown_in_jupyter(trace))
     assert_self_contained(page)
     data = page_data(page)

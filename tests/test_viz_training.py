@@ -21,15 +21,17 @@ import pytest
 import torch
 from browser import chromium, recorded_page
 
-from selfattn.config import ExplainConfig
+from selfattn.commands.options import ExplainConfig
 from selfattn.errors import OptionError, TrainingError
 from selfattn.training import train
-from selfattn.training.probe import INDUCTION_FORMED, read_snapshots
+from selfattn.training.probe import read_snapshots
+from selfattn.training.records import INDUCTION_FORMED
 from selfattn.viz import PLOT_KINDS
 from selfattn.viz.explorer import CONTENT_SECURITY_POLICY
 from selfattn.viz.training_plot import training_figure
-from selfattn.viz.training_run import read_run
-from selfattn.viz.training_view import WEIGHT_SCALE, kept_steps, training_html
+from selfattn.commands.training_pictures import read_run
+from selfattn.commands.training_pictures import training_html
+from selfattn.viz.training_view import WEIGHT_SCALE, kept_steps
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 HEAD_LABEL = re.compile(r"L(\d+) H(\d+)")
@@ -332,7 +334,7 @@ def test_mistakes_are_one_line_and_status_2(run_cli, broken_runs, tmp_path, argv
 
 
 def test_library_errors_are_typed(run_dir, tmp_path):
-    from selfattn.viz.commands import plot
+    from selfattn.commands.plot import plot
 
     with pytest.raises(OptionError, match="--training DIR"):
         plot(ExplainConfig(), "training", str(tmp_path / "x.png"))

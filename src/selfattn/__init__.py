@@ -10,9 +10,7 @@ The seed, step by step    tokenize, seed_embeddings, embed, random_embeddings,
                           context_vectors, self_attention
 Every intermediate        trace_self_attention -> Trace; trace_variant -> VariantTrace;
                           ExplainConfig + build_trace (what `selfattn explain` runs);
-                          compare -> Comparison (one token in two sentences);
-                          explore(record): the explorer in a notebook (records show as it
-                          by themselves once selfattn is imported in IPython)
+                          compare -> Comparison; explore(record): the explorer in a notebook
 Attention functions       scaled_dot_product_attention (torch's signature),
                           scaled_dot_product_attention_with_weights, attention_steps
 Long sequences            flash_attention (tiled, exact, O(N) memory, with backward),
@@ -68,20 +66,20 @@ _EXPORTS = {
     "context_vectors": "selfattn.pipeline.steps",
     "context_vector_loop": "selfattn.pipeline.steps",
     "self_attention": "selfattn.pipeline.steps",
-    "ExplainConfig": "selfattn.config",
-    "build_trace": "selfattn.config",
-    "Trace": "selfattn.trace",
-    "QueryTrace": "selfattn.trace",
-    "trace_self_attention": "selfattn.trace",
-    "compare": "selfattn.comparison",
-    "Comparison": "selfattn.comparison",
-    "HeadComparison": "selfattn.comparison",
+    "ExplainConfig": "selfattn.commands.options",
+    "build_trace": "selfattn.commands.traces",
+    "Trace": "selfattn.trace.seed",
+    "QueryTrace": "selfattn.trace.seed",
+    "trace_self_attention": "selfattn.trace.seed",
+    "compare": "selfattn.commands.compare",
+    "Comparison": "selfattn.analysis.comparison",
+    "HeadComparison": "selfattn.analysis.comparison",
     "scaled_dot_product_attention": "selfattn.attention.functional",
     "scaled_dot_product_attention_with_weights": "selfattn.attention.functional",
     "attention_steps": "selfattn.attention.functional",
     "AttentionConfig": "selfattn.attention.config",
     "TransformerConfig": "selfattn.attention.config",
-    "SelfAttention": "selfattn.attention.modules",
+    "SelfAttention": "selfattn.attention.self_attention",
     "MultiHeadAttention": "selfattn.attention.modules",
     "KVCache": "selfattn.attention.kv_cache",
     "FeedForward": "selfattn.attention.transformer",
@@ -108,9 +106,9 @@ _EXPORTS = {
     "rope_distance_check": "selfattn.positional",
     "alibi_slopes": "selfattn.positional",
     "alibi_bias": "selfattn.positional",
-    "VariantTrace": "selfattn.variant_trace",
-    "trace_variant": "selfattn.variant_trace",
-    "VARIANTS": "selfattn.variant_trace",
+    "VariantTrace": "selfattn.trace.variants",
+    "trace_variant": "selfattn.trace.variants",
+    "VARIANTS": "selfattn.trace.variants",
     "flash_attention": "selfattn.kernels.flash",
     "attention_probs_from_lse": "selfattn.kernels.probs_from_lse",
     "flex_attention": "selfattn.kernels.flex",

@@ -122,3 +122,10 @@ def check_mask(attn_mask: torch.Tensor, dtype: torch.dtype, scores_shape: tuple[
             f"{tuple(scores_shape)} (..., heads, q_len, kv_len)"
         )
 
+
+def check_width(x: torch.Tensor, width: int, name: str) -> None:
+    """x must be a tensor (batch, seq, width) or (seq, width); the message names its shape."""
+    if not isinstance(x, torch.Tensor):
+        raise ShapeError(f"{name} must be a tensor, got {type(x).__name__}")
+    if x.dim() not in (2, 3) or x.shape[-1] != width:
+        raise ShapeError(f"{name} must be (batch, seq, {width}) or (seq, {width}), got {tuple(x.shape)}")

@@ -22,7 +22,7 @@ from selfattn.cli_options import (
     SIMILARITY_EXAMPLES,
     TRAIN_EXAMPLES,
     VIEW_EXAMPLES,
-    _Parser,
+    Parser,
     add_input_options,
     add_model_option,
     add_view_options,
@@ -31,12 +31,12 @@ from selfattn.viz import PLOT_KINDS
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = Parser(
         prog="selfattn",
         description="Transformer self-attention from scratch, every step explained with real numbers.",
     )
     parser.add_argument("--version", action="version", version=f"selfattn {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
 
     explain = commands.add_parser(
         "explain",
@@ -119,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
             "For every layer and head of a pretrained model, what the head mostly does on this input "
             "and how spread out its weights are (entropy), so you can find the heads worth a closer look. "
             "An encoder's heads look at the previous token, the next token, themselves, [CLS]/[SEP], or "
-            "spread their attention; a decoder's (gpt2, llama, mistral, qwen2) are scored as previous-token, "
+            "spread their attention; a decoder's are scored as previous-token, "
             "duplicate-token, induction and first-token heads, on the sentence or on a probe."
         ),
     )
@@ -222,7 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(args: argparse.Namespace, output_format: str):
-    from selfattn.config import ExplainConfig
+    from selfattn.commands.options import ExplainConfig
 
     return ExplainConfig(
         sentence=" ".join(args.sentence) if args.sentence else None,
@@ -248,39 +248,9 @@ def config_from_args(args: argparse.Namespace, output_format: str):
 
 
 def run_explain(args: argparse.Namespace) -> int:
-    from selfattn.config import build_trace
+    from selfattn.commands.explain import explain_command
 
-    config = config_from_args(args, args.format)
-    trace = build_trace(config)
-
-    if args.format == "json":
-        from selfattn.explain.json_out import render_json
-
-        sys.stdout.write(render_json(trace))
-        return 0
-    from selfattn.trace import Trace
-    from selfattn.variant_trace import VariantTrace
-
-    if isinstance(trace, Trace):
-        from selfattn.explain.walkthrough import walkthrough
-
-        doc = walkthrough(trace, config.precision)
-    elif not isinstance(trace, VariantTrace):
-        from selfattn.explain.model_walkthrough import model_walkthrough
-
-        doc = model_walkthrough(trace, config.precision)
-    else:
-        from selfattn.explain.variant_walkthrough import variant_walkthrough
-
-        doc = variant_walkthrough(trace, config.precision)
-    if args.format == "markdown":
-        from selfattn.explain.markdown import render_markdown
-
-        sys.stdout.write(render_markdown(doc))
-    else:
-        from selfattn.explain.text import render_text
-
-        render_text(doc, sys.stdout)
+    explain_command(config_from_args(args, args.format), sys.stdout)
     return 0
 
 
@@ -315,13 +285,13 @@ def run_plot(args: argparse.Namespace) -> int:
         if args.kind != "training":
             raise OptionError(f"--training goes with --kind training, not --kind {args.kind}")
         _refuse_with_training(args, layer=0, head=0, mask=None, tile=None, length=None, mask_mod=None)
-        from selfattn.viz.training_plot import plot_training
+        from selfattn.commands.training_pictures import plot_training
 
         print(f"wrote {plot_training(args.training, args.output)}")
         return 0
     if args.length is not None or args.mask_mod is not None:
         return _run_block_map(args)
-    from selfattn.viz.commands import plot
+    from selfattn.commands.plot import plot
 
     path = plot(config_from_args(args, "plot"), args.kind, args.output, layer=args.layer, head=args.head, mask=args.mask, dim=args.dim, tile=args.tile)
     print(f"wrote {path}")
@@ -340,7 +310,7 @@ def _run_block_map(args: argparse.Namespace) -> int:
     if args.block_size is not None:
         raise OptionError("--block-size is the flash variant's keys per block: give the block map's block size with --tile")
     _refuse_sentence_options(args, "--length draws a mask's block map, not a sentence's attention", layer=0, head=0)
-    from selfattn.viz.block_map_command import plot_block_map
+    from selfattn.commands.block_map import plot_block_map
 
     path = plot_block_map(args.output, length=args.length, tile=args.tile, mask=args.mask, mask_mod=args.mask_mod)
     print(f"wrote {path}")
@@ -350,13 +320,13 @@ def _run_block_map(args: argparse.Namespace) -> int:
 def run_view(args: argparse.Namespace) -> int:
     if args.training is not None:
         _refuse_with_training(args, precision=4)
-        from selfattn.viz.training_view import view_training
+        from selfattn.commands.training_pictures import view_training
 
         print(f"wrote {view_training(args.training, args.output, layer=args.layer, head=args.head)}")
         return 0
     args.layer = 0 if args.layer is None else args.layer
     args.head = 0 if args.head is None else args.head
-    from selfattn.viz.commands import view
+    from selfattn.commands.plot import view
 
     path = view(config_from_args(args, "html"), args.output, layer=args.layer, head=args.head)
     print(f"wrote {path}")
@@ -364,7 +334,7 @@ def run_view(args: argparse.Namespace) -> int:
 
 
 def run_heads(args: argparse.Namespace) -> int:
-    from selfattn.explain.model_commands import heads_command
+    from selfattn.commands.heads import heads_command
 
     sentence = " ".join(args.sentence) if args.sentence else None
     heads_command(sentence, args.model, args.format, args.precision, sys.stdout,
@@ -373,14 +343,14 @@ def run_heads(args: argparse.Namespace) -> int:
 
 
 def run_similarity(args: argparse.Namespace) -> int:
-    from selfattn.explain.similarity_command import similarity_command
+    from selfattn.commands.similarity import similarity_command
 
     similarity_command(args.sentences, args.model, args.format, args.precision, sys.stdout)
     return 0
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    from selfattn.explain.generate_command import generate_command
+    from selfattn.commands.generate import generate_command
 
     generate_command(
         args.prompt, args.model, args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.seed,
@@ -390,7 +360,8 @@ def run_generate(args: argparse.Namespace) -> int:
 
 
 def run_compare(args: argparse.Namespace) -> int:
-    from selfattn.comparison import OPTIONS, compare
+    from selfattn.analysis.comparison import OPTIONS
+    from selfattn.commands.compare import compare
     from selfattn.explain.compare_render import render_comparison
     from selfattn.explain.command_output import check_output
 
@@ -402,7 +373,7 @@ def run_compare(args: argparse.Namespace) -> int:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from selfattn.training.command import train_command
+    from selfattn.commands.train import train_command
 
     return train_command(args.task, args.corpus, args.steps, args.out, args.seed, args.resume, sys.stdout)
 

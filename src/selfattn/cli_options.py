@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import textwrap
 
+from selfattn.models.registry import family_names
+
 EXIT_USAGE = 2
 
 QUERY_HELP = (
@@ -49,18 +51,18 @@ HEADS_EXAMPLES = """examples:
   selfattn heads                                         the seed's sentence
   selfattn heads "The cat sat on the warm mat because it was tired"
   selfattn heads "my sentence" --format json > heads.json
-  selfattn heads "the cat sat, the cat ran" --model ./my-gpt2
+  selfattn heads "the cat sat, the cat ran" --model ./my-decoder
                                                          a decoder: four pattern scores per head
-  selfattn heads --model ./my-gpt2 --probe induction     random tokens twice: find induction heads
-  selfattn heads --model ./my-llama --probe induction --probe-length 50 --seed 3
+  selfattn heads --model ./my-decoder --probe induction  random tokens twice: find induction heads
+  selfattn heads --model ./my-decoder --probe induction --probe-length 50 --seed 3
 """
 
 GENERATE_EXAMPLES = """examples:
-  selfattn generate "Once upon a time" --model ./my-gpt2           a folder in the Hugging Face layout
+  selfattn generate "Once upon a time" --model ./my-decoder        a folder in the Hugging Face layout
   selfattn generate "The cat" --model Qwen/Qwen2.5-0.5B --max-new-tokens 40
                                                                    a hub id already in the local cache
-  selfattn generate "The cat" --model ./my-llama --temperature 0.8 --top-p 0.9 --seed 1
-  selfattn generate "The cat" --model ./my-llama --format json > steps.json
+  selfattn generate "The cat" --model ./my-decoder --temperature 0.8 --top-p 0.9 --seed 1
+  selfattn generate "The cat" --model ./my-decoder --format json > steps.json
 """
 TRAIN_EXAMPLES = """examples:
   selfattn train                                     induction task: watch an induction head form (about 1 minute)
@@ -126,7 +128,7 @@ class _Formatter(argparse.HelpFormatter):
         return "\n".join(lines).rstrip("\n")
 
 
-class _Parser(argparse.ArgumentParser):
+class Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line on stderr and exit status 2, and help is wrapped."""
 
     def __init__(self, *args, **kwargs) -> None:
@@ -150,7 +152,7 @@ def add_model_option(command: argparse.ArgumentParser, default: str | None = MOD
         "--model", default=default, metavar="MODEL",
         help=f"a pretrained model: {MODEL_NAME} (installed as a package), tiny-induction or tiny-shakespeare "
         "(trained by selfattn train, shipped with selfattn), a folder in the Hugging Face "
-        f"layout (bert, gpt2, llama, mistral, qwen2), or a hub id already in the local cache{note}",
+        f"layout ({', '.join(family_names())}), or a hub id already in the local cache{note}",
     )
 
 

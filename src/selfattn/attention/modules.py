@@ -1,12 +1,13 @@
-"""Attention modules: they own the projection weights and call the functional attention.
+"""``MultiHeadAttention``: it owns the projection weights, positions and cache, and looks its path up.
 
     Q = X W_q,  K = X_kv W_k,  V = X_kv W_v          (batch, heads, seq, head_dim)
     head_h = softmax(Q_h K_g(h)^T / sqrt(head_dim) + mask) V_g(h),   g(h) = h // group
     Y = concat(head_0 .. head_(H-1)) W_o              (batch, q_len, d_model)
 
-No module computes scores or softmax itself: ``forward`` goes through
-``selfattn.attention.functional.attention_forward`` and ``steps`` (tracing) through
-``attention_steps``; both are built from the same step functions.
+No module computes scores or softmax itself: ``forward`` runs the first path of
+``attention.paths`` that takes the call (flash, packed, reference: one signature, in a
+registry), and ``steps`` (tracing) runs ``attention_steps``; all are built from the same
+step functions. ``SelfAttention`` (one head, the seed's next step) is in ``self_attention``.
 """
 
 from __future__ import annotations
@@ -18,87 +19,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from selfattn.attention.config import AttentionConfig
-from selfattn.attention.functional import AttentionSteps, attention_forward, attention_steps
-from selfattn.attention.packed_attention import packed_self_attention
+from selfattn.attention.functional import AttentionSteps, attention_steps
 from selfattn.attention.kv_cache import KVCache
+from selfattn.attention.paths import AttentionCall, PathChoice, choose_path, merge_heads
 from selfattn.attention.torch_weights import copy_torch_weights, torch_settings
+from selfattn.checks import check_width
 from selfattn.errors import ShapeError
 from selfattn.masks import causal_mask, check_mask_kind, combine_masks, sliding_window_mask
 from selfattn.positional import alibi_bias, apply_rope
 from selfattn.positional.rope import RopeRotation, rotate_pairs
-
-
-class SelfAttention(nn.Module):
-    """One head with learned projections: Z = softmax(X W_q (X W_k)^T / sqrt(d_k)) X W_v.
-
-    (..., seq, d_in) -> (..., seq, d_v). The seed's next step: the same three lines, but
-    queries, keys and values are three different linear views of the embeddings.
-
-    Args:
-        d_in: width of the input embeddings X.
-        d_k: width of the queries and keys (the columns of W_q and W_k).
-        d_v: width of the values and of the output; None means d_k.
-        bias: whether the three projections have biases (default False, as in the seed).
-
-    Raises:
-        ConfigError: a width is not a positive integer, or bias is not a bool.
-    """
-
-    def __init__(self, d_in: int, d_k: int, d_v: int | None = None, bias: bool = False) -> None:
-        """Create the projections W_q, W_k, W_v; the class docstring describes the arguments."""
-        super().__init__()
-        AttentionConfig(d_model=d_in, head_dim=d_k, bias=bias)  # validates the sizes
-        d_v = d_k if d_v is None else d_v
-        AttentionConfig(d_model=d_in, head_dim=d_v)
-        self.w_q = nn.Linear(d_in, d_k, bias=bias)
-        self.w_k = nn.Linear(d_in, d_k, bias=bias)
-        self.w_v = nn.Linear(d_in, d_v, bias=bias)
-
-    def forward(
-        self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, is_causal: bool = False, need_weights: bool = False
-    ):
-        """Z = softmax(X W_q (X W_k)^T / sqrt(d_k) + mask) X W_v.   (..., seq, d_in) -> (..., seq, d_v)
-
-        Args:
-            x: the embeddings X, (batch, seq, d_in) or (seq, d_in).
-            attn_mask: None, bool (True = may attend) or float (added to the scores),
-                broadcastable to (..., seq, seq).
-            is_causal: token i sees only tokens j <= i.
-            need_weights: also return the attention weights.
-
-        Returns:
-            Z, (..., seq, d_v); with need_weights=True the pair (Z, A), A (..., seq, seq).
-
-        Raises:
-            ShapeError: x is not (batch, seq, d_in) or (seq, d_in), or the mask does not fit.
-            OptionError: attn_mask comes with is_causal=True.
-        """
-        check_width(x, self.w_q.in_features, "x")
-        out = attention_forward(
-            self.w_q(x), self.w_k(x), self.w_v(x), attn_mask=attn_mask, is_causal=is_causal, need_weights=need_weights
-        )
-        return (out.output, out.weights) if need_weights else out.output
-
-    def steps(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, is_causal: bool = False) -> AttentionSteps:
-        """The computation of ``forward`` with every intermediate.   (..., seq, d_in) -> AttentionSteps
-
-        Args:
-            x: the embeddings X, (batch, seq, d_in) or (seq, d_in).
-            attn_mask: None, bool (True = may attend) or float, broadcastable to (..., seq, seq).
-            is_causal: token i sees only tokens j <= i.
-
-        Returns:
-            ``AttentionSteps`` of ``selfattn.attention_steps`` on Q = X W_q, K = X W_k,
-                V = X W_v: the scale, scores and masked scores (..., seq, seq), the softmax
-                parts, the weights and Z (..., seq, d_v).
-
-        Raises:
-            ShapeError: x is not (batch, seq, d_in) or (seq, d_in), or the mask does not fit.
-            OptionError: attn_mask comes with is_causal=True.
-        """
-        check_width(x, self.w_q.in_features, "x")
-        q, k, v = self.w_q(x), self.w_k(x), self.w_v(x)  # (..., seq, d_k), (..., seq, d_k), (..., seq, d_v)
-        return attention_steps(q, k, v, attn_mask=attn_mask, is_causal=is_causal)
 
 
 class MultiHeadSteps(NamedTuple):
@@ -264,26 +193,51 @@ class MultiHeadAttention(nn.Module):
                 above, the inputs disagree on batch axis, batch size or kv_len, the mask
                 does not broadcast, or the cache holds keys of another shape.
         """
-        c = self.config
-        if c.attn_impl == "flash" and not need_weights and query.shape[-2] >= c.flash_min_queries:
-            return self._flash_forward(query, key, value, attn_mask, is_causal, cache, positions)
-        if self._trains_packed(query, key, value, attn_mask, cache, positions, need_weights):
-            return self._packed_forward(query, is_causal)
-        # The causal rule alone, with as many queries as keys (training, a prompt without a cache):
-        # bottom-right is top-left there, and attention_forward applies it without a mask tensor.
-        square = is_causal and self._causal_alone(attn_mask) and _as_many_keys(query, key, cache)
-        heads = self._heads(query, key, value, attn_mask, is_causal and not square, cache, positions, fast=True)
-        attended = attention_forward(
-            heads.q, heads.k, heads.v,
-            attn_mask=heads.mask, dropout_p=self._dropout_p, is_causal=square, scale=heads.scale, enable_gqa=self._gqa,
-            need_weights=need_weights,
-        )  # output (batch, H, q_len, head_dim), weights (batch, H, q_len, kv_len) or None
-        output = self.w_o(_merge_heads(attended.output))  # (batch, q_len, d_model)
-        if heads.unbatched:
-            output = output[0]
-        if not need_weights:
-            return output
-        return output, attended.weights[0] if heads.unbatched else attended.weights
+        call = AttentionCall(query, key, value, attn_mask, is_causal, cache, need_weights, positions)
+        path, _ = choose_path(self, call)
+        return path.run(self, call)
+
+    def path_for(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor | None = None,
+        value: torch.Tensor | None = None,
+        *,
+        attn_mask: torch.Tensor | None = None,
+        is_causal: bool = False,
+        cache: KVCache | None = None,
+        need_weights: bool = False,
+        positions: torch.Tensor | None = None,
+    ) -> PathChoice:
+        """Which attention path ``forward`` takes for these arguments, and why each faster one declined.
+
+        Nothing is computed: the paths (``attention.paths.PATHS``) are asked in the
+        module's order (flash first with attn_impl="flash", then the packed training path,
+        then the reference path, which takes every call).
+
+        Args:
+            query: as in ``forward``.
+            key: as in ``forward``.
+            value: as in ``forward``.
+            attn_mask: as in ``forward``.
+            is_causal: as in ``forward``.
+            cache: as in ``forward``.
+            need_weights: as in ``forward``.
+            positions: as in ``forward``.
+
+        Returns:
+            ``PathChoice(name, declined)``: the path's name ("flash", "packed" or
+                "reference") and, for each path tried before it, the reason it declined.
+
+        Examples:
+            >>> import selfattn as sa
+            >>> import torch
+            >>> mha = sa.MultiHeadAttention(8, 2, attn_impl="flash")
+            >>> mha.path_for(torch.randn(1, 4, 8), need_weights=True).declined["flash"]
+            'the call asks for the weights (need_weights=True), which the tiled kernel never holds'
+        """
+        call = AttentionCall(query, key, value, attn_mask, is_causal, cache, need_weights, positions)
+        return choose_path(self, call)[1]
 
     def steps(
         self,
@@ -321,74 +275,66 @@ class MultiHeadAttention(nn.Module):
         Raises:
             ShapeError: the inputs, the mask or the cache do not fit (as in ``forward``).
         """
-        heads = self._heads(query, key, value, attn_mask, is_causal, cache, positions)
+        heads = self.project_heads(query, key, value, attn_mask, is_causal, cache, positions)
         steps = attention_steps(
-            heads.q, heads.k, heads.v, attn_mask=heads.mask, dropout_p=self._dropout_p, enable_gqa=self._gqa
+            heads.q, heads.k, heads.v, attn_mask=heads.mask, dropout_p=self.dropout_p, enable_gqa=self.grouped
         )  # heads: (batch, H, q_len, head_dim)
-        concat = _merge_heads(steps.output)  # (batch, q_len, H * head_dim)
+        concat = merge_heads(steps.output)  # (batch, q_len, H * head_dim)
         output = self.w_o(concat)  # (batch, q_len, d_model)
         if heads.unbatched:
             output, concat = output[0], concat[0]
         return MultiHeadSteps(heads.q, heads.k, heads.v, heads.mask, steps, concat, output, heads.q_plain, heads.k_plain)
 
-    def _flash_forward(self, query, key, value, attn_mask, is_causal: bool, cache: KVCache | None, positions=None):
-        """Y through the tiled kernel. A causal mask alone stays a causal mask (bottom-right), so
-        the kernel skips the future's blocks; with other masks, a window or ALiBi it gets one
-        combined mask."""
-        from selfattn.kernels.flash import flash_with_offset
+    def causal_alone(self, attn_mask) -> bool:
+        """Whether the causal rule would be the only mask: no user mask, no window, no ALiBi bias.
 
-        alone = is_causal and self._causal_alone(attn_mask)
-        heads = self._heads(query, key, value, attn_mask, is_causal and not alone, cache, positions, fast=True)
-        offset = heads.k.shape[-2] - heads.q.shape[-2] if alone else None  # bottom-right: the queries are the newest
-        out, _ = flash_with_offset(heads.q, heads.k, heads.v, heads.mask, offset, heads.scale, self._gqa,
-                                   dropout_p=self._dropout_p)
-        output = self.w_o(_merge_heads(out))  # (batch, H, q_len, head_dim) -> (batch, q_len, d_model)
-        return output[0] if heads.unbatched else output
+        Args:
+            attn_mask: the call's mask, or None.
 
-    def _trains_packed(self, query, key, value, attn_mask, cache, positions, need_weights: bool) -> bool:
-        """Whether a call takes ``_packed_forward``: training self-attention (gradients wanted)
-        on a batch of at least one token, with no mask but the causal rule, no cache, RoPE,
-        ALiBi, window, dropout, grouped heads or returned weights."""
-        c = self.config
-        plain = (attn_mask is None and cache is None and positions is None and not need_weights and c.positional == "none"
-                 and c.sliding_window is None and not self._gqa and self._dropout_p == 0)
-        if not (plain and (key is None or key is query) and (value is None or value is query)):
-            return False
-        if not (isinstance(query, torch.Tensor) and query.dim() == 3 and query.shape[1] > 0 and query.shape[-1] == c.d_model):
-            return False
-        params = (self.w_q.weight, self.w_k.weight, self.w_v.weight)
-        wanted = query.requires_grad or any(p.requires_grad for p in params)
-        return torch.is_grad_enabled() and wanted and query.dtype in (torch.float32, torch.float64) and query.dtype == params[0].dtype
-
-    def _packed_forward(self, x: torch.Tensor, is_causal: bool) -> torch.Tensor:
-        """Y for training self-attention through ``packed_self_attention``: the same math as
-        ``forward``, with no head copied on its way to the batched products."""
-        self._forget_stack()  # the optimiser step that follows may not bump the weights' versions
-        c = self.config
-        linears = (self.w_q, self.w_k, self.w_v)
-        biases = tuple(lin.bias for lin in linears) if c.bias else None
-        concat = packed_self_attention(x, tuple(lin.weight for lin in linears), biases, c.n_heads, is_causal)
-        return self.w_o(concat)  # (batch, seq, H head_dim) -> (batch, seq, d_model)
-
-    def _causal_alone(self, attn_mask) -> bool:
-        """Whether the causal rule would be the only mask: no user mask, no window, no ALiBi bias."""
+        Returns:
+            True when a causal call needs no mask tensor at all.
+        """
         return attn_mask is None and self.config.positional != "alibi" and self.config.sliding_window is None
 
     @property
-    def _dropout_p(self) -> float:
+    def dropout_p(self) -> float:
+        """The dropout on the weights in this mode: the config's in training, 0 in eval."""
         return self.config.dropout if self.training else 0.0
 
     @property
-    def _gqa(self) -> bool:
+    def grouped(self) -> bool:
+        """Whether key/value heads are fewer than query heads (grouped-query attention)."""
         return self.config.kv_heads != self.config.n_heads
 
-    def _heads(
+    def project_heads(
         self, query, key, value, attn_mask, is_causal: bool, cache: KVCache | None, positions=None, fast: bool = False
-    ) -> _Heads:
+    ) -> Heads:
         """Project the inputs into heads, apply RoPE and the cache, and build the one mask.
 
-        fast: ``forward`` may take the stacked projection, whose queries come out already
-        multiplied by 1 / sqrt(head_dim); ``scale`` then says what is left to apply (1.0).
+        What every attention path starts from (``attention.paths``): the module owns the
+        projections, the positions and the cache; a path only attends. With ``fast``
+        (``forward``, not ``steps``) self-attention may take the stacked projection, whose
+        queries come out already multiplied by 1 / sqrt(head_dim); ``scale`` then says
+        what is left to apply (1.0).
+
+        Args:
+            query: (batch, q_len, d_model) or (q_len, d_model).
+            key: (batch, kv_len, kdim); None means query.
+            value: (batch, kv_len, vdim); None means key.
+            attn_mask: the user's mask, as in ``forward``.
+            is_causal: add the causal rule (bottom-right) to the mask.
+            cache: a ``KVCache`` to extend with this call's keys and values, in place.
+            positions: RoPE's positions of the new tokens, as in ``forward``.
+            fast: allow the stacked projection.
+
+        Returns:
+            ``Heads(q, k, v, mask, unbatched, scale, q_plain, k_plain)``: q (batch, H,
+                q_len, head_dim) after RoPE, k and v (batch, Hkv, kv_len, head_dim) with the
+                cache, the one mask (or None), whether the input had no batch axis, the
+                scale left to apply (None: 1 / sqrt(head_dim)), and q and k before RoPE.
+
+        Raises:
+            ShapeError: the inputs, the mask or the cache do not fit (as in ``forward``).
         """
         c = self.config
         key = query if key is None else key
@@ -435,7 +381,7 @@ class MultiHeadAttention(nn.Module):
                 q = rotate_pairs(q, rotation.cos, rotation.sin, c.rope_pairs)
             else:
                 q = apply_rope(q, torch.arange(kv_len - q_len, kv_len, device=q.device) if positions is None else positions, **rope)
-        return _Heads(q, k, v, self._mask(attn_mask, is_causal, q_len, kv_len, q), unbatched, scale, q_plain, k_plain)
+        return Heads(q, k, v, self._mask(attn_mask, is_causal, q_len, kv_len, q), unbatched, scale, q_plain, k_plain)
 
     def _project(self, query, key, value, fast: bool):
         """Q = X W_q, K = X W_k, V = X W_v, and the scale still to apply to Q K^T (None: the default).
@@ -455,7 +401,7 @@ class MultiHeadAttention(nn.Module):
         params = [self.w_q.weight, self.w_k.weight, self.w_v.weight]
         if torch.is_grad_enabled() and any(p.requires_grad for p in params):
             # Training: the stack rebuilt on every call, so that the gradients flow back to each weight.
-            self._forget_stack()
+            self.forget_stack()
             weight = torch.cat(params)
             bias = torch.cat([self.w_q.bias, self.w_k.bias, self.w_v.bias]) if self.config.bias else None
             scale = None  # unscaled
@@ -466,10 +412,11 @@ class MultiHeadAttention(nn.Module):
 
     def train(self, mode: bool = True) -> MultiHeadAttention:
         """``nn.Module.train``; it also drops the stacked inference weights (see ``_project``)."""
-        self._forget_stack()
+        self.forget_stack()
         return super().train(mode)
 
-    def _forget_stack(self) -> None:
+    def forget_stack(self) -> None:
+        """Drop the stacked inference weights; the next call without gradients builds them again."""
         self._qkv_cache = None
 
     def _stacked_qkv(self) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -502,16 +449,9 @@ class MultiHeadAttention(nn.Module):
         return combine_masks(attn_mask, causal, bias, dtype=q.dtype)
 
 
-def _as_many_keys(query, key, cache: KVCache | None) -> bool:
-    """Whether a call attends to as many keys (cached and its own) as it has queries; False
-    for inputs without a sequence axis (``_heads`` then says what is wrong with them)."""
-    key = query if key is None else key
-    if not (isinstance(query, torch.Tensor) and isinstance(key, torch.Tensor) and query.dim() >= 2 and key.dim() >= 2):
-        return False
-    return key.shape[-2] + (0 if cache is None else cache.length) == query.shape[-2]
+class Heads(NamedTuple):
+    """A call's heads after projection, RoPE and the cache, with its one mask (``project_heads``)."""
 
-
-class _Heads(NamedTuple):
     q: torch.Tensor  # (batch, H, q_len, head_dim)
     k: torch.Tensor  # (batch, Hkv, kv_len, head_dim)
     v: torch.Tensor  # (batch, Hkv, kv_len, head_dim)
@@ -522,20 +462,7 @@ class _Heads(NamedTuple):
     k_plain: torch.Tensor | None = None
 
 
-def _merge_heads(x: torch.Tensor) -> torch.Tensor:
-    """(batch, heads, seq, head_dim) -> (batch, seq, heads * head_dim): the concat of the heads."""
-    return x.transpose(1, 2).flatten(2)  # (batch, seq, heads, head_dim) -> (batch, seq, heads * head_dim)
-
-
 def _split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
     """(batch, seq, heads * head_dim) -> (batch, heads, seq, head_dim)"""
     batch, seq, width = x.shape
     return x.view(batch, seq, n_heads, width // n_heads).transpose(1, 2)  # (batch, heads, seq, head_dim)
-
-
-def check_width(x: torch.Tensor, width: int, name: str) -> None:
-    """x must be a tensor (batch, seq, width) or (seq, width); the message names its shape."""
-    if not isinstance(x, torch.Tensor):
-        raise ShapeError(f"{name} must be a tensor, got {type(x).__name__}")
-    if x.dim() not in (2, 3) or x.shape[-1] != width:
-        raise ShapeError(f"{name} must be (batch, seq, {width}) or (seq, {width}), got {tuple(x.shape)}")

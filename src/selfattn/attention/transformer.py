@@ -28,7 +28,8 @@ from torch import nn
 
 from selfattn.attention.config import TransformerConfig
 from selfattn.attention.kv_cache import KVCache
-from selfattn.attention.modules import MultiHeadAttention, MultiHeadSteps, check_width
+from selfattn.attention.modules import MultiHeadAttention, MultiHeadSteps
+from selfattn.checks import check_width
 from selfattn.attention.layers import GatedFeedForward, make_norm
 from selfattn.errors import ConfigError, ShapeError
 from selfattn.positional import LearnedPositionalEmbedding, sinusoidal_encoding

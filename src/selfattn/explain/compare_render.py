@@ -1,6 +1,6 @@
 """`selfattn compare`: a Comparison as text, markdown or JSON.
 
-The numbers come from ``selfattn.comparison.compare``; this module only lays them out:
+The numbers come from ``selfattn.analysis.comparison.compare``; this module only lays them out:
 one table with a row per layer and head (the query's top three keys and the entropy of
 its row in each sentence), and for a model the query's cosine after each layer and (for
 an encoder) the two sentences' similarity. A model's tokens are shown as they read
@@ -13,7 +13,7 @@ from __future__ import annotations
 import shlex
 from typing import Any, TextIO
 
-from selfattn.comparison import AttendedToken, Comparison, HeadComparison
+from selfattn.analysis.comparison import AttendedToken, Comparison, HeadComparison
 from selfattn.explain.command_output import check_output, shorten, write_document, write_json
 from selfattn.explain.document import (
     Document,

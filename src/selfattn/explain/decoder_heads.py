@@ -12,130 +12,21 @@ from __future__ import annotations
 import math
 import shlex
 from collections import Counter
-from dataclasses import dataclass
-from typing import TextIO
 
-import torch
 
-from selfattn.errors import OptionError
-from selfattn.explain.command_output import command_lines, write_document, write_json
+from selfattn.analysis.probes import PROBE_LENGTH
+from selfattn.explain.command_output import command_lines
 from selfattn.explain.document import Document, Heading, Lines, Note, Paragraph, Table, display_token, fmt
-from selfattn.models.decoder_roles import (
+from selfattn.analysis.decoder_roles import (
     DECODER_PATTERNS, DECODER_ROLES, DECODER_THRESHOLD, DUPLICATE_TOKEN, FIRST_TOKEN, INDUCTION, PREVIOUS_TOKEN,
-    DecoderHeadRole, classify_decoder_heads, induction_probe, induction_probe_score,
+    DecoderHeadRole,
 )
 
 SHOWN_TOKENS = 48  # a longer token list is shortened in the text
 TOP_HEADS = 3  # how many strongest heads the summary names
-PROBES = ("induction",)
-PROBE_LENGTH, PROBE_SEED = 20, 0  # --probe-length and --seed when not given
 SCORE_KEYS = {PREVIOUS_TOKEN: "previous_token", DUPLICATE_TOKEN: "duplicate_token", INDUCTION: "induction",
               FIRST_TOKEN: "first_token"}  # the JSON's names of the four pattern scores
 SCORE_COLUMNS = {PREVIOUS_TOKEN: "prev", DUPLICATE_TOKEN: "dup", INDUCTION: "induct", FIRST_TOKEN: "first"}
-
-
-@dataclass(frozen=True)
-class Probe:
-    """An input made to test one kind of head, instead of a sentence.
-
-    Attributes:
-        kind: which probe: "induction".
-        length: the random tokens in one copy.
-        seed: the seed that drew them.
-        ids: every token id fed to the model: [first_id] + r + r.
-        offset: tokens before the first copy (1 with a BOS token, else 0).
-    """
-
-    kind: str
-    length: int
-    seed: int
-    ids: list[int]
-    offset: int
-
-
-def check_probe_options(sentence: str | None, probe: str | None, probe_length, seed) -> None:
-    """Refuse probe options that cannot work, before the model loads.
-
-    Args:
-        sentence: the user's sentence, or None.
-        probe: None, or the probe's kind (one of PROBES).
-        probe_length: --probe-length, or None when not given.
-        seed: --seed, or None when not given.
-
-    Raises:
-        OptionError: an unknown probe, a probe with a sentence, a length below 2 or a
-            negative seed, or --probe-length / --seed without a probe.
-    """
-    if probe is None:
-        if probe_length is not None or seed is not None:
-            raise OptionError("--probe-length and --seed set up the probe: give them with --probe induction")
-        return
-    if probe not in PROBES:
-        raise OptionError(f"unknown probe {probe!r}: choose one of {', '.join(PROBES)}")
-    if sentence is not None:
-        raise OptionError(f"--probe {probe} makes its own input: give no sentence with it")
-    if probe_length is not None and (isinstance(probe_length, bool) or not isinstance(probe_length, int) or probe_length < 2):
-        raise OptionError(f"--probe-length must be a whole number of at least 2, got {probe_length!r}")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
-        raise OptionError(f"--seed must be a whole number of at least 0, got {seed!r}")
-
-
-def induction_probe_for(model, length: int, seed: int) -> Probe:
-    """The induction probe for ``model``: its BOS token if the tokenizer adds one, then r, then r again.
-
-    r is ``length`` distinct random ids from the vocabulary the tokenizer knows (an embedding
-    row past it was never trained), special tokens left out.
-
-    Args:
-        model: a loaded decoder.
-        length: the random tokens in one copy, at least 2.
-        seed: the seed that draws them.
-
-    Returns:
-        The Probe.
-
-    Raises:
-        OptionError: the probe has more tokens than the model has positions.
-    """
-    tokenizer, bos = model.tokenizer, model.config.bos_id
-    adds_bos = bos is not None and tokenizer is not None and int(tokenizer.encode("a").input_ids[0, 0]) == bos
-    offset = int(adds_bos)
-    positions = model.config.max_positions
-    if offset + 2 * length > positions:
-        raise OptionError(
-            f"--probe-length {length} is too long for {model.name}: the probe would have {offset + 2 * length} tokens "
-            f"and the model has {positions} positions, so give at most {(positions - offset) // 2}"
-        )
-    vocab = model.config.vocab_size if tokenizer is None else min(model.config.vocab_size, tokenizer.vocab_size)
-    specials = () if tokenizer is None else (tokenizer.tokenizer.token_to_id(t) for t in tokenizer.special_tokens)
-    avoid = {i for i in specials if i is not None and i < vocab}
-    ids = induction_probe(vocab, length, seed, first_id=bos if adds_bos else None, avoid=avoid)
-    return Probe("induction", length, seed, ids.tolist(), offset)
-
-
-def decoder_heads(
-    model, model_arg: str, text: str | None, probe: Probe | None, output_format: str, precision: int, stream: TextIO
-) -> None:
-    """Run a decoder once on ``text`` or on ``probe``'s ids, score every head and print the result.
-
-    ``model_arg`` is the model as the user named it (a folder, say), for the commands the text suggests.
-    """
-    with torch.no_grad():
-        out = model(probe.ids if probe else text, output_attentions=True)  # one input: no padding
-    ids = out.input_ids[0].tolist()
-    tokens = out.tokens[0]
-    readable = model.tokenizer.readable(ids) if model.tokenizer is not None else tokens
-    attentions = torch.stack([layer[0] for layer in out.attentions])  # (layers, heads, seq, seq)
-    roles = classify_decoder_heads(attentions, ids, first_row=0)  # every row: TransformerLens's scores
-    probe_scores = None if probe is None else induction_probe_score(attentions, probe.length, probe.offset)  # (layers, heads)
-    data = decoder_heads_to_dict(model.name, text, probe, ids, tokens, readable, roles, probe_scores)
-    if output_format == "json":
-        write_json(data, stream)
-        return
-    windows = [model.attention_info(layer).window for layer in range(len(roles))]
-    blind = [layer for layer, w in enumerate(windows) if probe is not None and w is not None and w < probe.length]
-    doc = decoder_heads_document(data, precision, str(model_arg), blind)
-    write_document(doc, f"Attention heads of {model.name}", output_format, stream)
 
 
 def decoder_heads_to_dict(model_name, text, probe, ids, tokens, readable, roles: list[list[DecoderHeadRole]],

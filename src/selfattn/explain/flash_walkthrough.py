@@ -7,8 +7,8 @@ query's row); nothing here computes attention. The prose is ours.
 from __future__ import annotations
 
 from selfattn.explain.document import Document, Heading, Lines, Note, Paragraph, Table, display_token, fmt, fmt_vector
-from selfattn.flash_trace import FlashBlock
-from selfattn.variant_trace import VariantTrace
+from selfattn.trace.flash import FlashBlock
+from selfattn.trace.variants import VariantTrace
 
 
 def flash_steps(doc: Document, t: VariantTrace, p: int, step: int) -> int:

@@ -11,11 +11,11 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from selfattn.formatting import compact_json, plain
-from selfattn.trace import Trace
-from selfattn.variant_trace import VariantTrace
+from selfattn.trace.seed import Trace
+from selfattn.trace.variants import VariantTrace
 
 if TYPE_CHECKING:
-    from selfattn.models.model_trace import ModelTrace
+    from selfattn.trace.model import ModelTrace
 
 
 def trace_to_dict(trace: Trace) -> dict[str, Any]:

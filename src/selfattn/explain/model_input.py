@@ -22,8 +22,7 @@ from selfattn.explain.document import (
     fmt,
     vector_cells,
 )
-from selfattn.models.files import DEFAULT_MODEL, MODELS
-from selfattn.models.model_trace import ModelTrace
+from selfattn.trace.model import ModelTrace
 
 TOP_SHOWN = 3  # tokens named in "puts the most weight on"
 SPECIAL_SHARE_NOTED = 0.25  # above this share of weight on an encoder's special tokens, say why
@@ -98,16 +97,6 @@ def key_span(keys: list[int]) -> str:
     return "positions " + ", ".join(map(str, keys))
 
 
-def is_builtin_model(t: ModelTrace) -> bool:
-    """A model that ships with selfattn or its packages (trained, not a random checkpoint)."""
-    return t.model_name in MODELS
-
-
-def is_default_model(t: ModelTrace) -> bool:
-    """The model the commands use without --model: all-MiniLM-L6-v2."""
-    return t.model_name == DEFAULT_MODEL
-
-
 def wide_rows(t: ModelTrace, vectors: torch.Tensor, p: int) -> list[list[str]]:
     """One row per token: its label, the first and last components, then the length."""
     return [[token_label(t, j)] + vector_cells(vectors[j].tolist(), p) + [fmt(vector_length(vectors[j]), 2)] for j in range(len(t.tokens))]
@@ -152,11 +141,11 @@ def intro_step(doc: Document, t: ModelTrace) -> None:
         "Every weight here was learned from data (this model was trained to place sentences with similar "
         "meaning close together), unlike the seed's hand-made table or the variants' random weights. So the "
         "patterns below are what a real model does, not arithmetic on made-up numbers."
-        if is_default_model(t) else
+        if t.default_model else
         "Every weight here was learned by selfattn's own training (selfattn train): tiny-induction on random "
         "symbols repeated, so it learned to continue a repeat; tiny-shakespeare on Shakespeare's plays, one "
         "character at a time. So the patterns below are learned behaviour, not arithmetic on random numbers."
-        if is_builtin_model(t) else
+        if t.builtin else
         "The weights are this checkpoint's own, read from its files. If it was trained, the patterns below are "
         "what it learned; a randomly initialised checkpoint (a tiny test model, say) gives near-arbitrary "
         "patterns, so read its numbers as arithmetic, not as behaviour."

@@ -22,7 +22,7 @@ from dataclasses import asdict
 from typing import Any
 
 from selfattn.formatting import plain
-from selfattn.models.model_trace import ModelTrace
+from selfattn.trace.model import ModelTrace
 
 TOP_TOKENS = 3  # as many as the text walkthrough names
 

@@ -29,10 +29,10 @@ from selfattn.explain.document import (
 )
 from selfattn.explain.model_input import (
     FEED_FORWARD, NORM_TEXT, NORMS, SPECIAL_SHARE_NOTED, TOP_SHOWN, embeddings_step, layers_before,
-    hidden_name, intro_step, is_builtin_model, is_default_model, key_span, query_label, rope_base_text,
+    hidden_name, intro_step, key_span, query_label, rope_base_text,
     seen_keys, token_label, tokens_step, vector_length, wide_table,
 )
-from selfattn.models.model_trace import ModelTrace
+from selfattn.trace.model import ModelTrace
 from selfattn.pipeline.steps import attention_scores
 
 def model_walkthrough(t: ModelTrace, precision: int = 4) -> Document:
@@ -247,7 +247,7 @@ def _rest_of_layer(t: ModelTrace) -> str:
         result = f"the input of the next layer, layer {layer + 1}"
     elif a.causal:
         result += "; the last token's vector, multiplied by the output matrix, scores every token of the vocabulary as the next one"
-    elif is_default_model(t):
+    elif t.default_model:
         result += "; for a sentence embedding, the model averages them over the tokens (see selfattn similarity)"
     own = (f"W_q (and, shared with the other query heads of its group, {t.head_dim} columns of W_k and W_v)"
            if a.n_kv_heads < a.n_heads else "W_q, W_k and W_v")
@@ -272,7 +272,7 @@ def _sink(t: ModelTrace, p: int) -> Paragraph:
     blind = [i for i in range(1, len(t.tokens)) if t.allowed is not None and not bool(t.allowed[i, 0])]
     window = (f" Here layer {t.layer}'s sliding window hides token 0 from the {len(blind)} queries at {key_span(blind)}, "
               "which count with weight 0 in that average." if blind else "")
-    untrained = "" if is_builtin_model(t) else " In an untrained checkpoint the share is an accident of the random weights."
+    untrained = "" if t.builtin else " In an untrained checkpoint the share is an accident of the random weights."
     return Paragraph(
         f"The first token: in this head the tokens after token 0 ('{token_label(t, 0)}') put on average {share:.{decimals}f}% "
         f"of their weight on it, and {query_label(t)} puts {own:.{decimals}f}% on it.{alone} Many trained decoders park "
@@ -297,7 +297,7 @@ def _after_the_head(doc: Document, t: ModelTrace, p: int) -> None:
         looks.append("some at the first token")
     elif specials:
         looks.append(f"some at {' and '.join(specials)}")
-    model = "" if is_default_model(t) else f" --model {t.model_name}"
+    model = "" if t.default_model else f" --model {t.model_name}"
     doc.add(
         Paragraph(
             f"Heads differ a lot: {', '.join(looks)}, some spread their weight widely. To see what all "
@@ -305,7 +305,7 @@ def _after_the_head(doc: Document, t: ModelTrace, p: int) -> None:
         ),
         Lines([f"selfattn heads{model} {_shell_quoted(t.sentence)}"]),
         Paragraph(
-            ("then pick one and come back with --layer and --head" + ("" if is_builtin_model(t) else " (give --model the folder or hub id you gave here)"))
+            ("then pick one and come back with --layer and --head" + ("" if t.builtin else " (give --model the folder or hub id you gave here)"))
             + ". --format json has every number of this walkthrough."
         ),
     )

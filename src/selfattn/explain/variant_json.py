@@ -11,7 +11,7 @@ from dataclasses import asdict
 from typing import Any
 
 from selfattn.formatting import plain
-from selfattn.variant_trace import MULTI_HEAD, VariantTrace
+from selfattn.trace.variants import MULTI_HEAD, VariantTrace
 
 
 def variant_to_dict(t: VariantTrace) -> dict[str, Any]:

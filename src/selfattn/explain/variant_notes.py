@@ -21,7 +21,7 @@ import math
 import torch
 
 from selfattn.explain.document import Block, Heading, Lines, Paragraph, display_token, fmt
-from selfattn.variant_trace import VariantTrace
+from selfattn.trace.variants import VariantTrace
 
 WIDE = 16  # from this d_k on, the run itself shows what scaling does; no need to suggest a wider one
 CLOSE_TO_UNIFORM = 0.95  # entropy / its maximum from which weights are called close to uniform

@@ -30,7 +30,7 @@ from selfattn.explain.document import (
 from selfattn.explain.flash_walkthrough import flash_steps
 from selfattn.explain.variant_notes import entropy, scaling_section, untrained_note
 from selfattn.explain.walkthrough import embeddings_step, tokens_step
-from selfattn.variant_trace import MULTI_HEAD, VariantTrace
+from selfattn.trace.variants import MULTI_HEAD, VariantTrace
 
 TERMS_SHOWN_UP_TO_DIM = 4
 

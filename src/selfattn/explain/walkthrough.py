@@ -19,7 +19,7 @@ from selfattn.explain.document import (
     vector_cells,
 )
 from selfattn.formatting import check_precision
-from selfattn.trace import Trace
+from selfattn.trace.seed import Trace
 
 FLOAT32_EXP_LIMIT = 88.72  # exp(x) is inf in float32 above ln(3.4e38) ~ 88.72
 TERMS_SHOWN_UP_TO_DIM = 4  # dot products are written out term by term up to this width

@@ -159,7 +159,7 @@ def flash_attention(
         >>> bool((out[..., 3, :] == 0).all()), lse[0, 0, 3].item()
         (True, -inf)
     """
-    causal_offset, attn_mask = _causal_form(attn_mask, is_causal, query, key)
+    causal_offset, attn_mask = causal_form(attn_mask, is_causal, query, key)
     output, lse = flash_with_offset(query, key, value, attn_mask, causal_offset, scale, enable_gqa, block_q, block_k,
                                     dropout_p=dropout_p, generator=generator)
     return (output, lse) if return_lse else output
@@ -192,7 +192,7 @@ def flash_with_offset(query, key, value, attn_mask, causal_offset: int | None, s
     if group > 1 and _per_head(attn_mask):  # a different mask per query head cannot be shared by a group
         key, value = expand_kv_heads(key, value, query.shape[-3])
         group = 1
-    query, key, value = _broadcast_leading(query, key, value, group)
+    query, key, value = broadcast_leading(query, key, value, group)
     mask = tile_mask(attn_mask, causal_offset, query.shape[-2], key.shape[-2])
     float_mask = attn_mask if isinstance(mask, FloatMask) else None
     auto_k = block_k is None  # then the backward, with its shorter row blocks, chooses its own block_k
@@ -256,7 +256,7 @@ def tile_mask(attn_mask, causal_offset: int | None, q_len: int, kv_len: int):
     return mask if causal is None else causal & mask
 
 
-def _causal_form(attn_mask, is_causal: bool, query: torch.Tensor, key: torch.Tensor):
+def causal_form(attn_mask, is_causal: bool, query: torch.Tensor, key: torch.Tensor):
     """(causal offset or None, remaining mask): row i sees keys j <= i + offset.
 
     Top-left (is_causal, causal_upper_left) has offset 0; bottom-right (causal_lower_right)
@@ -293,14 +293,14 @@ def check_block_size(name: str, value, default: int | None) -> int | None:
 
 def _per_head(attn_mask) -> bool:
     """Whether a mask differs between heads (a heads axis longer than 1). Torch's causal objects
-    never get here: ``_causal_form`` has turned them into an offset."""
+    never get here: ``causal_form`` has turned them into an offset."""
     if attn_mask is None:
         return False
     shape = attn_mask.shape
     return len(shape) >= 3 and shape[-3] > 1
 
 
-def _broadcast_leading(query, key, value, group: int):
+def broadcast_leading(query, key, value, group: int):
     """Expand the leading axes of q, k, v to one shape (views; autograd sums them back); with
     GQA the heads axis stays Hq for the queries and Hk for the keys and values."""
     if group == 1:

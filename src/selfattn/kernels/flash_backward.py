@@ -13,8 +13,8 @@ import torch
 
 from selfattn.kernels.flash_tiles import (
     TileBuffer,
-    _blocks,
-    _log_tile,
+    block_spans,
+    log_tile,
     group_rows,
     score_bound,
     ungroup_rows,
@@ -75,7 +75,7 @@ def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k
     lse_safe = torch.where(lse == NEG_INF, torch.full_like(lse, float("inf")), lse)[..., None]  # (..., Hq, q_len, 1)
     per_row = (q, grad_out, -lse_safe, delta)  # sliced per row block below (views where the layout allows)
     rows_of, row_data = {}, {}  # key block -> the row blocks that see it; row block -> its grouped 3-D slices
-    for (r0, r1), tiles in zip(_blocks(q_len, block_q), visible_tiles(mask, q_len, kv_len, block_q, block_k)):
+    for (r0, r1), tiles in zip(block_spans(q_len, block_q), visible_tiles(mask, q_len, kv_len, block_q, block_k)):
         if tiles:
             row_data[r0] = [group_rows(t, (r0, r1), group).reshape(-1, group * (r1 - r0), t.shape[-1])
                             for t in per_row]  # (B Hk, G bq, .)
@@ -88,7 +88,7 @@ def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k
         k_j, v_j = k3[:, c0:c1], v3[:, c0:c1]  # (B Hk, bk, d)
         dk_j, dv_j = dk_sum.get(k_j.shape, k_j).zero_(), dv_sum.get(v_j.shape, v_j).zero_()  # contiguous: summed in place
         for r0, r1, partial in row_blocks:
-            _log_tile("backward", r0, c0)
+            log_tile("backward", r0, c0)
             q_i, do_i, neg_lse_i, delta_i, dq_i = row_data[r0]
             shape = (q_i.shape[0], q_i.shape[1], c1 - c0)
             tanh = None

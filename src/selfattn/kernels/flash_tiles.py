@@ -73,7 +73,7 @@ def count_tiles():
         _tile_log = outer
 
 
-def _log_tile(kind: str, row: int, col: int) -> None:
+def log_tile(kind: str, row: int, col: int) -> None:
     if _tile_log is not None:
         _tile_log.append((kind, row, col))
 
@@ -170,12 +170,12 @@ def flash_forward(q, k, v, mask, scale: float, block_q: int, block_k: int, group
     buffer = TileBuffer()
     keys_t = k.transpose(-2, -1)  # (..., Hk, d, kv_len): a view, sliced per key block
     lead = torch.broadcast_shapes(q.shape[:-3] + (k.shape[-3],) if q.dim() >= 3 else (), k.shape[:-2])
-    for (r0, r1), tiles in zip(_blocks(q_len, block_q), visible_tiles(mask, q_len, kv_len, block_q, block_k)):
+    for (r0, r1), tiles in zip(block_spans(q_len, block_q), visible_tiles(mask, q_len, kv_len, block_q, block_k)):
         q_scaled = group_rows(q, (r0, r1), group) * (scale / softcap if softcap else scale)  # (..., Hk, G * bq, d)
         state = online_softmax_start(q_scaled.shape[:-1], d_v, q)
         if not bounded:
             for c0, c1, partial in tiles:
-                _log_tile("forward", r0, c0)
+                log_tile("forward", r0, c0)
                 scores = score_tile(q_scaled, k, mask, (r0, r1), (c0, c1), partial, group, out=buffer, score_mod=score_mod,
                                     softcap=softcap)
                 drop = _dropper(dropout, group, (r0, r1), (c0, c1))
@@ -183,7 +183,7 @@ def flash_forward(q, k, v, mask, scale: float, block_q: int, block_k: int, group
         else:  # the common case, kept lean: a few torch calls per tile
             state = state._replace(m=torch.zeros_like(state.m))
             for c0, c1, partial in tiles:
-                _log_tile("forward", r0, c0)
+                log_tile("forward", r0, c0)
                 scores = torch.matmul(q_scaled, keys_t[..., c0:c1], out=buffer.get((*lead, q_scaled.shape[-2], c1 - c0), q))
                 if softcap:
                     scores.tanh_().mul_(softcap)
@@ -278,5 +278,5 @@ class FloatMask:
         return max(abs(low), abs(high))
 
 
-def _blocks(length: int, block: int) -> list[tuple[int, int]]:
+def block_spans(length: int, block: int) -> list[tuple[int, int]]:
     return [(start, min(start + block, length)) for start in range(0, length, block)]

@@ -16,7 +16,7 @@ import torch
 
 from selfattn.checks import check_attention_inputs, expand_kv_heads
 from selfattn.errors import OptionError
-from selfattn.kernels.flash import _broadcast_leading, _causal_form
+from selfattn.kernels.flash import broadcast_leading, causal_form
 from selfattn.kernels.online_softmax import NEG_INF
 from selfattn.masks.structured import StructuredMask
 
@@ -88,7 +88,7 @@ def attention_probs_from_lse(
         >>> probs[0, 0, 0].tolist()  # row 0 sees only key 0
         [1.0, 0.0, 0.0, 0.0, 0.0, 0.0]
     """
-    causal_offset, attn_mask = _causal_form(attn_mask, is_causal, query, key)
+    causal_offset, attn_mask = causal_form(attn_mask, is_causal, query, key)
     structured = isinstance(attn_mask, StructuredMask)
     check_attention_inputs(query, key, key, None if structured else attn_mask, 0.0, False, enable_gqa)
     if structured:
@@ -106,7 +106,7 @@ def attention_probs_from_lse(
     if scale is None:
         scale = 1.0 / math.sqrt(query.shape[-1])
     own_shape = query.shape[:-1]
-    query, key = _broadcast_leading(query, key, key, 1)[:2]
+    query, key = broadcast_leading(query, key, key, 1)[:2]
     if lse.shape not in (own_shape, query.shape[:-1]):  # flash_attention's lse has the broadcast shape
         also = f" or, broadcast against the key, {tuple(query.shape[:-1])}" if query.shape[:-1] != own_shape else ""
         raise OptionError(f"lse must have the shape of the query without its last axis, {tuple(own_shape)}{also}; got {tuple(lse.shape)}")

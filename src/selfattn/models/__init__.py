@@ -1,9 +1,35 @@
-"""Pretrained models run through our own attention (loaders, tokenizers, outputs, generation)."""
+"""Pretrained models run through our own attention: the family registry, loaders, tokenizers, outputs.
 
-from selfattn.models.bert import BertModel, mean_pool
-from selfattn.models.decoder import DecoderConfig, DecoderModel
-from selfattn.models.files import MODELS
-from selfattn.models.output import ModelOutput
-from selfattn.models.pretrained import FAMILIES, load_pretrained
+``FAMILIES`` maps config.json's model_type to its ``Family`` (one file per family in
+``models/families/``). Names load on first use, so importing this package (or its
+registry) imports no torch; ``registry.family_names()`` lists the families cheaply.
+"""
 
-__all__ = ["BertModel", "DecoderConfig", "DecoderModel", "FAMILIES", "MODELS", "ModelOutput", "load_pretrained", "mean_pool"]
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "BertModel": "selfattn.models.encoder",
+    "mean_pool": "selfattn.models.encoder",
+    "DecoderConfig": "selfattn.models.decoder",
+    "DecoderModel": "selfattn.models.decoder",
+    "FAMILIES": "selfattn.models.registry",
+    "MODELS": "selfattn.models.files",
+    "ModelOutput": "selfattn.models.output",
+    "load_pretrained": "selfattn.models.pretrained",
+}
+
+__all__ = ["FAMILIES", "MODELS", "BertModel", "DecoderConfig", "DecoderModel", "ModelOutput", "load_pretrained", "mean_pool"]
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + __all__)

@@ -121,7 +121,7 @@ def read_weights(folder: Path) -> dict[str, torch.Tensor]:
 
 
 def find_cached(name: str) -> Path | None:
-    """A name the hub keeps without an organisation ("gpt2"): its cached snapshot, or None if not cached.
+    """A hub id without an organisation (the hub's oldest models): its cached snapshot, or None if not cached.
 
     Args:
         name: the bare name.

@@ -46,7 +46,7 @@ class DecoderConfig:
     """What shapes a decoder, whatever family it came from (each family reads its config.json into this).
 
     Attributes:
-        model_type: the family: "gpt2", "llama", "mistral" or "qwen2".
+        model_type: the family: a decoder's name in ``selfattn.models.FAMILIES``.
         vocab_size: rows of the token embedding and of the output matrix.
         d_model: the model width.
         n_layers: the number of blocks.

@@ -59,7 +59,7 @@ class AttentionInfo:
     """One layer's attention, as the renderers need to explain it.
 
     Attributes:
-        family: the model_type: "bert", "gpt2", "llama", "mistral" or "qwen2".
+        family: the model_type, one of the families in ``selfattn.models.FAMILIES``.
         causal: each token sees only itself and earlier tokens (decoders).
         positional: "learned" (a table added to the embeddings) or "rope" (q and k
             turned by position inside attention).

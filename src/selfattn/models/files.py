@@ -10,7 +10,6 @@ finding is enough and cannot pull anything in).
 from __future__ import annotations
 
 import importlib.util
-import json
 import shlex
 import sys
 from dataclasses import dataclass
@@ -81,10 +80,3 @@ def install_hint() -> str:
 def pip_command() -> str:
     """``pip install`` of the interpreter running now, so the install lands where we look."""
     return f"{shlex.quote(sys.executable)} -m pip install"
-
-
-def read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        raise ModelError(f"cannot read {path}: {error}") from None

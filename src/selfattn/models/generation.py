@@ -98,7 +98,7 @@ def generate(
         OptionError: an argument is out of range (the message gives the range).
         SentenceError: a prompt is not valid input or longer than the model's positions.
     """
-    _check_options(max_new_tokens, temperature, top_k, top_p, seed)
+    check_options(max_new_tokens, temperature, top_k, top_p, seed)
     encoded = model.tokenize(texts_or_ids)
     limit = model.config.max_positions
     room = limit - encoded.input_ids.shape[1]
@@ -210,7 +210,7 @@ def top_chances(logits: torch.Tensor, k: int = TOP) -> tuple[torch.Tensor, torch
     return ids, (values.double() - log_total).exp()
 
 
-def _check_options(max_new_tokens, temperature, top_k, top_p, seed) -> None:
+def check_options(max_new_tokens, temperature, top_k, top_p, seed) -> None:
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise OptionError(f"max_new_tokens must be a whole number >= 1, got {max_new_tokens!r}")
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not (

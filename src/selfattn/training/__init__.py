@@ -5,7 +5,8 @@ metrics back; ``training.probe`` reads its stored probe attention.
 """
 
 from selfattn.training.config import TASKS, TrainConfig
-from selfattn.training.loop import TrainingRun, train
+from selfattn.training.loop import train
+from selfattn.training.records import TrainingRun
 from selfattn.training.run_files import read_metrics
 
 __all__ = ["TASKS", "TrainConfig", "TrainingRun", "read_metrics", "train"]

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -28,6 +27,7 @@ from selfattn.training.config import TrainConfig
 from selfattn.training.distributed import Processes
 from selfattn.training.model import model_config, new_model, save_model
 from selfattn.training.progress import TrainingProgress
+from selfattn.training.records import TrainingRun
 from selfattn.training.step import (
     Interrupts,
     LanguageModel,
@@ -44,46 +44,6 @@ from selfattn.training.vocab import CharVocab
 # 1024 on): flash / reference 1.28 at a context of 64, 1.28 at 128, 1.25 at 256, 1.10 at 512,
 # 0.90 at 1024.
 FLASH_MIN_CONTEXT = 1024
-
-
-@dataclass(frozen=True)
-class TrainingRun:
-    """What a run did.
-
-    Attributes:
-        folder: the run's folder (the checkpoint, metrics.jsonl, the probe's weights).
-        config: its settings.
-        step: the last step done (and saved).
-        finished: False when it was interrupted before its last step.
-        attention: which attention trained it, and why.
-        metrics: the metrics records, one per logged step.
-        wall_s: seconds this call trained.
-        world_size: the processes that trained together.
-        rank: this process's rank among them (0 writes the files).
-    """
-
-    folder: Path
-    config: TrainConfig
-    step: int
-    finished: bool
-    attention: str
-    metrics: list[dict] = field(repr=False)
-    wall_s: float
-    world_size: int = 1
-    rank: int = 0
-
-    @property
-    def final(self) -> dict | None:
-        """The last metrics record, or None."""
-        return self.metrics[-1] if self.metrics else None
-
-    @property
-    def induction_step(self) -> int | None:
-        """The first logged step at which a head's induction score reached INDUCTION_FORMED."""
-        for record in self.metrics:
-            if max(h["induction"] for h in record["heads"]) >= probes.INDUCTION_FORMED:
-                return record["step"]
-        return None
 
 
 def attention_choice(context: int) -> tuple[str, str]:

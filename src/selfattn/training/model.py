@@ -3,8 +3,8 @@
 GPT-2 is the family nanoGPT trains (learned positions, pre-LN LayerNorm, GELU-tanh, tied
 embeddings), so a run's folder is a GPT-2 checkpoint that ``selfattn.load_pretrained`` and
 transformers' ``GPT2LMHeadModel`` both read: config.json, model.safetensors (Conv1D
-layout, q/k/v fused into c_attn, written by running gpt2.py's weight table backwards) and
-the tokenizer.
+layout, q/k/v fused into c_attn, written by running the GPT-2 family's weight table
+backwards) and the tokenizer.
 
 Initialisation as GPT-2's paper and nanoGPT: every weight and embedding N(0, 0.02), the
 projections that write into the residual stream (W_o and the second feed-forward layer)
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import torch
 
-import selfattn.models.gpt2 as gpt2
 from selfattn.models.decoder import DecoderConfig, DecoderModel
+from selfattn.models.families import gpt2
 from selfattn.models.weights import export_weights
 from selfattn.training.vocab import CharVocab
 
@@ -44,7 +44,7 @@ def model_config(vocab: CharVocab, context: int, n_layers: int, n_heads: int, d_
     """
     special = vocab.bos_id if vocab.bos_id is not None else vocab.unk_id
     return DecoderConfig(
-        model_type="gpt2", vocab_size=vocab.size, d_model=d_model, n_layers=n_layers, n_heads=n_heads,
+        model_type=gpt2.MODEL_TYPE, vocab_size=vocab.size, d_model=d_model, n_layers=n_layers, n_heads=n_heads,
         n_kv_heads=n_heads, head_dim=d_model // n_heads, d_ff=4 * d_model, activation="gelu_tanh", norm="layer",
         norm_eps=1e-5, positions="learned", max_positions=context, bias=True, attention_bias=True, out_bias=True,
         tie_embeddings=True, bos_id=vocab.bos_id, eos_ids=(special,), pad_id=special, attn_impl=attn_impl,
@@ -70,16 +70,8 @@ def new_model(config: DecoderConfig, seed: int, tokenizer=None, name: str = "tra
 
 
 def config_json(config: DecoderConfig) -> dict:
-    """config.json of GPT2LMHeadModel for ``config`` (what gpt2.read_config reads back)."""
-    return {
-        "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": config.vocab_size,
-        "n_embd": config.d_model, "n_layer": config.n_layers, "n_head": config.n_heads,
-        "n_positions": config.max_positions, "n_inner": config.d_ff, "activation_function": "gelu_new",
-        "layer_norm_epsilon": config.norm_eps, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0,
-        "scale_attn_weights": True, "tie_word_embeddings": True, "initializer_range": INIT_STD,
-        "bos_token_id": config.bos_id if config.bos_id is not None else config.eos_ids[0],
-        "eos_token_id": config.eos_ids[0], "pad_token_id": config.pad_id, "torch_dtype": "float32",
-    }
+    """config.json of GPT2LMHeadModel for ``config``, as the GPT-2 family reads it back; records INIT_STD."""
+    return gpt2.config_json(config, initializer_range=INIT_STD)
 
 
 def save_model(model: DecoderModel, vocab: CharVocab, folder: Path) -> None:

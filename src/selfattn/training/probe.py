@@ -28,14 +28,13 @@ from pathlib import Path
 
 import torch
 
-from selfattn.models.decoder_roles import (
+from selfattn.analysis.decoder_roles import (
     classify_decoder_heads,
     induction_probe,
     induction_probe_score,
 )
 from selfattn.training.vocab import CharVocab
 
-INDUCTION_FORMED = 0.4
 PROBE_SEED = 1234
 MAX_PROBE_REPEAT = 32
 
@@ -88,11 +87,6 @@ def run_probe(model, ids: torch.Tensor, repeat: int, offset: int) -> tuple[torch
     first = predicted[offset: offset + repeat - 1]  # tokens offset + 1 .. offset + R - 1
     second = predicted[offset + repeat: offset + 2 * repeat - 1]  # tokens offset + R + 1 .. offset + 2R - 1
     return weights, {"first_copy": round(float(first.mean()), 4), "second_copy": round(float(second.mean()), 4)}
-
-
-def strongest(heads: list[dict], score: str) -> dict:
-    """The head record with the highest ``score`` ("induction", "previous_token", ...), the first of equals."""
-    return max(heads, key=lambda h: h[score])
 
 
 def pack(weights: torch.Tensor) -> torch.Tensor:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 import time
 
-from selfattn.training.probe import strongest
+from selfattn.training.records import strongest
 
 
 class TrainingProgress:

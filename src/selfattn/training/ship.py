@@ -12,7 +12,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from selfattn.training.probe import strongest
+from selfattn.training.records import strongest
 from selfattn.training.run_files import read_metrics, read_settings
 
 KEPT = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "generation_config.json",

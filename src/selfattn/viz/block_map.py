@@ -22,7 +22,7 @@ from selfattn.masks.block_mask import BlockMask
 from selfattn.masks.states import EMPTY, FULL, PARTIAL
 from selfattn.masks.structured import StructuredMask
 from selfattn.viz import plots
-from selfattn.viz.figure_parts import _as_array, _clamp, _new_figure, _quiet_glyphs
+from selfattn.viz.figure_parts import as_array, clamp_value, new_figure, quiet_glyphs
 
 # Full and partial take the colours of mask_figure's tile outlines; a skipped block is a grey cell here.
 BLOCK_COLOURS = {EMPTY: "#e6e6e6", FULL: plots._BLOCK_STYLES[FULL][0], PARTIAL: plots._BLOCK_STYLES[PARTIAL][0]}
@@ -48,7 +48,7 @@ def block_map_summary(states, block_size) -> str:
             f"{_percent(partial, grid.size)} partial")
 
 
-@_quiet_glyphs
+@quiet_glyphs
 def block_map_figure(states, block_size, q_len: int, kv_len: int, *, title: str | None = None) -> Figure:
     """(n_row_blocks, n_key_blocks) block states -> one coloured cell per block, a legend and the counts.
 
@@ -74,15 +74,15 @@ def block_map_figure(states, block_size, q_len: int, kv_len: int, *, title: str 
     for name, size in (("q_len", q_len), ("kv_len", kv_len)):
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise OptionError(f"{name} must be a positive integer, got {size!r}")
-    grid = _as_array(states, "states", "(n_row_blocks, n_key_blocks)", (2,), dtype=None)
+    grid = as_array(states, "states", "(n_row_blocks, n_key_blocks)", (2,), dtype=None)
     if not np.isin(grid, list(BLOCK_COLOURS)).all():
         raise ShapeError(f"states must hold only EMPTY ({EMPTY}), FULL ({FULL}) and PARTIAL ({PARTIAL})")
     expected = (-(-q_len // rows), -(-kv_len // keys))
     if grid.shape != expected:
         raise ShapeError(f"states {grid.shape} do not tile {q_len} x {kv_len} in blocks of {rows} x {keys}: "
                          f"expected {expected}")
-    height = _clamp(6.0 * q_len / kv_len, 3.0, 9.0)
-    fig = _new_figure(7.0, height + 1.4)
+    height = clamp_value(6.0 * q_len / kv_len, 3.0, 9.0)
+    fig = new_figure(7.0, height + 1.4)
     ax = fig.add_subplot()
     colours = ListedColormap([BLOCK_COLOURS[state] for state in sorted(BLOCK_COLOURS)])
     n_r, n_c = grid.shape

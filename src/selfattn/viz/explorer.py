@@ -16,12 +16,12 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from selfattn.formatting import check_precision
-from selfattn.trace import Trace
-from selfattn.variant_trace import VariantTrace
+from selfattn.trace.seed import Trace
+from selfattn.trace.variants import VariantTrace
 from selfattn.viz.explorer_data import explorer_data
 
 if TYPE_CHECKING:
-    from selfattn.models.model_trace import ModelTrace
+    from selfattn.trace.model import ModelTrace
     from selfattn.models.output import ModelOutput
 
 # Inline style and script only; no connect, font, frame or remote image sources.
@@ -91,13 +91,9 @@ def explorer_html(
     title: str | None = None,
     head: int | None = None,
     layer: int | None = None,
-    model=None,
 ) -> str:
-    """The explorer page for one trace; ``layer`` and ``head`` are selected at first (0-based).
-
-    ``model``: for a ModelTrace, the name or folder its model loads from (default: its name).
-    """
-    return render_explorer(explorer_data(trace, precision, title=title, head=head, layer=layer, model=model))
+    """The explorer page for one trace; ``layer`` and ``head`` are selected at first (0-based)."""
+    return render_explorer(explorer_data(trace, precision, title=title, head=head, layer=layer))
 
 
 def page_data(page: str) -> dict[str, Any] | None:
@@ -143,10 +139,9 @@ def notebook_explorer(
     head: int | None = None,
     layer: int | None = None,
     height: int | None = None,
-    model=None,
 ) -> str:
     """The explorer for one trace inside an <iframe>: what a trace's ``_repr_html_`` returns."""
-    return notebook_html(explorer_html(trace, precision, title=title, head=head, layer=layer, model=model), height)
+    return notebook_html(explorer_html(trace, precision, title=title, head=head, layer=layer), height)
 
 
 def notebook_model_explorer(

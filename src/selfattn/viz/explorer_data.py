@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from selfattn.formatting import rounded
-from selfattn.trace import Trace
-from selfattn.variant_trace import MULTI_HEAD, VariantTrace
+from selfattn.trace.seed import Trace
+from selfattn.trace.variants import MULTI_HEAD, VariantTrace
 
 if TYPE_CHECKING:
-    from selfattn.models.model_trace import ModelTrace
+    from selfattn.trace.model import ModelTrace
 
 EXPLORER_DATA_DOC = """
 {
@@ -88,20 +88,18 @@ def explorer_data(
     title: str | None = None,
     head: int | None = None,
     layer: int | None = None,
-    model=None,
 ) -> dict[str, Any]:
     """The page's data for one trace. ``layer`` and ``head`` are selected at first (0-based).
 
     A ModelTrace selects its own layer and head unless told otherwise; the other traces
-    have one layer. ``model`` is the name or folder the ModelTrace's model was loaded
-    from (default: its model name), for the other layers' masks and steps.
+    have one layer.
     """
     if not isinstance(trace, (Trace, VariantTrace)):
         from selfattn.viz.model_data import model_page_data, trace_page
 
         chosen_layer = trace.layer if layer is None else layer
         chosen_head = trace.head if head is None else head
-        page = trace_page(trace, model)
+        page = trace_page(trace)
         return model_page_data(page, precision, layer=chosen_layer, head=chosen_head, title=title)
     if isinstance(trace, Trace):
         data = _from_trace(trace)

@@ -23,7 +23,7 @@ CELL_VALUE_LIMIT = 20  # cell values print by default up to this many tokens per
 MAX_TICK_LABELS = 60  # beyond this, only every k-th token is labelled
 
 
-def _quiet_glyphs(func):
+def quiet_glyphs(func):
     """Silence 'Glyph ... missing from font' warnings: the box drawn instead is enough."""
 
     @functools.wraps(func)
@@ -35,7 +35,7 @@ def _quiet_glyphs(func):
     return wrapper
 
 
-def _as_array(data, name: str, shape_doc: str, ndims: tuple[int, ...], dtype=float) -> np.ndarray:
+def as_array(data, name: str, shape_doc: str, ndims: tuple[int, ...], dtype=float) -> np.ndarray:
     """Tensor or nested lists -> numpy array with one of ``ndims`` dimensions, none empty."""
     if hasattr(data, "detach"):  # a torch tensor; numpy cannot read bfloat16, so widen floats
         data = data.detach().cpu()
@@ -49,14 +49,14 @@ def _as_array(data, name: str, shape_doc: str, ndims: tuple[int, ...], dtype=flo
     return array
 
 
-def _check_weights(weights: np.ndarray, name: str) -> None:
+def check_weight_matrix(weights: np.ndarray, name: str) -> None:
     # NaN is allowed (torch gives NaN for a fully masked row); the slack admits rounding error.
     finite = weights[np.isfinite(weights)]
     if finite.size and (finite.min() < -1e-3 or finite.max() > 1 + 1e-3):
         raise OptionError(f"{name} must lie in [0, 1]; got values from {finite.min():.4g} to {finite.max():.4g}")
 
 
-def _labels(labels, count: int, name: str, prefix: str = "", start: int = 0) -> list[str]:
+def axis_labels(labels, count: int, name: str, prefix: str = "", start: int = 0) -> list[str]:
     """Labels as strings, one per row or column; None gives prefix + position, from ``start``."""
     if labels is None:
         return [f"{prefix}{i + start}" for i in range(count)]
@@ -66,13 +66,13 @@ def _labels(labels, count: int, name: str, prefix: str = "", start: int = 0) -> 
     return [str(label) for label in labels]
 
 
-def _new_figure(width: float, height: float) -> Figure:
+def new_figure(width: float, height: float) -> Figure:
     fig = Figure(figsize=(width, height), layout="constrained")
     FigureCanvasAgg(fig)
     return fig
 
 
-def _clamp(value: float, low: float, high: float) -> float:
+def clamp_value(value: float, low: float, high: float) -> float:
     return max(low, min(high, value))
 
 
@@ -91,7 +91,7 @@ def _set_ticks(axis, labels: list[str] | None, *, rotate: bool = False) -> None:
                    rotation=90 if rotate else 0, parse_math=False)
 
 
-def _draw_matrix(ax, data, row_labels, col_labels, *, cmap, vmin, vmax, aspect="equal", title=None, xlabel=None,
+def draw_matrix(ax, data, row_labels, col_labels, *, cmap, vmin, vmax, aspect="equal", title=None, xlabel=None,
                  ylabel=None):
     """Draw a (rows, cols) matrix as an image, row 0 at the top, with its labels as plain text."""
     image = ax.imshow(data, cmap=cmap, vmin=vmin, vmax=vmax, aspect=aspect, interpolation="nearest")

@@ -9,10 +9,8 @@ A model page carries far more numbers than a toy one: all-MiniLM-L6-v2 has 6 lay
 Sizes are measured as the page's JSON: the selected head's numbers exactly, the rest
 estimated from it, so a 64-token sentence with all 6 x 12 heads stays under 3 MB.
 
-Steps of a head other than the trace's own come from the block's own
-``attention_steps`` on the recorded hidden state, and its raw q . k from the pipeline's
-``attention_scores``, exactly as ``trace_model`` makes them; nothing here computes
-attention another way. Every family reads the same records: each layer's mask (causal,
+Every head's steps come from the trace, which keeps each block's own ``attention_steps``
+and every head's raw q . k; nothing here computes attention or loads the model. Every family reads the same records: each layer's mask (causal,
 a sliding window) from its block, the key/value head each query head reads, each head's
 share of weight on the first token, and the tokens as they read beside the vocabulary's
 own spelling.
@@ -20,16 +18,14 @@ own spelling.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
 
-from selfattn.errors import ModelError, OptionError
+from selfattn.errors import OptionError
 from selfattn.models.description import AttentionInfo
-from selfattn.pipeline.steps import attention_scores
 from selfattn.formatting import rounded
 from selfattn.viz.model_pictures import hidden_label
 from selfattn.viz.token_labels import token_labels
@@ -267,58 +263,23 @@ def _description(page: ModelPage, shown: dict[int, list[int]], steps: dict) -> s
     return " ".join(parts)
 
 
-def trace_page(trace, model=None) -> ModelPage:
-    """A ModelTrace as a model page; steps of heads other than the traced one come from the model itself.
-
-    ``model`` names the model that made the trace (a name or folder, as given to
-    ``trace_model``); None loads it from where the trace says it came from. Where that does not load the
-    model, the page keeps what the trace holds: every head's weights and masks, and the
-    traced head's steps.
-    """
-    from selfattn.models.loading import shared_model
-
+def trace_page(trace) -> ModelPage:
+    """A ModelTrace as a model page: every head's weights and steps, as each layer's own steps recorded them."""
     masks = trace.masks
-    try:
-        loaded = shared_model(model if model is not None else trace.model_source or trace.model_name)
-    except ModelError:  # moved or deleted since: the page keeps what the trace holds
-        loaded = None
-    layer_steps: dict[int, Any] = {}
-
-    def run_layer(layer: int):
-        if layer not in layer_steps:
-            with torch.no_grad():
-                found = loaded.blocks[layer].attention_steps(trace.hidden_states[layer][None], **loaded.trace_options())
-            # The model must be the one that made the trace: its weights are the recorded ones.
-            torch.testing.assert_close(found.attention.weights[0], trace.all_weights[layer], rtol=0, atol=1e-5)
-            layer_steps[layer] = found
-        return layer_steps[layer]
 
     def head_weights(layer: int, head: int) -> torch.Tensor:
         own = (layer, head) == (trace.layer, trace.head)
         return trace.weights if own else trace.all_weights[layer, head]  # (n, n)
 
     def head_steps(layer: int, head: int) -> dict[str, Any] | None:
-        if loaded is None:
-            if (layer, head) != (trace.layer, trace.head):
-                return None
-            # The trace keeps the scores after the mask only: they stand for the scaled ones too.
-            return _steps(trace.scale, trace.scores_unscaled, trace.scores, trace.scores, trace.row_max, trace.exp,
-                          trace.exp_sum, trace.context)
-        # Every head from its block's own steps, the traced one too: the same call trace_model made, so
-        # its numbers are the trace's, with the scaled scores before the mask beside those after it.
-        found = run_layer(layer)
-        a = found.attention
-        kv = loaded.attention_info(layer).kv_head(head)
-        q, k = found.q[0, head], found.k[0, kv]  # (n, d_h) each: the query head and the key/value head it reads
-        return _steps(a.scale, attention_scores(q, k), a.scores[0, head], a.masked_scores[0, head],
+        # Every head from its block's own steps, the traced one too: the same call that made the
+        # trace's own head, with the scaled scores before the mask beside those after it.
+        a = trace.layer_steps[layer].attention
+        return _steps(a.scale, trace.layer_scores_unscaled[layer][head], a.scores[0, head], a.masked_scores[0, head],
                       a.softmax.shift[0, head, :, 0], a.softmax.exp[0, head], a.softmax.total[0, head, :, 0],
                       a.output[0, head])
 
     n_layers = trace.n_layers
-    note = ""
-    if loaded is None:
-        note = (f"Only head {trace.head}'s steps are here: the model no longer loads from "
-                f"{trace.model_source or trace.model_name!r}; give its folder (model= in Python) for the other heads' steps.")
     return ModelPage(
         model_name=trace.model_name,
         tokens=list(trace.tokens),
@@ -332,12 +293,7 @@ def trace_page(trace, model=None) -> ModelPage:
         "here. Choose it with --layer and --head (layer= and head= in Python) to see every step.",
         labels=token_labels(list(trace.tokens), list(trace.readable)),
         masks=dict(enumerate(masks)) if masks is not None else {trace.layer: trace.allowed},
-        attention=tuple(loaded.attention_info(l) for l in range(n_layers)) if loaded is not None else tuple(
-            # Without the model only the traced layer's window is known; heads and positions are the model's.
-            trace.attention if l == trace.layer else dataclasses.replace(trace.attention, window=None)
-            for l in range(n_layers)
-        ),
-        note=note,
+        attention=tuple(trace.layer_infos),
     )
 
 

@@ -15,9 +15,9 @@ from typing import Any, Callable
 
 # (the record's module, its class name) -> the name of the explorer function that shows it
 RECORD_PAGES = {
-    ("selfattn.trace", "Trace"): "notebook_explorer",
-    ("selfattn.variant_trace", "VariantTrace"): "notebook_explorer",
-    ("selfattn.models.model_trace", "ModelTrace"): "notebook_explorer",
+    ("selfattn.trace.seed", "Trace"): "notebook_explorer",
+    ("selfattn.trace.variants", "VariantTrace"): "notebook_explorer",
+    ("selfattn.trace.model", "ModelTrace"): "notebook_explorer",
     ("selfattn.models.output", "ModelOutput"): "notebook_model_explorer",
 }
 

@@ -34,15 +34,14 @@ from selfattn.viz import output
 from selfattn.viz.figure_parts import (
     CELL_VALUE_LIMIT,
     MAX_TICK_LABELS,
-    _as_array,
-    _check_weights,
-    _clamp,
-    _draw_matrix,
-    _labels,
-    _new_figure,
-    _quiet_glyphs,
+    as_array,
+    check_weight_matrix,
+    clamp_value,
+    draw_matrix,
+    axis_labels,
+    new_figure,
+    quiet_glyphs,
 )
-from selfattn.viz.positional_plots import positional_figure, score_grids_figure  # noqa: F401  importable from here
 
 SUPPORTED_EXTENSIONS = (".png", ".svg")
 PNG_DPI = 150
@@ -55,7 +54,7 @@ def _hidden_cells(hidden, shape: tuple[int, ...]) -> np.ndarray | None:
     """``hidden`` as a bool array of ``shape`` (True = the mask hides this cell), or None."""
     if hidden is None:
         return None
-    array = _as_array(hidden, "hidden", str(shape), (len(shape),), dtype=None).astype(bool)
+    array = as_array(hidden, "hidden", str(shape), (len(shape),), dtype=None).astype(bool)
     if array.shape != shape:
         raise ShapeError(f"hidden must have the weights' shape {shape}; got {array.shape}")
     return array
@@ -73,7 +72,7 @@ def _hidden_legend(fig: Figure, label: str) -> None:
         text.set_parse_math(False)
 
 
-@_quiet_glyphs
+@quiet_glyphs
 def heatmap_figure(
     weights, row_labels, col_labels=None, *, title=None, values=None, xlabel="key", ylabel="query",
     hidden=None, hidden_label="hidden by the causal mask",
@@ -85,23 +84,23 @@ def heatmap_figure(
     CELL_VALUE_LIMIT tokens. ``hidden`` (q_len, kv_len) bool marks the cells a mask
     hides: grey, no value, and ``hidden_label`` in a legend.
     """
-    matrix = _as_array(weights, "weights", "(q_len, kv_len)", (2,))
-    _check_weights(matrix, "weights")
+    matrix = as_array(weights, "weights", "(q_len, kv_len)", (2,))
+    check_weight_matrix(matrix, "weights")
     hide = _hidden_cells(hidden, matrix.shape)
     q_len, kv_len = matrix.shape
-    rows = _labels(row_labels, q_len, "row_labels")
+    rows = axis_labels(row_labels, q_len, "row_labels")
     if col_labels is None:  # self-attention: the keys are the queries
-        cols = _labels(row_labels, kv_len, "col_labels (row_labels when not given)")
+        cols = axis_labels(row_labels, kv_len, "col_labels (row_labels when not given)")
     else:
-        cols = _labels(col_labels, kv_len, "col_labels")
+        cols = axis_labels(col_labels, kv_len, "col_labels")
     if values is None:
         values = max(q_len, kv_len) <= CELL_VALUE_LIMIT
     elif values and max(q_len, kv_len) > MAX_TICK_LABELS:
         raise OptionError(f"cell values need at most {MAX_TICK_LABELS} tokens per axis; got {q_len} x {kv_len}")
-    fig = _new_figure(_clamp(2.4 + 0.42 * kv_len, 4, 16), _clamp(1.6 + 0.42 * q_len, 3, 16))
+    fig = new_figure(clamp_value(2.4 + 0.42 * kv_len, 4, 16), clamp_value(1.6 + 0.42 * q_len, 3, 16))
     ax = fig.add_subplot()
     shown = matrix if hide is None else np.ma.masked_array(matrix, mask=hide)
-    image = _draw_matrix(ax, shown, rows, cols, cmap=_weight_cmap(hide), vmin=0.0, vmax=1.0, title=title,
+    image = draw_matrix(ax, shown, rows, cols, cmap=_weight_cmap(hide), vmin=0.0, vmax=1.0, title=title,
                          xlabel=xlabel, ylabel=ylabel)
     fig.colorbar(image, ax=ax, shrink=0.8, label="attention weight")
     if values:
@@ -120,7 +119,7 @@ def _contrast(image, value: float) -> str:
     return "black" if luminance > 0.5 else "white"
 
 
-@_quiet_glyphs
+@quiet_glyphs
 def arrows_figure(tokens, weights_row, query, *, title=None, hidden=None,
                   hidden_label="hidden by the causal mask") -> Figure:
     """One query's (n,) weights -> the seed's picture: arrows from the query to every token.
@@ -131,14 +130,14 @@ def arrows_figure(tokens, weights_row, query, *, title=None, hidden=None,
     ``hidden`` (n,) bool marks the keys a mask hides from the query: no arrow, a grey
     token, and ``hidden_label`` where the weight would be.
     """
-    weights = _as_array(weights_row, "weights_row", "(n,)", (1,))
-    labels = _labels(tokens, weights.shape[0], "tokens")
-    _check_weights(weights, "weights_row")
+    weights = as_array(weights_row, "weights_row", "(n,)", (1,))
+    labels = axis_labels(tokens, weights.shape[0], "tokens")
+    check_weight_matrix(weights, "weights_row")
     hide = _hidden_cells(hidden, weights.shape)
     index = find_query(labels, query)
     n = len(labels)
     top = np.nanmax(weights) if np.nanmax(weights, initial=0.0) > 0 else 1.0  # all zero: thin arrows
-    fig = _new_figure(6.5, _clamp(0.42 * n + 1.2, 3, 40))
+    fig = new_figure(6.5, clamp_value(0.42 * n + 1.2, 3, 40))
     ax = fig.add_subplot()
     ax.set_axis_off()
     ax.set_xlim(0, 1)
@@ -166,7 +165,7 @@ def arrows_figure(tokens, weights_row, query, *, title=None, hidden=None,
     return fig
 
 
-@_quiet_glyphs
+@quiet_glyphs
 def heads_figure(weights, tokens, *, layer_names=None, head_names=None, title=None, hidden=None,
                  hidden_label="hidden by the causal mask") -> Figure:
     """(layers, heads, n, n) or (heads, n, n) weights -> a grid of small heatmaps.
@@ -176,28 +175,28 @@ def heads_figure(weights, tokens, *, layer_names=None, head_names=None, title=No
     ``hidden`` (layers, n, n) bool, one mask per layer (or (n, n) for every layer), marks
     the cells a mask hides: grey, with ``hidden_label`` in a legend.
     """
-    grid = _as_array(weights, "weights", "(layers, heads, n, n) or (heads, n, n)", (3, 4))
+    grid = as_array(weights, "weights", "(layers, heads, n, n) or (heads, n, n)", (3, 4))
     one_layer = grid.ndim == 3
     if one_layer:
         grid = grid[None]
     n_layers, n_heads, q_len, kv_len = grid.shape
     if q_len != kv_len:
         raise ShapeError(f"heads_figure shows self-attention: weights must be (..., n, n); got {grid.shape}")
-    _check_weights(grid, "weights")
+    check_weight_matrix(grid, "weights")
     if hidden is not None and np.ndim(hidden) == 2:
         hidden = np.broadcast_to(np.asarray(hidden, dtype=bool), (n_layers, q_len, kv_len))
     hide = _hidden_cells(hidden, (n_layers, q_len, kv_len))
-    labels = _labels(tokens, q_len, "tokens")
-    heads = _labels(head_names, n_heads, "head_names", "head ", start=0)  # from 0, as --head, the JSON and the explorer
-    layers = _labels(layer_names, n_layers, "layer_names", "layer ", start=0)
+    labels = axis_labels(tokens, q_len, "tokens")
+    heads = axis_labels(head_names, n_heads, "head_names", "head ", start=0)  # from 0, as --head, the JSON and the explorer
+    layers = axis_labels(layer_names, n_layers, "layer_names", "layer ", start=0)
     show_layers = layer_names is not None or not one_layer
-    panel = _clamp(0.8 + 0.2 * q_len, 1.6, 3.0)
-    fig = _new_figure(min(1.8 + n_heads * panel, 32), min(1.2 + n_layers * panel, 32))
+    panel = clamp_value(0.8 + 0.2 * q_len, 1.6, 3.0)
+    fig = new_figure(min(1.8 + n_heads * panel, 32), min(1.2 + n_layers * panel, 32))
     axes = fig.subplots(n_layers, n_heads, squeeze=False)
     for (layer, head), ax in np.ndenumerate(axes):
         outer_x, outer_y = layer == n_layers - 1, head == 0
         panel_weights = grid[layer, head] if hide is None else np.ma.masked_array(grid[layer, head], mask=hide[layer])
-        image = _draw_matrix(ax, panel_weights, labels if outer_y else None, labels if outer_x else None,
+        image = draw_matrix(ax, panel_weights, labels if outer_y else None, labels if outer_x else None,
                              cmap=_weight_cmap(hide), vmin=0.0, vmax=1.0, title=heads[head] if layer == 0 else None,
                              ylabel=layers[layer] if outer_y and show_layers else None)
     fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight")
@@ -208,7 +207,7 @@ def heads_figure(weights, tokens, *, layer_names=None, head_names=None, title=No
     return fig
 
 
-@_quiet_glyphs
+@quiet_glyphs
 def mask_figure(mask, row_labels=None, col_labels=None, *, title=None, allowed_label="may attend",
                 hidden_label="masked", block_size: int | None = None) -> Figure:
     """(q_len, kv_len) bool mask, True = may attend -> a two-colour image with a legend.
@@ -218,15 +217,15 @@ def mask_figure(mask, row_labels=None, col_labels=None, *, title=None, allowed_l
     tiles of that size: skipped tiles hatched, full tiles (no mask) and partial tiles
     (masked) outlined in their own colours, with the counts in the title.
     """
-    array = _as_array(mask, "mask", "(q_len, kv_len)", (2,), dtype=None)
+    array = as_array(mask, "mask", "(q_len, kv_len)", (2,), dtype=None)
     if array.dtype != np.bool_:
         raise OptionError(f"mask must be boolean (True = may attend); got dtype {array.dtype}")
     q_len, kv_len = array.shape
-    rows = _labels(row_labels, q_len, "row_labels")
-    cols = _labels(col_labels, kv_len, "col_labels")
-    fig = _new_figure(_clamp(2.8 + 0.32 * kv_len, 4, 16), _clamp(1.6 + 0.32 * q_len, 3, 16))
+    rows = axis_labels(row_labels, q_len, "row_labels")
+    cols = axis_labels(col_labels, kv_len, "col_labels")
+    fig = new_figure(clamp_value(2.8 + 0.32 * kv_len, 4, 16), clamp_value(1.6 + 0.32 * q_len, 3, 16))
     ax = fig.add_subplot()
-    _draw_matrix(ax, array.astype(np.int8), rows, cols, cmap=ListedColormap(_MASK_COLOURS), vmin=0, vmax=1,
+    draw_matrix(ax, array.astype(np.int8), rows, cols, cmap=ListedColormap(_MASK_COLOURS), vmin=0, vmax=1,
                  title=title, xlabel="key", ylabel="query")
     handles = [Patch(facecolor=_MASK_COLOURS[1], label=allowed_label),
                Patch(facecolor=_MASK_COLOURS[0], label=hidden_label)]
@@ -269,7 +268,7 @@ def check_output_path(path) -> Path:
     return output.check_output_path(path, SUPPORTED_EXTENSIONS)
 
 
-@_quiet_glyphs
+@quiet_glyphs
 def save_figure(fig: Figure, path) -> Path:
     """Write ``fig`` as PNG (at PNG_DPI) or SVG, chosen by the extension; returns the path.
 

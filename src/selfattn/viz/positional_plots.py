@@ -15,10 +15,10 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from selfattn.errors import OptionError, ShapeError
-from selfattn.viz.figure_parts import _as_array, _clamp, _draw_matrix, _labels, _new_figure, _quiet_glyphs
+from selfattn.viz.figure_parts import as_array, clamp_value, draw_matrix, axis_labels, new_figure, quiet_glyphs
 
 
-@_quiet_glyphs
+@quiet_glyphs
 def positional_figure(matrix, *, title=None, xlabel="dimension", ylabel="position", limit=None) -> Figure:
     """(positions, dims) encoding -> an image on a diverging scale centred on 0.
 
@@ -40,7 +40,7 @@ def positional_figure(matrix, *, title=None, xlabel="dimension", ylabel="positio
         ShapeError: the matrix is not 2-d and non-empty.
         OptionError: ``limit`` is not a positive finite number.
     """
-    array = _as_array(matrix, "matrix", "(positions, dims)", (2,))
+    array = as_array(matrix, "matrix", "(positions, dims)", (2,))
     positions, dims = array.shape
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, float))
                               or not math.isfinite(limit) or limit <= 0):
@@ -48,16 +48,16 @@ def positional_figure(matrix, *, title=None, xlabel="dimension", ylabel="positio
     finite = np.abs(array[np.isfinite(array)])
     if limit is None:
         limit = max(1.0, float(finite.max()) if finite.size else 1.0)
-    fig = _new_figure(_clamp(2.5 + 0.12 * dims, 5, 14), _clamp(1.5 + 0.3 * positions, 3, 12))
+    fig = new_figure(clamp_value(2.5 + 0.12 * dims, 5, 14), clamp_value(1.5 + 0.3 * positions, 3, 12))
     ax = fig.add_subplot()
-    image = _draw_matrix(ax, array, _labels(None, positions, ""), _labels(None, dims, ""),
+    image = draw_matrix(ax, array, axis_labels(None, positions, ""), axis_labels(None, dims, ""),
                          cmap="RdBu_r", vmin=-limit, vmax=limit, aspect="auto", title=title, xlabel=xlabel,
                          ylabel=ylabel)
     fig.colorbar(image, ax=ax, label="value")
     return fig
 
 
-@_quiet_glyphs
+@quiet_glyphs
 def score_grids_figure(grids, titles, *, title=None, xlabel="key position j", ylabel="query position i") -> Figure:
     """Several (n, n) score grids side by side, each on its own diverging scale centred on 0.
 
@@ -81,21 +81,21 @@ def score_grids_figure(grids, titles, *, title=None, xlabel="key position j", yl
     """
     if isinstance(titles, str):
         raise ShapeError("titles must be a list of strings, one per grid; got one string")
-    arrays = [_as_array(grid, "each grid", "(n, n)", (2,)) for grid in grids]
+    arrays = [as_array(grid, "each grid", "(n, n)", (2,)) for grid in grids]
     if not arrays or len(titles) != len(arrays):
         raise ShapeError(f"score_grids_figure needs one or more grids and one title each; got {len(arrays)} grids "
                          f"and {len(titles)} titles")
     n = arrays[0].shape[0]
     if any(a.shape != (n, n) for a in arrays):
         raise ShapeError(f"every grid must be square and of one size; got {[a.shape for a in arrays]}")
-    panel = _clamp(2.0 + 0.25 * n, 3.5, 7.0)
-    fig = _new_figure(min(1.0 + len(arrays) * (panel + 1.2), 28), panel + 1.6)
+    panel = clamp_value(2.0 + 0.25 * n, 3.5, 7.0)
+    fig = new_figure(min(1.0 + len(arrays) * (panel + 1.2), 28), panel + 1.6)
     axes = fig.subplots(1, len(arrays), squeeze=False)[0]
-    labels = _labels(None, n, "")
+    labels = axis_labels(None, n, "")
     for ax, array, panel_title in zip(axes, arrays, titles):
         finite = np.abs(array[np.isfinite(array)])
         limit = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
-        image = _draw_matrix(ax, array, labels, labels, cmap="RdBu_r", vmin=-limit, vmax=limit, xlabel=xlabel,
+        image = draw_matrix(ax, array, labels, labels, cmap="RdBu_r", vmin=-limit, vmax=limit, xlabel=xlabel,
                              ylabel=ylabel)
         ax.set_title(textwrap.fill(str(panel_title), width=max(20, int(panel * 9))), parse_math=False)  # panel-wide
         fig.colorbar(image, ax=ax, shrink=0.8, label="score")

@@ -10,23 +10,12 @@ away from the first copy's as the score jumps. Every number comes from metrics.j
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import matplotlib
 from matplotlib.figure import Figure
 
-from selfattn.training.loop import TrainingRun
-from selfattn.training.probe import INDUCTION_FORMED
-from selfattn.viz import plots
-from selfattn.viz.figure_parts import _new_figure, _quiet_glyphs
-from selfattn.viz.training_run import (
-    formed_heads,
-    formed_note,
-    head_name,
-    head_scores,
-    read_run,
-    run_title,
-)
+from selfattn.training.records import INDUCTION_FORMED, TrainingRun
+from selfattn.viz.figure_parts import new_figure, quiet_glyphs
+from selfattn.viz.training_run import formed_heads, formed_note, head_name, head_scores, run_title
 
 LOSS_LINES = (  # (metrics field, label, colour, style)
     ("train_loss", "training loss", "#0969da", "-"),
@@ -57,12 +46,12 @@ def _head_colours(heads: list[tuple[int, int]], formed: set) -> dict[tuple[int, 
             for h in heads}
 
 
-@_quiet_glyphs
+@quiet_glyphs
 def training_figure(run: TrainingRun) -> Figure:
     """A run's losses (top) and every head's induction score (bottom) over the steps.
 
     Args:
-        run: the run, from ``training_run.read_run`` (or ``train``'s result).
+        run: the run, from ``commands.training_pictures.read_run`` (or ``train``'s result).
 
     Returns:
         A figure with two axes sharing the step axis. The bottom one holds one Line2D per
@@ -71,7 +60,7 @@ def training_figure(run: TrainingRun) -> Figure:
     """
     steps = [r["step"] for r in run.metrics]
     few = len(steps) <= 20  # markers show where the logged points are when there are few
-    fig = _new_figure(10, 8)
+    fig = new_figure(10, 8)
     loss_ax, heads_ax = fig.subplots(2, 1, sharex=True, height_ratios=(2, 3))
     for name, label, colour, style in LOSS_LINES:
         xs, ys = _values(run, lambda r, name=name: r.get(name))
@@ -124,21 +113,3 @@ def _heads_legend(ax, count: int, formed: set) -> None:
     # Above the near-zero lines of the heads that never formed, below the threshold: where no curve lingers.
     ax.legend(handles=handles, loc="lower right", bbox_to_anchor=(1.0, 0.06), fontsize=8, ncols=2 if len(handles) > 6 else 1, title=title,
               title_fontsize=8)
-
-
-def plot_training(folder, output) -> Path:
-    """Draw the run in ``folder`` and save it as PNG or SVG.
-
-    Args:
-        folder: the run's folder (``selfattn train --out``).
-        output: the picture's path, .png or .svg; checked before the run is read.
-
-    Returns:
-        The path written.
-
-    Raises:
-        OutputError: the output path cannot be written or has another extension.
-        TrainingError: the folder holds no run, or one that logged no step yet.
-    """
-    target = plots.check_output_path(output)
-    return plots.save_figure(training_figure(read_run(folder)), target)

@@ -17,21 +17,11 @@ last and the one its induction head formed at among them), and the page says so.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 from selfattn.errors import OptionError
-from selfattn.training.loop import TrainingRun
-from selfattn.training.probe import INDUCTION_FORMED, strongest
+from selfattn.training.records import INDUCTION_FORMED, Probe, TrainingRun, strongest
 from selfattn.viz.explorer import render_page
-from selfattn.viz.output import check_output_path, write_text
-from selfattn.viz.training_run import (
-    Probe,
-    formed_note,
-    head_scores,
-    read_probe,
-    read_run,
-    run_title,
-)
+from selfattn.viz.training_run import formed_note, head_scores, run_title
 
 PAGE_EXTENSIONS = (".html", ".htm")
 WEIGHT_SCALE = 1000  # weights travel as round(w * 1000): three decimals
@@ -130,8 +120,8 @@ def training_page_data(run: TrainingRun, probe: Probe, layer: int | None = None,
     """The page's data (TRAINING_PAGE_DOC) for a run and its probe.
 
     Args:
-        run: the run, from ``training_run.read_run``.
-        probe: its probe and stored attention, from ``training_run.read_probe``.
+        run: the run, from ``commands.training_pictures.read_run``.
+        probe: its probe and stored attention, from ``commands.training_pictures.read_probe``.
         layer: the layer shown first, from 0 (default: the best induction head's, among
             the heads numbered ``head`` when that is given).
         head: the head shown first, from 0 (default: the best induction head's, in
@@ -188,43 +178,3 @@ def render_training_page(data: dict) -> str:
         The page, its CSS, script and data inlined.
     """
     return render_page("training.html", ("explorer.css", "training.css"), "training.js", data, "selfattn training run")
-
-
-def training_html(folder, layer: int | None = None, head: int | None = None) -> str:
-    """The page for the run in ``folder``.
-
-    Args:
-        folder: the run's folder (``selfattn train --out``).
-        layer: the layer shown first, from 0 (default: the best induction head's).
-        head: the head shown first, from 0 (default: the best induction head's).
-
-    Returns:
-        The self-contained HTML page.
-
-    Raises:
-        TrainingError: the folder holds no run, or no stored probe attention.
-        OptionError: ``layer`` or ``head`` is out of range.
-    """
-    run = read_run(folder)
-    return render_training_page(training_page_data(run, read_probe(run), layer, head))
-
-
-def view_training(folder, output, layer: int | None = None, head: int | None = None) -> Path:
-    """Write the page for the run in ``folder`` to ``output`` (.html), atomically.
-
-    Args:
-        folder: the run's folder.
-        output: the page's path, .html or .htm; checked before the run is read.
-        layer: the layer shown first (default: the best induction head's).
-        head: the head shown first (default: the best induction head's).
-
-    Returns:
-        The path written.
-
-    Raises:
-        OutputError: the output path cannot be written or has another extension.
-        TrainingError: the folder holds no run, or no stored probe attention.
-        OptionError: ``layer`` or ``head`` is out of range.
-    """
-    target = check_output_path(output, PAGE_EXTENSIONS)
-    return write_text(target, training_html(folder, layer, head))

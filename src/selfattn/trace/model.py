@@ -17,7 +17,7 @@ import torch
 
 from selfattn.errors import OptionError, SentenceError
 from selfattn.models.description import AttentionInfo, EmbeddingStep
-from selfattn.models.loading import shared_model
+from selfattn.models.files import DEFAULT_MODEL, MODELS
 from selfattn.pipeline.steps import attention_scores
 from selfattn.models.queries import find_model_query
 
@@ -70,8 +70,13 @@ class ModelTrace:
     layer_output: torch.Tensor  # (n, d): hidden state leaving layer ``layer`` (the last: after the final norm)
     hidden_states: tuple[torch.Tensor, ...]  # n_layers + 1 of (n, d)
     all_weights: torch.Tensor  # (n_layers, n_heads, n, n): every head of every layer, each layer's steps
-    model_source: str = ""  # what the model was loaded from (a name, folder or hub id): loads it again
+    model_source: str = ""  # what the model was loaded from (a name, folder or hub id)
     layer_allowed: tuple[torch.Tensor | None, ...] = ()  # per layer: (n, n) bool, True = may attend; None: every key
+    layer_steps: tuple = ()  # per layer: its block's AttentionSteps on this text (every head's q, k, v, scores, softmax)
+    layer_scores_unscaled: tuple[torch.Tensor, ...] = ()  # per layer: (heads, n, n), q_i . k_j before the scaling
+    layer_infos: tuple[AttentionInfo, ...] = ()  # per layer: how it attends (causal, window, positions, kv heads)
+    builtin: bool = False  # one of the models selfattn ships or installs (trained), not a checkpoint brought in
+    default_model: bool = False  # the model the commands use without --model (all-MiniLM-L6-v2)
 
     @property
     def query_token(self) -> str:
@@ -113,22 +118,36 @@ def check_layer_head(layer: int, head: int, n_layers: int, n_heads: int) -> None
 
 def trace_model(
     sentence: str,
-    model_name: str = "all-MiniLM-L6-v2",
+    model,
     *,
     layer: int = 0,
     head: int = 0,
     query: str | int | None = None,
     output_format: str = "text",
+    source: str | os.PathLike | None = None,
 ) -> ModelTrace:
-    """Run the model on ``sentence`` and record layer ``layer``, head ``head`` for the query.
+    """Run a loaded model on ``sentence`` and record layer ``layer``, head ``head`` for the query.
 
-    Any supported family: the model describes its embedding step and attention, and the
-    chosen block's own ``attention_steps`` records the head (causal mask, RoPE, the key/value
-    head it reads under grouped-query attention, the window).
+    Any supported family: the model describes its embedding step and attention, and each
+    block's own ``attention_steps`` records its heads (causal mask, RoPE, the key/value head
+    a query head reads under grouped-query attention, the window). Every layer's steps and
+    attention description are kept, so the renderers never run the model again.
+
+    Args:
+        sentence: the text, not empty.
+        model: a loaded ``BertModel`` or ``DecoderModel`` (``load_pretrained``).
+        layer: the layer to explain, from 0.
+        head: the head to explain, from 0.
+        query: the query token or its 0-based position; None: the model's default.
+        output_format: what the trace is for ("text", "markdown", "json", "html", "plot"):
+            sets the longest input.
+        source: what the model was loaded from, recorded in the trace (default: its name).
+
+    Returns:
+        The ``ModelTrace``.
     """
     if not isinstance(sentence, str) or not sentence.strip():
         raise SentenceError("the sentence is empty: give at least one word")
-    model = shared_model(model_name)
     n_layers, n_heads = len(model.blocks), model.attention_info(0).n_heads
     check_layer_head(layer, head, n_layers, n_heads)
     encoded = model.tokenize(sentence)
@@ -204,8 +223,13 @@ def trace_model(
             layer_output=out.hidden_states[layer + 1][0],
             hidden_states=tuple(h[0] for h in out.hidden_states),
             all_weights=all_weights,
-            model_source=os.fspath(model_name),
+            model_source=os.fspath(model.name if source is None else source),
             layer_allowed=layer_allowed,
+            layer_steps=tuple(every),
+            layer_scores_unscaled=tuple(_unscaled(s, model.attention_info(l)) for l, s in enumerate(every)),
+            layer_infos=tuple(model.attention_info(l) for l in range(n_layers)),
+            builtin=model.name in MODELS,
+            default_model=model.name == DEFAULT_MODEL,
         )
 
 
@@ -214,3 +238,9 @@ def _allowed(mask: torch.Tensor, n: int) -> torch.Tensor:
     if mask.dtype == torch.bool:
         return mask.reshape(-1, n, n)[0].clone()
     return torch.isfinite(mask.reshape(-1, n, n)[0])
+
+
+def _unscaled(steps, info: AttentionInfo) -> torch.Tensor:
+    """Every head's q_i . k_j before the scaling, each query head with the key/value head it reads.   -> (H, n, n)"""
+    q, k = steps.q[0], steps.k[0]  # (H, n, d_h), (K, n, d_h)
+    return torch.stack([attention_scores(q[h], k[info.kv_head(h)]) for h in range(q.shape[0])])  # H of (n, n)

@@ -1,13 +1,10 @@
-"""`selfattn heads`: what every head of a pretrained model does on the user's sentence.
+"""`selfattn heads` on an encoder: every head's role as JSON, or as a table with its explanation.
 
-Run the model once, classify every layer's every head and print a table with a short
-explanation, as text, markdown or JSON through the project's document model and
-renderers. An encoder's heads get ``head_roles``'s roles (previous, next, self,
-[CLS]/[SEP]); a decoder's (causal) heads get ``decoder_roles``'s pattern scores
-(previous token, duplicate token, induction, first token), on the sentence or on the
-induction probe (``--probe induction``). `selfattn similarity` lives in
-``similarity_command``; what both share (checks, JSON and document writers) in
-``command_output``.
+``commands.heads`` runs the model and classifies every layer's every head with
+``analysis.head_roles`` (previous, next, self, [CLS]/[SEP], one token, spread); this
+module lays the roles out, as text, markdown or JSON through the project's document
+model. A decoder's heads are laid out by ``decoder_heads``; what the commands' outputs
+share (checks, JSON and document writers) is in ``command_output``.
 """
 
 from __future__ import annotations
@@ -15,72 +12,17 @@ from __future__ import annotations
 import math
 import shlex
 from collections import Counter
-from typing import TextIO
 
-import torch
 
-from selfattn.errors import OptionError
-from selfattn.explain.command_output import check_output, check_sentence, command_lines, write_document, write_json
+from selfattn.explain.command_output import command_lines
 from selfattn.explain.document import Document, Heading, Lines, Note, Paragraph, Table, display_token, fmt
-from selfattn.explain.decoder_heads import PROBE_LENGTH, PROBE_SEED, check_probe_options, decoder_heads, induction_probe_for
-from selfattn.models.head_roles import PARTS, ROLE_THRESHOLD, ROLES, SPREAD, HeadRole, classify_heads
-from selfattn.models.loading import shared_model
-from selfattn.pipeline.embeddings import SEED_SENTENCE
+from selfattn.analysis.head_roles import PARTS, ROLE_THRESHOLD, ROLES, SPREAD, HeadRole
 
 SHOWN_TOKENS = 48  # a longer token list is shortened in the text
 SHOWN_TARGET = 8  # a longer "one token" word is cut, so the role column stays 16 wide
 TOP_HEADS = 3  # how many most focused / most spread heads the summary names
 PART_COLUMNS = {"previous token": "prev", "next token": "next", "self": "self", "[CLS]/[SEP]": "[CLS]/[SEP]",
                 "other": "other"}
-
-
-def heads_command(
-    sentence: str | None, model_name: str, output_format: str, precision: int, stream: TextIO,
-    probe: str | None = None, probe_length: int | None = None, seed: int | None = None,
-) -> None:
-    """Classify every head of ``model_name`` on one sentence, or on a probe, and print the table.
-
-    Args:
-        sentence: the text to run the model on; None for the seed's sentence (or the probe).
-        model_name: a pretrained model's name, e.g. "all-MiniLM-L6-v2", or a model folder.
-        output_format: "text", "markdown" or "json".
-        precision: decimals for the numbers in text and markdown.
-        stream: where to write.
-        probe: None, or "induction": a decoder reads random tokens repeated twice instead of a sentence.
-        probe_length: the random tokens in one copy of the probe (default PROBE_LENGTH); needs ``probe``.
-        seed: the seed of the probe's tokens (default PROBE_SEED); needs ``probe``.
-
-    Raises:
-        OptionError: an unknown format, precision or probe; a probe with a sentence, on an
-            encoder, or longer than the model's positions; probe_length or seed without a probe.
-        SentenceError: the sentence is not a non-empty string, or too long for the model.
-    """
-    check_output(output_format, precision)
-    check_probe_options(sentence, probe, probe_length, seed)
-    text = SEED_SENTENCE if sentence is None else sentence
-    if probe is None:
-        check_sentence(text)
-    model = shared_model(model_name)
-    if model.attention_info(0).causal:
-        made = None if probe is None else induction_probe_for(
-            model, PROBE_LENGTH if probe_length is None else probe_length, PROBE_SEED if seed is None else seed)
-        decoder_heads(model, model_name, None if made else text, made, output_format, precision, stream)
-        return
-    if probe is not None:
-        raise OptionError(
-            f"--probe {probe} needs a decoder (gpt2, llama, mistral, qwen2): {model.name} is an encoder, and "
-            "induction heads are how a decoder continues a text it has seen"
-        )
-    with torch.no_grad():
-        out = model(text, output_attentions=True)  # one text: no padding; > 512 tokens is refused here
-    tokens = out.tokens[0]
-    attentions = torch.stack([layer[0] for layer in out.attentions])  # (layers, heads, n, n)
-    roles = classify_heads(attentions, tokens)
-    if output_format == "json":
-        write_json(heads_to_dict(model.name, text, tokens, roles), stream)
-        return
-    doc = heads_document(model.name, text, tokens, roles, precision, sentence is None)
-    write_document(doc, f"Attention heads of {model.name}", output_format, stream)
 
 
 def heads_to_dict(model_name: str, sentence: str, tokens: list[str], roles: list[list[HeadRole]]) -> dict:

@@ -1,4 +1,4 @@
-"""A BERT encoder (all-MiniLM-L6-v2) built from our own modules and loaded from safetensors.
+"""A BERT encoder built from our own modules: embeddings, post-LN blocks, mean pooling.
 
     X0 = LN(E_word[ids] + E_pos[0 .. n-1] + E_type[0])        embeddings   (batch, seq, d)
     X_l = PostLN-Block_l(X_{l-1}),  l = 1 .. L                 our TransformerBlock (post-LN, GELU)
@@ -6,8 +6,9 @@
 
 Attention inside each block is our ``MultiHeadAttention`` (through ``attention_steps``);
 padding keys are masked with ``masks.padding_mask``, so they get exactly zero weight.
-Every tensor name in the checkpoint is mapped explicitly (``weight_mapping``), and the
-load checks that every checkpoint key is used or knowingly ignored, and every shape fits.
+This module is the network and its sizes (``BertConfig``); reading config.json, the
+checkpoint's tensor names and the loader belong to the BERT family's own file in
+``models/families/``.
 """
 
 from __future__ import annotations
@@ -23,28 +24,8 @@ from selfattn.errors import ModelError, SentenceError, ShapeError
 from selfattn.masks import padding_mask
 from selfattn.models.description import AttentionInfo, EmbeddingPart, EmbeddingStep, attention_info
 from selfattn.models.output import ModelOutput
+from selfattn.models.registry import decoder_names, one_of
 from selfattn.models.tokenizer import Encoded, WordPieceTokenizer, as_text_list
-
-# Checkpoint tensors we do not use: the pooler (a tanh layer for the [CLS] vector, unused
-# by mean pooling) and position_ids (a saved arange, not a weight).
-IGNORED_KEYS = ("embeddings.position_ids", "pooler.dense.weight", "pooler.dense.bias")
-
-_LAYER_MAP = {  # BERT's name in layer i -> ours in encoder.layers.i
-    "attention.self.query": "attention.w_q",
-    "attention.self.key": "attention.w_k",
-    "attention.self.value": "attention.w_v",
-    "attention.output.dense": "attention.w_o",
-    "attention.output.LayerNorm": "norm1",  # post-LN: LN(x + Attn(x))
-    "intermediate.dense": "feed_forward.linear1",
-    "output.dense": "feed_forward.linear2",
-    "output.LayerNorm": "norm2",  # post-LN: LN(x + FFN(x))
-}
-_EMBEDDING_MAP = {
-    "embeddings.word_embeddings": "embeddings.word",
-    "embeddings.position_embeddings": "embeddings.position",
-    "embeddings.token_type_embeddings": "embeddings.token_type",
-    "embeddings.LayerNorm": "embeddings.norm",
-}
 
 
 @dataclass(frozen=True)
@@ -52,6 +33,7 @@ class BertConfig:
     """The fields of a BERT config.json that shape the network.
 
     Attributes:
+        model_type: config.json's model_type, the family's name in the registry.
         vocab_size: rows of the word embedding table.
         hidden_size: d, the model width.
         num_hidden_layers: L, the number of encoder blocks.
@@ -64,6 +46,7 @@ class BertConfig:
         pad_token_id: the id that pads a batch.
     """
 
+    model_type: str
     vocab_size: int
     hidden_size: int
     num_hidden_layers: int
@@ -74,29 +57,6 @@ class BertConfig:
     layer_norm_eps: float
     hidden_act: str = "gelu"
     pad_token_id: int = 0
-
-    @classmethod
-    def from_json(cls, data: dict) -> BertConfig:
-        """The config from a parsed config.json; fields this class does not know are ignored.
-
-        Args:
-            data: the parsed JSON object.
-
-        Returns:
-            The ``BertConfig``.
-
-        Raises:
-            ModelError: not a BERT config with absolute positions, an activation other
-                than "gelu", or a required field is missing.
-        """
-        if data.get("model_type") != "bert" or data.get("position_embedding_type", "absolute") != "absolute":
-            raise ModelError("config.json does not describe a BERT encoder with absolute positions")
-        if data.get("hidden_act", "gelu") != "gelu":
-            raise ModelError(f"unsupported activation {data.get('hidden_act')!r}: this loader knows BERT's exact GELU")
-        try:
-            return cls(**{name: data[name] for name in cls.__dataclass_fields__ if name in data})
-        except TypeError as error:
-            raise ModelError(f"config.json lacks a field: {error}") from None
 
     @property
     def transformer(self) -> TransformerConfig:
@@ -110,19 +70,6 @@ class BertConfig:
             activation="gelu",  # exact (erf) GELU, as BERT's "gelu"
             layer_norm_eps=self.layer_norm_eps,
         )
-
-
-def weight_mapping(config: BertConfig) -> dict[str, str]:
-    """Checkpoint tensor name -> our parameter name, for every tensor we load."""
-    mapping = {}
-    for theirs, ours in _EMBEDDING_MAP.items():
-        for kind in ("weight",) if ours != "embeddings.norm" else ("weight", "bias"):
-            mapping[f"{theirs}.{kind}"] = f"{ours}.{kind}"
-    for layer in range(config.num_hidden_layers):
-        for theirs, ours in _LAYER_MAP.items():
-            for kind in ("weight", "bias"):
-                mapping[f"encoder.layer.{layer}.{theirs}.{kind}"] = f"encoder.layers.{layer}.{ours}.{kind}"
-    return mapping
 
 
 class BertEmbeddings(nn.Module):
@@ -155,17 +102,18 @@ class BertModel(nn.Module):
     freezes them.
 
     Args:
-        config: the network's sizes, read from the checkpoint's config.json
-            (``BertConfig.from_json``).
+        config: the network's sizes, read from the checkpoint's config.json by the
+            family's ``read_config``.
         tokenizer: turns texts into padded ids; None: only ``run`` on ready ``Encoded``
             input works, and texts raise ModelError.
-        name: the model's name, copied into every ``ModelOutput.model_name``.
+        name: the model's name, copied into every ``ModelOutput.model_name``; None: the
+            config's model_type.
     """
 
-    def __init__(self, config: BertConfig, tokenizer: WordPieceTokenizer | None = None, name: str = "bert") -> None:
+    def __init__(self, config: BertConfig, tokenizer: WordPieceTokenizer | None = None, name: str | None = None) -> None:
         super().__init__()
         self.config = config
-        self.name = name
+        self.name = config.model_type if name is None else name
         self.tokenizer = tokenizer
         self.embeddings = BertEmbeddings(config)
         self.encoder = Transformer(config.transformer)
@@ -332,7 +280,7 @@ class BertModel(nn.Module):
         Returns:
             Its ``AttentionInfo``.
         """
-        return attention_info("bert", self.encoder.layers[layer].config)
+        return attention_info(self.config.model_type, self.encoder.layers[layer].config)
 
     def trace_options(self) -> dict:
         """Keywords for a block's ``attention_steps`` on one text: none (no mask, no positions).
@@ -353,11 +301,12 @@ class BertModel(nn.Module):
             Nothing: it always raises.
 
         Raises:
-            ModelError: always; generation needs a decoder (gpt2, llama, mistral, qwen2).
+            ModelError: always; generation needs a decoder (the families in
+                selfattn.models.FAMILIES whose kind is "decoder", listed in the message).
         """
         raise ModelError(
             f"{self.name} is an encoder (BERT): it has no next-token head to generate with; "
-            f"generate takes a decoder (gpt2, llama, mistral or qwen2)"
+            f"generate takes a decoder ({one_of(decoder_names())})"
         )
 
 
@@ -379,24 +328,6 @@ def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor, normalize: boo
     return pooled / pooled.norm(dim=-1, keepdim=True).clamp(min=1e-12)  # as torch's F.normalize
 
 
-def load_weights(model: BertModel, state: dict[str, torch.Tensor]) -> None:
-    """Copy checkpoint tensors into the model by the explicit mapping; refuse any mismatch."""
-    mapping = weight_mapping(model.config)
-    ours = dict(model.named_parameters())
-    unexpected = sorted(set(state) - set(mapping) - set(IGNORED_KEYS))
-    missing = sorted(set(mapping) - set(state))
-    if unexpected or missing:
-        raise ModelError(f"checkpoint does not fit BERT: missing {missing[:5]}, unexpected {unexpected[:5]}")
-    assert len(mapping) == len(ours), f"mapping covers {len(mapping)} tensors, the model has {len(ours)} parameters"
-    assert set(mapping.values()) == set(ours), "the mapping must name every parameter exactly once"
-    with torch.no_grad():
-        for theirs, name in mapping.items():
-            tensor = state[theirs]
-            if tensor.shape != ours[name].shape:
-                raise ModelError(f"{theirs} has shape {tuple(tensor.shape)}, {name} needs {tuple(ours[name].shape)}")
-            ours[name].copy_(tensor)
-
-
 def check_encoded(ids: torch.Tensor, real: torch.Tensor, positions: int) -> None:
     """ids and mask (batch, seq) that ``run`` can read: within the positions, padding on the right."""
     if ids.dim() != 2 or ids.shape != real.shape:
@@ -408,19 +339,3 @@ def check_encoded(ids: torch.Tensor, real: torch.Tensor, positions: int) -> None
         raise ShapeError("attention_mask must hold each row's real tokens (1) first and its padding (0) after them")
 
 
-def load_bert(folder, name: str, state: dict[str, torch.Tensor] | None = None) -> BertModel:
-    """A BERT encoder from a Hugging Face folder (config.json, tokenizer.json, weights), frozen, eval mode.
-
-    Checkpoints saved from BertForMaskedLM / BertForPreTraining keep the encoder under
-    "bert." and add heads under "cls."; the encoder is read and the heads are left out.
-    """
-    from selfattn.models.checkpoint import read_config, read_weights
-
-    config = BertConfig.from_json(read_config(folder))
-    tokenizer = WordPieceTokenizer(folder / "tokenizer.json", config.max_position_embeddings, config.pad_token_id)
-    model = BertModel(config, tokenizer, name)
-    state = read_weights(folder) if state is None else state
-    if any(key.startswith("bert.") for key in state):
-        state = {key[len("bert."):]: t for key, t in state.items() if key.startswith("bert.")}
-    load_weights(model, state)
-    return model.eval().requires_grad_(False)

@@ -1,4 +1,4 @@
-"""The explain configuration, and the one-way import rule of the architecture."""
+"""The explain configuration (the import rules of the architecture are in test_layers.py)."""
 
 import ast
 from pathlib import Path
@@ -50,44 +50,6 @@ def test_too_long_for_text_but_fine_for_json():
     with pytest.raises(SentenceError, match="at most 24"):
         build_trace(ExplainConfig(sentence=sentence))
     assert len(build_trace(ExplainConfig(sentence=sentence, format="json")).tokens) == 25
-
-
-def _imports(path: Path) -> set[str]:
-    """Modules imported by a file, anywhere in it."""
-    tree = ast.parse(path.read_text())
-    names = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            names.add(node.module)
-    return names
-
-
-CORE = [
-    "pipeline", "attention", "positional", "models", "kernels", "distributed", "masks", "trace.py", "variant_trace.py",
-    "variant_setup.py", "flash_trace.py", "errors.py", "config.py", "shapes.py",
-]
-
-
-@pytest.mark.parametrize("layer", ["kernels", "masks", "checks.py"])
-def test_kernels_and_masks_sit_below_the_attention_package(layer):
-    """The kernels and masks share only lower helpers with the modules (checks.py, errors.py): the
-    attention package imports the kernel, so the kernel must not import it back."""
-    files = sorted((PACKAGE / layer).rglob("*.py")) if (PACKAGE / layer).is_dir() else [PACKAGE / layer]
-    assert files
-    for path in files:
-        bad = {m for m in _imports(path) if m.startswith(("selfattn.attention", "selfattn.models", "selfattn.training"))}
-        assert not bad, f"{path.name} imports {bad}"
-
-
-@pytest.mark.parametrize("layer", CORE)
-def test_core_never_imports_renderers_or_cli(layer):
-    files = sorted((PACKAGE / layer).rglob("*.py")) if (PACKAGE / layer).is_dir() else [PACKAGE / layer]
-    assert files
-    for path in files:
-        bad = {m for m in _imports(path) if m.startswith(("selfattn.explain", "selfattn.cli", "selfattn.viz"))}
-        assert not bad, f"{path.name} imports {bad}"
 
 
 @settings(max_examples=40, deadline=None)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from selfattn.errors import TrainingError
 from selfattn.training.loop import train
-from selfattn.training.probe import INDUCTION_FORMED, strongest
+from selfattn.training.records import INDUCTION_FORMED, strongest
 
 EXIT_INTERRUPTED = 130
 

@@ -66,7 +66,7 @@ def default_d_k(d: int, heads: int, positional: str) -> int:
     return d_k - d_k % 2 if positional == "rope" else d_k
 
 
-def _distance_check(
+def distance_check_for(
     positional: str, q_plain: torch.Tensor, k_plain: torch.Tensor, q_index: int
 ) -> tuple[DistanceScore, ...] | None:
     """Head 0's query and its key head's key (key head 0), unrotated, at the default position pairs.
@@ -80,11 +80,11 @@ def _distance_check(
     return rope_distance_check(q, k, rotary_dim=q.shape[0] - q.shape[0] % 2)
 
 
-def _alibi(positional: str, heads: int, n: int, dtype: torch.dtype) -> torch.Tensor | None:
+def alibi_for_variant(positional: str, heads: int, n: int, dtype: torch.dtype) -> torch.Tensor | None:
     return alibi_bias(heads, n, n, dtype=dtype) if positional == "alibi" else None  # (H, n, n)
 
 
-def _seeded_attention(
+def seeded_attention(
     d: int, heads: int, kv_heads: int, d_k: int, positional: str, generator: torch.Generator
 ) -> MultiHeadAttention:
     """Untrained projections, fixed by the seed: W ~ N(0, 1 / fan_in), no biases."""

@@ -4,17 +4,27 @@ GPT-2 is a pre-LN decoder with learned positions, LayerNorm with biases, GELU in
 form ("gelu_new"), biases on every projection and the output matrix tied to the token
 embedding. Its checkpoint stores every projection as Conv1D, (in, out): we transpose, and
 c_attn holds q, k and v side by side in one (d, 3d) matrix, which we cut in three.
+
+It is also the layout ``selfattn train`` writes (``config_json``, and ``weight_rules`` run
+backwards), so transformers' GPT2LMHeadModel reads a training run's folder.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Collection
 
 from selfattn.models.config_fields import ConfigReader
 from selfattn.models.decoder import DecoderConfig
+from selfattn.models.family import Family
 from selfattn.models.weights import WeightRule, rule, split_columns, transposed
 
+MODEL_TYPE = "gpt2"
 ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu"}
+REFUSED = {
+    "add_cross_attention": "cross-attention",
+    "scale_attn_by_inverse_layer_idx": "scores scaled by 1 / layer index",
+}
 # Saved buffers, not weights: the causal mask of older checkpoints.
 _MASK_BUFFERS = re.compile(r"h\.\d+\.attn\.(bias|masked_bias)")
 
@@ -22,20 +32,26 @@ _MASK_BUFFERS = re.compile(r"h\.\d+\.attn\.(bias|masked_bias)")
 def read_config(data: dict) -> DecoderConfig:
     """A GPT-2 config.json -> ``DecoderConfig``; refuses what our blocks do not compute.
 
+    Args:
+        data: the parsed config.json.
+
+    Returns:
+        The decoder's config.
+
     Raises:
         ModelError: a required field is missing or mistyped, or the config asks for
             something else (cross-attention, scaling by layer index, unscaled scores, an
             unknown activation), naming the field.
     """
-    read = ConfigReader(data, "gpt2")
+    read = ConfigReader(data, MODEL_TYPE)
     d = read.int("n_embd")
     heads = read.int("n_head")
-    read.refuse_true("add_cross_attention", "cross-attention")
-    read.refuse_true("scale_attn_by_inverse_layer_idx", "scores scaled by 1 / layer index")
+    for name, what in REFUSED.items():
+        read.refuse_true(name, what)
     read.require_true("scale_attn_weights", "scores divided by sqrt(head_dim)")
     eos = read.ids("eos_token_id", default=50256)
     return DecoderConfig(
-        model_type="gpt2",
+        model_type=MODEL_TYPE,
         vocab_size=read.int("vocab_size"),
         d_model=d,
         n_layers=read.int("n_layer"),
@@ -56,6 +72,27 @@ def read_config(data: dict) -> DecoderConfig:
         eos_ids=eos,
         pad_id=read.optional_id("pad_token_id") or (eos[0] if eos else 0),
     )
+
+
+def config_json(config: DecoderConfig, initializer_range: float = 0.02) -> dict:
+    """GPT2LMHeadModel's config.json for ``config``, which ``read_config`` reads back (no dropout).
+
+    Args:
+        config: a decoder in GPT-2's layout (learned positions, LayerNorm, tanh GELU, tied).
+        initializer_range: the standard deviation the weights were drawn with, recorded.
+
+    Returns:
+        The JSON object, keys in the order the file is written.
+    """
+    return {
+        "architectures": ["GPT2LMHeadModel"], "model_type": MODEL_TYPE, "vocab_size": config.vocab_size,
+        "n_embd": config.d_model, "n_layer": config.n_layers, "n_head": config.n_heads,
+        "n_positions": config.max_positions, "n_inner": config.d_ff, "activation_function": "gelu_new",
+        "layer_norm_epsilon": config.norm_eps, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0,
+        "scale_attn_weights": True, "tie_word_embeddings": True, "initializer_range": initializer_range,
+        "bos_token_id": config.bos_id if config.bos_id is not None else config.eos_ids[0],
+        "eos_token_id": config.eos_ids[0], "pad_token_id": config.pad_id, "torch_dtype": "float32",
+    }
 
 
 def weight_rules(config: DecoderConfig, prefix: str) -> list[WeightRule]:
@@ -85,17 +122,40 @@ def weight_rules(config: DecoderConfig, prefix: str) -> list[WeightRule]:
     return rules
 
 
-def checkpoint_prefix(names) -> str:
+def checkpoint_prefix(names: Collection[str]) -> str:
     """"transformer." when the checkpoint was saved from GPT2LMHeadModel, "" from GPT2Model."""
     return "transformer." if "transformer.wte.weight" in names else ""
 
 
-def ignored(config: DecoderConfig, prefix: str):
+def ignored(config: DecoderConfig, prefix: str) -> Callable[[str], bool]:
     """Which checkpoint names are known and unused: saved mask buffers, a stored copy of a tied output matrix."""
     def check(name: str) -> bool:
         if name == "lm_head.weight":
             return config.tie_embeddings
-        bare = name[len(prefix):] if name.startswith(prefix) else name
-        return bool(_MASK_BUFFERS.fullmatch(bare))
+        return bool(_MASK_BUFFERS.fullmatch(name.removeprefix(prefix)))
 
     return check
+
+
+def weight_table(config: DecoderConfig, names: Collection[str]) -> tuple[list[WeightRule], Callable[[str], bool]]:
+    """The rules and the ignored names for this checkpoint, whichever class saved it.
+
+    Args:
+        config: the decoder's config.
+        names: the checkpoint's tensor names (they tell GPT2LMHeadModel from GPT2Model).
+
+    Returns:
+        (rules, ignored), as ``copy_weights`` takes them.
+    """
+    prefix = checkpoint_prefix(names)
+    return weight_rules(config, prefix), ignored(config, prefix)
+
+
+FAMILY = Family(
+    model_type=MODEL_TYPE,
+    kind="decoder",
+    description="GPT-2 decoders: learned positions, pre-LN LayerNorm, tanh GELU, q, k and v fused in one Conv1D",
+    read_config=read_config,
+    weight_table=weight_table,
+    refused=REFUSED,
+)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from selfattn.attention.functional import attention_steps
-from selfattn.flash_trace import FlashTrace, trace_flash
+from selfattn.trace.flash import FlashTrace, trace_flash
 from selfattn.masks import causal_mask, combine_masks
 from selfattn.errors import OptionError
 from selfattn.pipeline.embeddings import EmbeddingSource, check_matrix
@@ -32,14 +32,13 @@ from selfattn.pipeline.tokenize import find_query
 from selfattn.positional import LearnedPositionalEmbedding, alibi_slopes, apply_rope, rope_angles
 from selfattn.positional import check_positional, sinusoidal_encoding
 from selfattn.positional.rope import DistanceScore
-from selfattn.trace import check_dot_products
-from selfattn.variant_setup import (
-    DEFAULT_HEADS,  # noqa: F401  still importable from here, as before the move
+from selfattn.trace.seed import check_dot_products
+from selfattn.trace.variant_setup import (
     LEARNED_TABLE_ROWS,
     LEARNED_TABLE_SEED_OFFSET,
-    _alibi,
-    _distance_check,
-    _seeded_attention,
+    alibi_for_variant,
+    distance_check_for,
+    seeded_attention,
     default_d_k,
     default_heads,
     distance_check_key,
@@ -268,7 +267,7 @@ def trace_variant(
 
     if variant in PROJECTED:
         d_k = d_k or default_d_k(d, heads, positional)
-        module = _seeded_attention(d, heads, kv_heads, d_k, positional, generator)
+        module = seeded_attention(d, heads, kv_heads, d_k, positional, generator)
         with torch.no_grad():
             steps = module.steps(inputs, is_causal=causal is not None)
             q_plain = module.w_q(inputs).view(n, heads, d_k).transpose(0, 1)  # (n, H d_k) -> (H, n, d_k)
@@ -289,7 +288,7 @@ def trace_variant(
         q_plain = k_plain = v = inputs[None]  # (1, n, d)
         # An odd width (the seed's 3-d vectors) turns its leading pairs; the last feature stays put.
         q = k = apply_rope(q_plain, rotary_dim=d - d % 2) if positional == "rope" else q_plain
-        mask = combine_masks(causal, _alibi(positional, 1, n, x.dtype), dtype=x.dtype)
+        mask = combine_masks(causal, alibi_for_variant(positional, 1, n, x.dtype), dtype=x.dtype)
         attention = attention_steps(q, k, v, attn_mask=mask, scale=scale)
         w_q = w_k = w_v = w_o = concat = None
         output = attention.output[0]  # (n, d)
@@ -310,7 +309,7 @@ def trace_variant(
         inputs=inputs,
         rope_angles=rope_angles(torch.arange(n), d_k - d_k % 2).to(x.dtype) if positional == "rope" else None,
         alibi_slopes=alibi_slopes(heads).to(x.dtype) if positional == "alibi" else None,
-        alibi_bias=_alibi(positional, heads, n, x.dtype),
+        alibi_bias=alibi_for_variant(positional, heads, n, x.dtype),
         n_heads=heads,
         n_kv_heads=kv_heads,
         d_k=d_k,
@@ -339,5 +338,5 @@ def trace_variant(
         output=output,
         query_index=q_index,
         flash=flash,
-        distance_check=_distance_check(positional, q_plain, k_plain, q_index),
+        distance_check=distance_check_for(positional, q_plain, k_plain, q_index),
     )

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import torch
 
 from selfattn.errors import OptionError, ShapeError
-from selfattn.models.head_roles import ROW_SUM_TOLERANCE, as_tensor, row_entropy
+from selfattn.analysis.head_roles import ROW_SUM_TOLERANCE, as_tensor, row_entropy
 
 PREVIOUS_TOKEN, DUPLICATE_TOKEN, INDUCTION, FIRST_TOKEN = "previous token", "duplicate token", "induction", "first token"
 MIXED = "mixed"
@@ -59,7 +59,7 @@ def previous_token_pattern(seq: int) -> torch.Tensor:
         OptionError: seq is not a positive int.
 
     Examples:
-        >>> from selfattn.models.decoder_roles import previous_token_pattern
+        >>> from selfattn.analysis.decoder_roles import previous_token_pattern
         >>> previous_token_pattern(3).long()
         tensor([[0, 0, 0],
                 [1, 0, 0],
@@ -82,7 +82,7 @@ def duplicate_token_pattern(ids) -> torch.Tensor:
         ShapeError: ids is not a non-empty 1-D sequence of integers.
 
     Examples:
-        >>> from selfattn.models.decoder_roles import duplicate_token_pattern
+        >>> from selfattn.analysis.decoder_roles import duplicate_token_pattern
         >>> duplicate_token_pattern([4, 9, 4]).long()
         tensor([[0, 0, 0],
                 [0, 0, 0],
@@ -111,7 +111,7 @@ def induction_pattern(ids) -> torch.Tensor:
         ShapeError: ids is not a non-empty 1-D sequence of integers.
 
     Examples:
-        >>> from selfattn.models.decoder_roles import induction_pattern
+        >>> from selfattn.analysis.decoder_roles import induction_pattern
         >>> induction_pattern([4, 9, 4, 9]).long()  # the second 4 looks at the first 9, the second 9 at the second 4
         tensor([[0, 0, 0, 0],
                 [0, 0, 0, 0],
@@ -137,7 +137,7 @@ def first_token_pattern(seq: int) -> torch.Tensor:
         OptionError: seq is not a positive int.
 
     Examples:
-        >>> from selfattn.models.decoder_roles import first_token_pattern
+        >>> from selfattn.analysis.decoder_roles import first_token_pattern
         >>> first_token_pattern(2).long()
         tensor([[1, 0],
                 [1, 0]])
@@ -172,7 +172,7 @@ def detect_score(weights, pattern, exclude_bos: bool = False, exclude_current: b
 
     Examples:
         >>> import torch
-        >>> from selfattn.models.decoder_roles import detect_score, previous_token_pattern
+        >>> from selfattn.analysis.decoder_roles import detect_score, previous_token_pattern
         >>> a = torch.tensor([[1.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])  # a previous-token head
         >>> round(detect_score(a, previous_token_pattern(3)), 4)  # row 0 can only look at itself
         0.6667
@@ -220,7 +220,7 @@ def induction_probe(vocab_size: int, length: int, seed: int = 0, first_id: int |
         OptionError: an argument is out of range, or fewer than 2 ids are left to draw from.
 
     Examples:
-        >>> from selfattn.models.decoder_roles import induction_probe
+        >>> from selfattn.analysis.decoder_roles import induction_probe
         >>> p = induction_probe(50, 4, first_id=0)
         >>> p.shape, int(p[0]), p[1:5].tolist() == p[5:].tolist(), len(set(p[1:5].tolist()))
         (torch.Size([9]), 0, True, 4)
@@ -269,7 +269,7 @@ def induction_probe_score(weights, length: int, offset: int) -> torch.Tensor:
 
     Examples:
         >>> import torch
-        >>> from selfattn.models.decoder_roles import induction_probe_score
+        >>> from selfattn.analysis.decoder_roles import induction_probe_score
         >>> a = torch.zeros(4, 4)  # ids a b a b: the second a looks at the first b, the second b at the second a
         >>> a[0, 0] = a[1, 0] = a[2, 1] = a[3, 2] = 1.0
         >>> induction_probe_score(a, length=2, offset=0)
@@ -300,7 +300,7 @@ class DecoderHeadRole:
         entropy: mean over rows i >= 1 of -sum_j a_ij ln a_ij, in nats (0 = one key).
 
     Examples:
-        >>> from selfattn.models.decoder_roles import DecoderHeadRole
+        >>> from selfattn.analysis.decoder_roles import DecoderHeadRole
         >>> DecoderHeadRole("induction", 0.1, 0.0, 0.8, 0.1, 0.5).scores["induction"]
         0.8
     """
@@ -346,7 +346,7 @@ def classify_decoder_heads(
 
     Examples:
         >>> import torch
-        >>> from selfattn.models.decoder_roles import classify_decoder_heads
+        >>> from selfattn.analysis.decoder_roles import classify_decoder_heads
         >>> a = torch.tensor([[1.0, 0, 0, 0], [1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0]])  # previous token
         >>> head = classify_decoder_heads(a[None, None], [5, 7, 5, 7])[0][0]
         >>> head.role, head.previous_token, round(head.induction, 4), head.entropy
@@ -394,7 +394,7 @@ def check_ids(ids) -> torch.Tensor:
         ShapeError: the ids are not a non-empty 1-D sequence of integers.
 
     Examples:
-        >>> from selfattn.models.decoder_roles import check_ids
+        >>> from selfattn.analysis.decoder_roles import check_ids
         >>> check_ids([3, 1, 3])
         tensor([3, 1, 3])
     """
@@ -424,7 +424,7 @@ def check_weights(weights, seq: int | None = None) -> torch.Tensor:
             is negative or not finite.
 
     Examples:
-        >>> from selfattn.models.decoder_roles import check_weights
+        >>> from selfattn.analysis.decoder_roles import check_weights
         >>> check_weights([[1, 0], [0.5, 0.5]], seq=2).dtype
         torch.float64
     """

@@ -8,8 +8,8 @@ with the model's tokens as they read ('␣cat' for 'Ġcat'); ``heads`` draws eve
 (rows) and head (columns); keys a mask hides (a decoder's later tokens, outside a sliding
 window) are grey. ``mask`` draws the model's own mask for one text (a --mask spec over
 its tokens instead; with --length, ``block_map_command`` draws a mask's block map at
-that length); ``positional`` draws its learned position table, or for a RoPE model
-the layer's own rotation of q and k. ``rope-distance`` places the query's vector and one
+that length, ``commands.block_map``); ``positional`` draws its learned position table, or
+for a RoPE model the layer's own rotation of q and k (``commands.model_pictures``). ``rope-distance`` places the query's vector and one
 other token's at every pair of positions, once turned by RoPE and once with the
 sinusoidal table added to X; with a RoPE model, the traced head's q and k turned by the
 model's own RoPE. The page holds every layer and head that fits its budget.
@@ -23,20 +23,24 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
-from selfattn.config import ExplainConfig, build_trace
+from selfattn.commands.model_pictures import positional_picture, rope_grid
+from selfattn.commands.options import ExplainConfig
+from selfattn.commands.traces import build_trace
 from selfattn.errors import OptionError
+from selfattn.models.loading import shared_model
 from selfattn.masks import causal_bottom_right, causal_top_left, document_mask, padding_mask, sliding_window_mask
 from selfattn.positional import apply_rope, sinusoidal_encoding
 from selfattn.positional.rope import rope_score_grid
 from selfattn.positional.sinusoidal import sinusoidal_score_grid
-from selfattn.trace import Trace
-from selfattn.variant_trace import PROJECTED, VariantTrace, distance_check_key
+from selfattn.trace.seed import Trace
+from selfattn.trace.variants import PROJECTED, VariantTrace, distance_check_key
 from selfattn.viz import PLOT_KINDS, model_pictures
+from selfattn.viz.explorer import explorer_html
 from selfattn.viz.mask_specs import document_lengths, prefix_lm_mask, split_spec, unknown_spec
 from selfattn.viz.output import check_output_path, write_text
 
 if TYPE_CHECKING:
-    from selfattn.models.model_trace import ModelTrace
+    from selfattn.trace.model import ModelTrace
 
 PAGE_EXTENSIONS = (".html", ".htm")
 POSITIONAL_PICTURE = {"positions": 64, "width": 64}  # an encoding is drawn for 64 positions x 64 features
@@ -90,7 +94,7 @@ def plot(
     tile: int | None = None,
 ) -> Path:
     """Draw ``kind`` for the configured input and save it as PNG or SVG."""
-    from selfattn.viz import plots
+    from selfattn.viz import plots, positional_plots  # matplotlib: only the pictures need it, not view's page
 
     target = plots.check_output_path(output)
     if kind not in PLOT_KINDS:
@@ -105,8 +109,8 @@ def plot(
         raise OptionError(f"--tile must be a whole number >= 1, got {tile}")
     if kind == "positional":
         if config.model is not None:
-            picture = model_pictures.positional_picture(config.model, layer, head)
-            figure = plots.positional_figure(picture.table, title=picture.title, limit=picture.limit,
+            picture = positional_picture(shared_model(config.model), layer, head)
+            figure = positional_plots.positional_figure(picture.table, title=picture.title, limit=picture.limit,
                                              xlabel=picture.xlabel)
         else:
             figure = _positional_figure(config, dim)
@@ -114,11 +118,11 @@ def plot(
     if kind == "rope-distance":
         if config.model is not None:
             trace = build_trace(config)
-            grid = model_pictures.rope_grid(trace, config.model, max(ROPE_DISTANCE_POSITIONS, len(trace.tokens)))
-            figure = plots.score_grids_figure([grid.grid], [grid.panel_title], title=grid.title)
+            grid = rope_grid(trace, shared_model(config.model), max(ROPE_DISTANCE_POSITIONS, len(trace.tokens)))
+            figure = positional_plots.score_grids_figure([grid.grid], [grid.panel_title], title=grid.title)
             return plots.save_figure(figure, target)
         picture = rope_distance_picture(config, layer, head)
-        figure = plots.score_grids_figure([picture.rope, picture.sinusoidal], picture.titles, title=picture.title)
+        figure = positional_plots.score_grids_figure([picture.rope, picture.sinusoidal], picture.titles, title=picture.title)
         return plots.save_figure(figure, target)
 
     trace = build_trace(config)
@@ -164,7 +168,7 @@ def _hidden(trace, config: ExplainConfig, kind: str, layer: int) -> tuple[torch.
         return None, model_pictures.hidden_label(infos) if infos else "masked"
     if kind == "heads":
         masks = model_pictures.model_masks(trace)
-        label = model_pictures.hidden_label(model_pictures.layer_infos(config.model))
+        label = model_pictures.hidden_label(list(trace.layer_infos))
     else:
         masks = tuple(trace.allowed if l == layer else None for l in range(trace.n_layers))
         label = model_pictures.hidden_label(trace.attention)
@@ -177,12 +181,10 @@ def _hidden(trace, config: ExplainConfig, kind: str, layer: int) -> tuple[torch.
 
 def view(config: ExplainConfig, output: str, *, layer: int = 0, head: int = 0) -> Path:
     """Write the interactive explorer for the configured input as one HTML file."""
-    from selfattn.viz.explorer import explorer_html
-
     target = check_output_path(output, PAGE_EXTENSIONS)
     trace = build_trace(config)
     check_layer_head(attention_weights(trace), layer, head)
-    return write_text(target, explorer_html(trace, config.precision, head=head, layer=layer, model=config.model))
+    return write_text(target, explorer_html(trace, config.precision, head=head, layer=layer))
 
 
 def mask_picture(
@@ -325,7 +327,7 @@ def rope_distance_picture(config: ExplainConfig, layer: int = 0, head: int = 0) 
 
 def _positional_figure(config: ExplainConfig, dim: int | None):
     """The sinusoidal table, or RoPE's rotation of the vector (1, 0, 1, 0, ...), for 64 positions."""
-    from selfattn.viz import plots
+    from selfattn.viz import positional_plots
 
     name = "sinusoidal" if config.positional == "none" else config.positional
     width = dim or POSITIONAL_PICTURE["width"]
@@ -342,7 +344,7 @@ def _positional_figure(config: ExplainConfig, dim: int | None):
         title = f"RoPE: each feature pair turned by position × frequency ({positions} positions × {width} features)"
     else:
         raise OptionError(f"--kind positional draws sinusoidal or rope encodings, not {name}")
-    return plots.positional_figure(table, title=title)
+    return positional_plots.positional_figure(table, title=title)
 
 
 # Tiles of the block map in `plot --kind mask`: a sentence is short, so small tiles.

@@ -7,19 +7,15 @@ combination fails when the config is built, before any work is done.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from selfattn.errors import OptionError, SentenceError
 from selfattn.formatting import check_precision
-from selfattn.pipeline.embeddings import SEED_SENTENCE, check_embedding_options, resolve_embeddings
+from selfattn.pipeline.embeddings import SEED_SENTENCE, check_embedding_options
 from selfattn.pipeline.tokenize import tokenize
 from selfattn.kernels.flash import check_block_size
+from selfattn.models.loading import model_key
 from selfattn.positional import POSITIONAL_NAMES
-from selfattn.trace import Trace, trace_self_attention
-from selfattn.variant_trace import MULTI_HEAD, PROJECTED, VARIANTS, VariantTrace, default_d_k, default_heads, trace_variant
-
-if TYPE_CHECKING:
-    from selfattn.models.model_trace import ModelTrace
+from selfattn.trace.variants import MULTI_HEAD, PROJECTED, VARIANTS, default_heads
 
 FORMATS = ("text", "json", "markdown", "html", "plot")  # html: the explorer; plot: a picture
 MAX_TEXT_TOKENS = 24  # wider matrices stop being readable as text
@@ -131,92 +127,8 @@ class ExplainConfig:
         return default_heads(self.variant, self.heads, self.kv_heads)[1]
 
 
-def build_trace(config: ExplainConfig) -> Trace | VariantTrace | ModelTrace:
-    """Tokens -> embeddings -> attention, with every intermediate recorded.
-
-    The seed's variant ("simple") without positional encoding gives the seed's own
-    ``Trace``; every other combination gives a ``VariantTrace``; a pretrained model
-    gives a ``ModelTrace`` (the model loads once per process).
-
-    Args:
-        config: what to explain.
-
-    Returns:
-        The record for the renderers: ``Trace``, ``VariantTrace`` or ``ModelTrace``.
-
-    Raises:
-        SentenceError: the sentence is empty or has more tokens than ``config.format``
-            shows (without a model: 24 for text and markdown, 512 for json and html,
-            256 for plot; fewer for json and html with several heads).
-        QueryError: the query is not a token of the sentence or out of range.
-        EmbeddingError: the embeddings cannot be built for these tokens or their dot
-            products overflow.
-        OptionError: RoPE meets an odd d_k, or (with a model) the layer or head is out
-            of range.
-        ModelError: the model is not installed or its files do not fit.
-
-    Examples:
-        >>> import selfattn as sa
-        >>> trace = sa.build_trace(sa.ExplainConfig())  # the seed, query "cat"
-        >>> type(trace).__name__, trace.query.token
-        ('Trace', 'cat')
-        >>> trace.context[1].round(decimals=4)
-        tensor([0.4964, 0.6149, 0.5813])
-        >>> trace = sa.build_trace(sa.ExplainConfig(variant="multihead"))
-        >>> type(trace).__name__, trace.n_heads, tuple(trace.weights.shape)
-        ('VariantTrace', 2, (2, 7, 7))
-    """
-    if config.model is not None:
-        from selfattn.models.model_trace import trace_model
-
-        return trace_model(
-            SEED_SENTENCE if config.sentence is None else config.sentence,
-            config.model,
-            layer=0 if config.layer is None else config.layer,
-            head=0 if config.head is None else config.head,
-            query=config.query,
-            output_format=config.format,
-        )
-    tokens = config.tokens
-    check_length(len(tokens), config.format)
-    x, source = resolve_embeddings(
-        tokens, config.embed, path=config.embeddings, dim=config.dim, seed=config.seed
-    )
-    if config.variant == "simple" and config.positional == "none":
-        return trace_self_attention(tokens, x, config.query, source)
-    n_heads = config.query_heads
-    if config.format in ("json", "html") and n_heads * len(tokens) ** 2 > MAX_JSON_HEAD_CELLS:
-        most = int((MAX_JSON_HEAD_CELLS / n_heads) ** 0.5)
-        raise SentenceError(
-            f"the sentence has {len(tokens)} tokens; {config.format.upper()} output with {n_heads} heads shows "
-            f"at most {most} (each head's score and weight matrices are written out)"
-        )
-    d = int(x.shape[1])
-    d_k = config.d_k or (default_d_k(d, config.query_heads, config.positional) if config.variant in PROJECTED else d)
-    # Without projections an odd width turns its leading pairs and leaves the last feature.
-    if config.positional == "rope" and config.variant in PROJECTED and d_k % 2:
-        raise OptionError(f"RoPE turns pairs of features, so it needs an even width; this one is {d_k} (give an even --d-k)")
-    if config.positional == "rope" and d_k < 2:
-        raise OptionError(f"RoPE turns pairs of features, so it needs a width of at least 2; this one is {d_k} (give --dim 2 or more)")
-    return trace_variant(
-        tokens,
-        x,
-        config.variant,
-        query=config.query,
-        heads=config.query_heads,
-        kv_heads=config.key_value_heads,
-        d_k=d_k if config.variant in PROJECTED else None,
-        positional=config.positional,
-        seed=config.seed,
-        source=source,
-        block_size=config.block_size,
-    )
-
-
 def check_model_options(config: ExplainConfig) -> None:
     """With --model the tokens, embeddings and attention are the model's: refuse the options that would change them."""
-    from selfattn.models.loading import model_key
-
     model_key(config.model)  # a model that is not there fails here, before anything loads
     defaults = {"embeddings": None, "embed": "auto", "dim": None, "seed": 0, "variant": "simple", "heads": None,
                 "kv_heads": None, "d_k": None, "positional": "none", "block_size": None}

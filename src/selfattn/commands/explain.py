@@ -1,0 +1,39 @@
+"""``selfattn explain``: one sentence's trace, written as text, markdown or JSON."""
+
+from __future__ import annotations
+
+from typing import TextIO
+
+from selfattn.commands.options import ExplainConfig
+from selfattn.commands.traces import build_trace
+from selfattn.explain.json_out import render_json
+from selfattn.explain.markdown import render_markdown
+from selfattn.explain.model_walkthrough import model_walkthrough
+from selfattn.explain.text import render_text
+from selfattn.explain.variant_walkthrough import variant_walkthrough
+from selfattn.explain.walkthrough import walkthrough
+from selfattn.trace.seed import Trace
+from selfattn.trace.variants import VariantTrace
+
+
+def explain_command(config: ExplainConfig, stream: TextIO) -> None:
+    """Build the trace ``config`` asks for and write it in ``config.format`` to ``stream``.
+
+    Args:
+        config: what to explain, and how ("text", "markdown" or "json").
+        stream: where to write.
+    """
+    trace = build_trace(config)
+    if config.format == "json":
+        stream.write(render_json(trace))
+        return
+    if isinstance(trace, Trace):
+        doc = walkthrough(trace, config.precision)
+    elif isinstance(trace, VariantTrace):
+        doc = variant_walkthrough(trace, config.precision)
+    else:
+        doc = model_walkthrough(trace, config.precision)
+    if config.format == "markdown":
+        stream.write(render_markdown(doc))
+    else:
+        render_text(doc, stream)

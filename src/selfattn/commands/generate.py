@@ -1,0 +1,48 @@
+"""``selfattn generate``: a decoder continues a prompt; ``explain.generation`` writes what it chose."""
+
+from __future__ import annotations
+
+import json
+from typing import TextIO
+
+from selfattn.errors import ModelError
+from selfattn.explain.generation import Streamer, generation_to_dict
+from selfattn.models.generation import check_options
+from selfattn.models.decoder import DecoderModel
+from selfattn.models.loading import shared_model
+from selfattn.models.registry import decoder_names, one_of
+
+
+def generate_command(
+    prompt: str,
+    model_name: str,
+    max_new_tokens: int,
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    seed: int | None,
+    output_format: str,
+    stream: TextIO,
+) -> None:
+    """Run one generation and write it to ``stream``; options are checked before the model loads."""
+    check_options(max_new_tokens, temperature, top_k, top_p, seed)
+    model = shared_model(model_name)
+    if not isinstance(model, DecoderModel):
+        raise ModelError(
+            f"{model.name} is an encoder (BERT): it has no next-token head to generate with; "
+            f"give a {one_of(decoder_names())} model"
+        )
+    live = output_format == "text" and stream.isatty()
+    if live:
+        stream.write(prompt)
+        stream.flush()
+    printer = Streamer(model, stream) if live else None
+    result = model.generate(
+        prompt, max_new_tokens, temperature, top_k, top_p, seed, on_token=printer.add if printer else None
+    )
+    if output_format == "json":
+        stream.write(json.dumps(generation_to_dict(model, prompt, result, temperature, top_k, top_p, seed), indent=2) + "\n")
+    elif live:
+        stream.write(result.text[0][len(printer.shown):] + "\n")  # whatever the stream held back
+    else:
+        stream.write(prompt + result.text[0] + "\n")

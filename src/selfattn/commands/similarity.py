@@ -1,0 +1,81 @@
+"""``selfattn similarity``: sentence vectors from an encoder, and the cosine of every pair.
+
+The model embeds each sentence (mean-pooled, unit length); ``analysis.similarity`` finds
+the cosines and the closest and farthest pair; ``explain.similarity`` writes them.
+"""
+
+from __future__ import annotations
+
+from typing import TextIO
+
+import torch
+
+from selfattn.analysis.similarity import cosine_similarities, extreme_pairs
+from selfattn.errors import ModelError, OptionError, SentenceError
+from selfattn.explain.command_output import check_output, check_sentence, write_document, write_json
+from selfattn.explain.similarity import label, similarity_document, similarity_to_dict
+from selfattn.models.loading import shared_model
+
+MAX_SIMILARITY_SENTENCES = 64
+
+
+def similarity_command(
+    sentences: list[str], model_name: str, output_format: str, precision: int, stream: TextIO
+) -> None:
+    """Embed each sentence with ``model_name`` and print the cosine similarity of every pair.
+
+    Args:
+        sentences: 2 to ``MAX_SIMILARITY_SENTENCES`` non-empty strings.
+        model_name: a pretrained model's name, e.g. "all-MiniLM-L6-v2".
+        output_format: "text", "markdown" or "json".
+        precision: decimals for the scores in text and markdown.
+        stream: where to write.
+
+    Raises:
+        OptionError: an unknown format or precision, or too few or too many sentences.
+        SentenceError: a sentence is not a non-empty string, or too long for the model.
+    """
+    check_output(output_format, precision)
+    check_sentences(sentences)
+    model = shared_model(model_name)
+    if not hasattr(model, "encode"):
+        raise ModelError(
+            f"{model.name} is a decoder: similarity needs a sentence encoder such as all-MiniLM-L6-v2 "
+            f"(or a BERT folder), trained so that similar sentences get close mean-pooled vectors"
+        )
+    lengths = []
+    for index, sentence in enumerate(sentences):
+        try:
+            lengths.append(len(model.tokenize(sentence).tokens[0]))
+        except SentenceError as error:  # too long: say which sentence, by its label
+            raise SentenceError(f"sentence {label(index)}: {error}") from None
+    with torch.no_grad():
+        embeddings = model.encode(list(sentences))  # (s, d), each row of length 1
+    similarity = cosine_similarities(embeddings)  # (s, s)
+    most, least = extreme_pairs(similarity)
+    if output_format == "json":
+        write_json(similarity_to_dict(model.name, sentences, similarity, most, least), stream)
+        return
+    doc = similarity_document(sentences, lengths, int(embeddings.shape[1]), similarity, most, least, precision)
+    write_document(doc, f"Sentence similarity with {model.name}", output_format, stream)
+
+
+def check_sentences(sentences) -> None:
+    """Refuse anything but a list of 2 to ``MAX_SIMILARITY_SENTENCES`` non-empty strings.
+
+    Args:
+        sentences: what the user gave as the sentences.
+
+    Raises:
+        OptionError: not a list or tuple, or too few or too many sentences.
+        SentenceError: a sentence is not a non-empty string.
+    """
+    if isinstance(sentences, str) or not isinstance(sentences, (list, tuple)):
+        raise OptionError("give the sentences as a list of strings")
+    if not 2 <= len(sentences) <= MAX_SIMILARITY_SENTENCES:
+        raise OptionError(
+            f"similarity compares 2 to {MAX_SIMILARITY_SENTENCES} sentences, got {len(sentences)}: "
+            'quote each one, e.g. selfattn similarity "A cat sat" "A dog ran"'
+        )
+    for index, sentence in enumerate(sentences):
+        check_sentence(sentence, f"sentence {label(index)}")
