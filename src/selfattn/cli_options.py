@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import textwrap
 
-from selfattn.models.registry import family_names
+from selfattn.models.families import family_names
 
 EXIT_USAGE = 2
 

@@ -11,29 +11,14 @@ read.
 from __future__ import annotations
 
 import importlib
-import importlib.util
-import pkgutil
 from types import ModuleType
 
+from selfattn.models.families import family_names
 from selfattn.models.family import Family
 
 PACKAGE = "selfattn.models.families"
 
 _registry: dict[str, Family] | None = None
-
-
-def family_names() -> tuple[str, ...]:
-    """The registered model_types, sorted, read from the file names in ``models/families/``.
-
-    Neither the family files nor torch are imported, so this is cheap enough for
-    ``--help``.
-
-    Returns:
-        The model_types, sorted: the keys of ``FAMILIES``, in its order.
-    """
-    spec = importlib.util.find_spec(PACKAGE)  # finds the folder without running a family file
-    folders = list(spec.submodule_search_locations or ()) if spec is not None else []
-    return tuple(sorted(m.name for m in pkgutil.iter_modules(folders) if not m.name.startswith("_")))
 
 
 def family_of(module: ModuleType, name: str) -> Family:
