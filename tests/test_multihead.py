@@ -102,10 +102,10 @@ CASES = [
     (dict(d_model=16, n_heads=4, n_kv_heads=2), 2, 5, 5, False),
     (dict(d_model=16, n_heads=4, n_kv_heads=1), 2, 3, 3, False),
     (dict(d_model=12, n_heads=6, n_kv_heads=3, bias=False), 1, 9, 9, False),
-    (dict(d_model=10, n_heads=3, head_dim=4), 2, 5, 5, False),
+    (dict(d_model=10, n_heads=3, d_head=4), 2, 5, 5, False),
     (dict(d_model=8, n_heads=2), 2, 3, 7, True),
     (dict(d_model=8, n_heads=4, n_kv_heads=2, kdim=5, vdim=3), 2, 6, 4, True),
-    (dict(d_model=6, n_heads=3, n_kv_heads=1, kdim=7, vdim=2, head_dim=5, bias=False), 1, 5, 9, True),
+    (dict(d_model=6, n_heads=3, n_kv_heads=1, kdim=7, vdim=2, d_head=5, bias=False), 1, 5, 9, True),
 ]
 
 
@@ -327,16 +327,16 @@ def test_self_attention_matches_the_formula_by_hand(shape, d_k, d_v, bias, is_ca
     batch=st.integers(1, 3),
     kv_heads=st.integers(1, 3),
     group=st.integers(1, 3),
-    head_dim=st.integers(1, 4),
+    d_head=st.integers(1, 4),
     q_len=st.integers(1, 6),
     kv_len=st.integers(1, 6),
     bias=st.booleans(),
     seed=st.integers(0, 2**16),
 )
-def test_multihead_cross_attention_property(batch, kv_heads, group, head_dim, q_len, kv_len, bias, seed):
+def test_multihead_cross_attention_property(batch, kv_heads, group, d_head, q_len, kv_len, bias, seed):
     n_heads = kv_heads * group
     module = make_module(
-        seed=seed, d_model=5, n_heads=n_heads, n_kv_heads=kv_heads, head_dim=head_dim, kdim=3, bias=bias
+        seed=seed, d_model=5, n_heads=n_heads, n_kv_heads=kv_heads, d_head=d_head, kdim=3, bias=bias
     )
     query = randn(batch, q_len, 5, seed=seed)
     key, value = randn(batch, kv_len, 3, seed=seed + 1), randn(batch, kv_len, 5, seed=seed + 2)
@@ -355,8 +355,8 @@ def test_multihead_cross_attention_property(batch, kv_heads, group, head_dim, q_
         (dict(d_model=12, n_heads=4, n_kv_heads=3), r"n_heads \(4\) must be divisible by n_kv_heads \(3\)"),
         (dict(d_model=8, n_heads=2, n_kv_heads=4), r"n_heads \(2\) must be divisible by n_kv_heads \(4\)"),
         (dict(d_model=8, positional="rotary"), r"unknown positional encoding 'rotary'"),
-        (dict(d_model=6, n_heads=2, positional="rope"), r"head_dim must be even, got 3"),
-        (dict(d_model=8, head_dim=5, positional="rope"), r"head_dim must be even, got 5"),
+        (dict(d_model=6, n_heads=2, positional="rope"), r"d_head must be even, got 3"),
+        (dict(d_model=8, d_head=5, positional="rope"), r"d_head must be even, got 5"),
         (dict(d_model=8, dropout=1.0), r"dropout must be a number in \[0, 1\), got 1\.0"),
         (dict(d_model=8, dropout=-0.1), r"got -0\.1"),
         (dict(d_model=8, dropout=True), r"dropout .* got True"),
@@ -364,7 +364,7 @@ def test_multihead_cross_attention_property(batch, kv_heads, group, head_dim, q_
         (dict(d_model=0), r"d_model must be a positive integer, got 0"),
         (dict(d_model=8, n_heads="2"), r"n_heads must be a positive integer, got '2'"),
         (dict(d_model=8, n_heads=2, n_kv_heads=0), r"n_kv_heads must be a positive integer, got 0"),
-        (dict(d_model=8, head_dim=-1), r"head_dim must be a positive integer, got -1"),
+        (dict(d_model=8, d_head=-1), r"d_head must be a positive integer, got -1"),
         (dict(d_model=8, kdim=2.5), r"kdim must be a positive integer, got 2\.5"),
         (dict(d_model=8, bias="yes"), r"bias must be True or False, got 'yes'"),
         (dict(d_model=8, rope_base=1.0), r"rope_base must be a number > 1, got 1\.0"),
@@ -383,14 +383,14 @@ def test_attention_config_is_frozen_and_module_uses_it():
     config = AttentionConfig(d_model=12, n_heads=4, n_kv_heads=2)
     with pytest.raises(dataclasses.FrozenInstanceError):
         config.n_heads = 3
-    assert (config.kv_heads, config.head_size, config.group_size) == (2, 3, 2)
+    assert (config.kv_heads, config.d_head, config.group_size) == (2, 3, 2)
     module = MultiHeadAttention.from_config(config)
     assert module.config is config
     assert module.w_k.weight.shape == (2 * 3, 12) and module.w_q.weight.shape == (4 * 3, 12)
 
 
 @pytest.mark.parametrize(
-    "args,match", [((0, 3), r"d_model must be a positive integer, got 0"), ((4, 0), r"head_dim .* got 0")]
+    "args,match", [((0, 3), r"d_model must be a positive integer, got 0"), ((4, 0), r"d_head .* got 0")]
 )
 def test_self_attention_invalid_sizes(args, match):
     with pytest.raises(ConfigError, match=match):
@@ -478,3 +478,33 @@ def test_masks_that_are_neither_bool_nor_float_are_refused(mask):
     mha = MultiHeadAttention(8, 2)
     with pytest.raises(ShapeError, match="attn_mask must be"):
         mha(torch.randn(1, 5, 8), attn_mask=mask)
+
+
+def test_the_old_name_of_d_head_still_works_and_warns():
+    """head_dim was the per-head width's old name (issue 27 made it d_head everywhere): it still
+    builds the same module, and says what to write instead."""
+    from selfattn.attention.config import TransformerConfig
+    from selfattn.models.decoder import DecoderConfig
+
+    with pytest.warns(DeprecationWarning, match=r"MultiHeadAttention\(head_dim=\.\.\.\) is now d_head"):
+        old = make_module(d_model=6, n_heads=3, head_dim=4)
+    new = make_module(d_model=6, n_heads=3, d_head=4)
+    assert old.config == new.config and old.w_q.weight.shape == (12, 6)
+    torch.testing.assert_close(old(randn(2, 5, 6)), new(randn(2, 5, 6)), atol=0, rtol=0)
+    with pytest.warns(DeprecationWarning, match=r"AttentionConfig\(head_dim=\.\.\.\) is now d_head"):
+        config = AttentionConfig(d_model=6, n_heads=3, head_dim=4)
+    assert config.d_head == 4
+    with pytest.warns(DeprecationWarning, match=r"\.head_dim is now \.d_head"):
+        assert config.head_dim == 4
+    with pytest.warns(DeprecationWarning, match=r"\.head_size is now \.d_head"):
+        assert config.head_size == 4
+    with pytest.warns(DeprecationWarning):
+        assert TransformerConfig(d_model=6, n_heads=3, head_dim=4).attention.d_head == 4
+    with pytest.raises(ConfigError, match="give d_head only"), pytest.warns(DeprecationWarning):
+        AttentionConfig(d_model=6, n_heads=3, head_dim=4, d_head=2)
+    decoder = dict(model_type="gpt2", vocab_size=10, d_model=6, n_layers=1, n_heads=3, n_kv_heads=3, d_ff=8, activation="gelu", norm="layer",
+                   norm_eps=1e-5, positions="learned", max_positions=8, bias=True, attention_bias=True, out_bias=True,
+                   tie_embeddings=True)
+    with pytest.warns(DeprecationWarning, match=r"DecoderConfig\(head_dim=\.\.\.\) is now d_head"):
+        assert DecoderConfig(head_dim=2, **decoder) == DecoderConfig(d_head=2, **decoder)
+    assert AttentionConfig(d_model=6, n_heads=3).d_head == 2  # the default, resolved when built

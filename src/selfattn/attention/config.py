@@ -6,6 +6,9 @@ the numbers involved, before any parameter is allocated.
 
 from __future__ import annotations
 
+import functools
+import warnings
+
 from dataclasses import dataclass
 
 from selfattn.errors import ConfigError, OptionError
@@ -37,9 +40,9 @@ def _probability(name: str, value) -> None:
 
 @dataclass(frozen=True)
 class AttentionConfig:
-    """Multi-head attention: d_model = width of the input, n_heads query heads of width head_dim.
+    """Multi-head attention: d_model = width of the input, n_heads query heads of width d_head.
 
-    n_kv_heads < n_heads gives grouped-query attention (1 = multi-query). head_dim
+    n_kv_heads < n_heads gives grouped-query attention (1 = multi-query). d_head
     defaults to d_model / n_heads, which must then divide evenly. kdim / vdim are the
     widths of the key and value inputs of cross-attention (default d_model).
     positional: only "rope" and "alibi" act inside attention; "sinusoidal" and "learned"
@@ -50,19 +53,21 @@ class AttentionConfig:
         n_heads: number of query heads (default 1).
         n_kv_heads: number of key/value heads; it must divide n_heads. None (default)
             means n_heads (plain multi-head attention); 1 is multi-query attention.
-        head_dim: width of each head; None means d_model // n_heads, which then must
-            divide evenly. Give it to use heads of another width.
+        d_head: width of each head; None (the default) means d_model // n_heads, which
+            then must divide evenly, and is resolved to that number when the config is
+            built. Give it to use heads of another width. (``head_dim=`` still works and
+            warns: it is the old name.)
         bias: whether the four projections W_q, W_k, W_v, W_o have biases (default True).
         dropout: chance of dropping each attention weight in training, in [0, 1).
         kdim: width of the key input (cross-attention); None means d_model.
         vdim: width of the value input (cross-attention); None means d_model.
         positional: "none" (default), "sinusoidal", "learned", "rope" or "alibi". With
-            "rope" head_dim must be even.
+            "rope" d_head must be even.
         rope_base: the RoPE frequency base, a number > 1 (default 10000).
         attn_impl: "reference" (default: the full score matrix) or "flash" (the tiled
             kernel, used where the weights are not asked for; it drops weights per tile).
         rope_pairs: how RoPE pairs features: "interleaved" (default, 2i with 2i+1) or
-            "half" (i with i + head_dim/2, as Llama, Mistral and Qwen2 checkpoints).
+            "half" (i with i + d_head/2, as Llama, Mistral and Qwen2 checkpoints).
         rope_scaling: None, or a ``Llama3RopeScaling`` of RoPE's frequencies.
         sliding_window: None, or W: a query sees only the W newest keys up to its own
             position (itself included), as Mistral's window; acts together with causal.
@@ -74,22 +79,22 @@ class AttentionConfig:
 
     Raises:
         ConfigError: a size is not a positive integer, d_model is not divisible by n_heads
-            (without head_dim), n_heads is not divisible by n_kv_heads, dropout is outside
+            (without d_head), n_heads is not divisible by n_kv_heads, dropout is outside
             [0, 1), bias is not a bool, positional, attn_impl or rope_pairs is unknown,
-            RoPE gets an odd head_dim, or rope_base <= 1.
+            RoPE gets an odd d_head, or rope_base <= 1.
 
     Examples:
         >>> import selfattn as sa
         >>> import torch
         >>> config = sa.AttentionConfig(d_model=8, n_heads=4, n_kv_heads=2)
-        >>> config.head_size, config.kv_heads, config.group_size
+        >>> config.d_head, config.kv_heads, config.group_size
         (2, 2, 2)
     """
 
     d_model: int
     n_heads: int = 1
     n_kv_heads: int | None = None
-    head_dim: int | None = None
+    d_head: int | None = None
     bias: bool = True
     dropout: float = 0.0
     kdim: int | None = None
@@ -115,14 +120,16 @@ class AttentionConfig:
             raise ConfigError(f"out_bias must be True, False or None, got {self.out_bias!r}")
         _positive_int("n_heads", self.n_heads)
         _positive_int("n_kv_heads", self.n_kv_heads, allow_none=True)
-        _positive_int("head_dim", self.head_dim, allow_none=True)
+        _positive_int("d_head", self.d_head, allow_none=True)
         _positive_int("kdim", self.kdim, allow_none=True)
         _positive_int("vdim", self.vdim, allow_none=True)
-        if self.head_dim is None and self.d_model % self.n_heads:
+        if self.d_head is None and self.d_model % self.n_heads:
             raise ConfigError(
                 f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads}), "
-                f"or give head_dim explicitly"
+                f"or give d_head explicitly"
             )
+        if self.d_head is None:  # the default width, resolved once: d_head is always a number afterwards
+            object.__setattr__(self, "d_head", self.d_model // self.n_heads)
         if self.n_heads % self.kv_heads:
             raise ConfigError(
                 f"n_heads ({self.n_heads}) must be divisible by n_kv_heads ({self.n_kv_heads}): "
@@ -135,8 +142,8 @@ class AttentionConfig:
             check_positional(self.positional)
         except OptionError as error:
             raise ConfigError(str(error)) from None
-        if self.positional == "rope" and self.head_size % 2:
-            raise ConfigError(f"RoPE rotates pairs of features, so head_dim must be even, got {self.head_size}")
+        if self.positional == "rope" and self.d_head % 2:
+            raise ConfigError(f"RoPE rotates pairs of features, so d_head must be even, got {self.d_head}")
         if not isinstance(self.rope_base, (int, float)) or isinstance(self.rope_base, bool) or self.rope_base <= 1:
             raise ConfigError(f"rope_base must be a number > 1, got {self.rope_base!r}")
         if self.attn_impl not in ATTENTION_IMPLS:
@@ -146,11 +153,6 @@ class AttentionConfig:
     def kv_heads(self) -> int:
         """Number of key/value heads: n_kv_heads, or n_heads when that is None."""
         return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
-
-    @property
-    def head_size(self) -> int:
-        """Width of each head: head_dim, or d_model // n_heads when that is None."""
-        return self.d_model // self.n_heads if self.head_dim is None else self.head_dim
 
     @property
     def group_size(self) -> int:
@@ -190,7 +192,7 @@ class TransformerConfig:
             cached tokens) it covers (default 512; used only with "learned").
         causal: whether the blocks mask later keys when a call gives no is_causal
             (default False; the mask is aligned bottom-right).
-        head_dim: width of each head; None means d_model // n_heads.
+        d_head: width of each head; None means d_model // n_heads.
         rope_base: the RoPE frequency base, a number > 1 (default 10000).
         attn_impl: "reference" (default) or "flash"; see ``AttentionConfig``.
         norm: "layer" (default, LayerNorm) or "rms" (RMSNorm, no centring and no bias).
@@ -222,7 +224,7 @@ class TransformerConfig:
     positional: str = "none"
     max_len: int = 512  # longest sequence a learned positional table covers
     causal: bool = False
-    head_dim: int | None = None  # default d_model / n_heads
+    d_head: int | None = None  # default d_model / n_heads
     rope_base: float = 10000.0
     attn_impl: str = "reference"  # or "flash": see ATTENTION_IMPLS
     norm: str = "layer"
@@ -257,7 +259,7 @@ class TransformerConfig:
             d_model=self.d_model,
             n_heads=self.n_heads,
             n_kv_heads=self.n_kv_heads,
-            head_dim=self.head_dim,
+            d_head=self.d_head,
             bias=self.bias if self.attention_bias is None else self.attention_bias,
             dropout=self.dropout,
             positional=self.positional,
@@ -274,3 +276,47 @@ class TransformerConfig:
     def ff_size(self) -> int:
         """Hidden width of the feed-forward network: d_ff, or 4 * d_model when that is None."""
         return 4 * self.d_model if self.d_ff is None else self.d_ff
+
+
+def renamed_keyword(cls: type, old: str, new: str) -> type:
+    """Let a dataclass take ``old=`` for its field ``new`` (and read ``.old``), with a DeprecationWarning.
+
+    Args:
+        cls: the dataclass.
+        old: the field's former name.
+        new: its name now.
+
+    Returns:
+        ``cls``, whose constructor maps ``old`` onto ``new`` and which has a read-only ``old``
+            property.
+    """
+    init = cls.__init__
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        if old in kwargs:
+            warnings.warn(f"{cls.__name__}({old}=...) is now {new}=...", DeprecationWarning, stacklevel=2)
+            if new in kwargs:
+                raise ConfigError(f"give {new} only: {old} is its old name")
+            kwargs[new] = kwargs.pop(old)
+        init(self, *args, **kwargs)
+
+    def read_old(self):
+        warnings.warn(f"{cls.__name__}.{old} is now .{new}", DeprecationWarning, stacklevel=2)
+        return getattr(self, new)
+
+    cls.__init__ = __init__
+    setattr(cls, old, property(read_old, doc=f"The old name of ``{new}`` (deprecated)."))
+    return cls
+
+
+renamed_keyword(AttentionConfig, "head_dim", "d_head")
+
+
+def _head_size(self) -> int:
+    warnings.warn("AttentionConfig.head_size is now .d_head", DeprecationWarning, stacklevel=2)
+    return self.d_head
+
+
+AttentionConfig.head_size = property(_head_size, doc="The old name of ``d_head`` (deprecated).")
+renamed_keyword(TransformerConfig, "head_dim", "d_head")

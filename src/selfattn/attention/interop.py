@@ -167,7 +167,7 @@ class TorchStyleMultiheadAttention(nn.Module):
         self.batch_first = bool(batch_first)
         self.embed_dim = inner.config.d_model
         self.num_heads = inner.config.n_heads
-        self.head_dim = inner.config.head_size
+        self.head_dim = inner.config.d_head
         self.kdim = inner.w_k.in_features
         self.vdim = inner.w_v.in_features
 

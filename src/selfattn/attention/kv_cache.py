@@ -14,7 +14,7 @@ from selfattn.errors import ShapeError
 
 
 class KVCache:
-    """Keys and values seen so far by one attention layer: (batch, kv_heads, length, head_dim).
+    """Keys and values seen so far by one attention layer: (batch, kv_heads, length, d_head).
 
     Starts empty and takes no arguments. Pass one to ``MultiHeadAttention`` (``cache=``)
     or one per layer to ``Transformer`` (``Transformer.new_caches``); each call appends
@@ -50,12 +50,12 @@ class KVCache:
         length axis and replace the stored tensors.
 
         Args:
-            key: the new keys, (batch, kv_heads, new, head_dim).
+            key: the new keys, (batch, kv_heads, new, d_head).
             value: the new values, (batch, kv_heads, new, d_v), with the key's length.
 
         Returns:
             The pair (K, V) of all cached keys and values, (batch, kv_heads, past + new,
-                head_dim) and (batch, kv_heads, past + new, d_v).
+                d_head) and (batch, kv_heads, past + new, d_v).
 
         Raises:
             ShapeError: key or value is not 4-D, they disagree on batch, heads or length,
@@ -63,7 +63,7 @@ class KVCache:
         """
         if key.dim() != 4 or value.dim() != 4 or key.shape[:-1] != value.shape[:-1]:
             raise ShapeError(
-                f"keys and values must be (batch, kv_heads, length, head_dim) with the same length: "
+                f"keys and values must be (batch, kv_heads, length, d_head) with the same length: "
                 f"key {tuple(key.shape)}, value {tuple(value.shape)}"
             )
         if self.key is None:
@@ -72,7 +72,7 @@ class KVCache:
             if key.shape[:-2] != self.key.shape[:-2] or key.shape[-1] != self.key.shape[-1]:
                 raise ShapeError(
                     f"new keys {tuple(key.shape)} do not fit the cached keys {tuple(self.key.shape)} "
-                    f"(batch, kv_heads, length, head_dim)"
+                    f"(batch, kv_heads, length, d_head)"
                 )
             if value.shape[-1] != self.value.shape[-1]:
                 raise ShapeError(f"new values {tuple(value.shape)} do not fit the cached values {tuple(self.value.shape)}")

@@ -1,7 +1,7 @@
 """``MultiHeadAttention``: it owns the projection weights, positions and cache, and looks its path up.
 
-    Q = X W_q,  K = X_kv W_k,  V = X_kv W_v          (batch, heads, seq, head_dim)
-    head_h = softmax(Q_h K_g(h)^T / sqrt(head_dim) + mask) V_g(h),   g(h) = h // group
+    Q = X W_q,  K = X_kv W_k,  V = X_kv W_v          (batch, heads, seq, d_head)
+    head_h = softmax(Q_h K_g(h)^T / sqrt(d_head) + mask) V_g(h),   g(h) = h // group
     Y = concat(head_0 .. head_(H-1)) W_o              (batch, q_len, d_model)
 
 No module computes scores or softmax itself: ``forward`` runs the first path of
@@ -12,6 +12,7 @@ step functions. ``SelfAttention`` (one head, the seed's next step) is in ``self_
 
 from __future__ import annotations
 
+import warnings
 from typing import NamedTuple
 
 import torch
@@ -33,15 +34,15 @@ from selfattn.positional.rope import RopeRotation, rotate_pairs
 class MultiHeadSteps(NamedTuple):
     """The intermediates of one multi-head attention call (for tracing; see ``MultiHeadAttention.steps``)."""
 
-    q: torch.Tensor  # (batch, H, q_len, head_dim), after RoPE if any
-    k: torch.Tensor  # (batch, Hkv, kv_len, head_dim), cached keys included
-    v: torch.Tensor  # (batch, Hkv, kv_len, head_dim)
+    q: torch.Tensor  # (batch, H, q_len, d_head), after RoPE if any
+    k: torch.Tensor  # (batch, Hkv, kv_len, d_head), cached keys included
+    v: torch.Tensor  # (batch, Hkv, kv_len, d_head)
     mask: torch.Tensor | None  # what was added to / masked out of the scores (bool or float)
     attention: AttentionSteps  # scores, softmax and per-head outputs, heads (batch, H, ...)
-    concat: torch.Tensor  # (batch, q_len, H * head_dim)
+    concat: torch.Tensor  # (batch, q_len, H * d_head)
     output: torch.Tensor  # (batch, q_len, d_model): concat W_o
-    q_plain: torch.Tensor | None = None  # (batch, H, q_len, head_dim) before RoPE; None without RoPE
-    k_plain: torch.Tensor | None = None  # (batch, Hkv, new_len, head_dim): this call's keys before RoPE
+    q_plain: torch.Tensor | None = None  # (batch, H, q_len, d_head) before RoPE; None without RoPE
+    k_plain: torch.Tensor | None = None  # (batch, Hkv, new_len, d_head): this call's keys before RoPE
 
 
 class MultiHeadAttention(nn.Module):
@@ -59,7 +60,8 @@ class MultiHeadAttention(nn.Module):
             n_heads; fewer gives grouped-query attention, 1 multi-query attention.
         bias: whether W_q, W_k, W_v and W_o have biases (default True).
         dropout: chance of dropping each attention weight in training, in [0, 1).
-        head_dim: width of each head; None means d_model // n_heads.
+        d_head: width of each head; None means d_model // n_heads.
+        head_dim: the old name of d_head: still taken, with a DeprecationWarning.
         kdim: width of the key input, for cross-attention; None means d_model.
         vdim: width of the value input, for cross-attention; None means d_model.
         positional: "none" (default), or "rope" (rotate queries and keys by position) or
@@ -96,6 +98,7 @@ class MultiHeadAttention(nn.Module):
         bias: bool = True,
         dropout: float = 0.0,
         *,
+        d_head: int | None = None,
         head_dim: int | None = None,
         kdim: int | None = None,
         vdim: int | None = None,
@@ -106,16 +109,19 @@ class MultiHeadAttention(nn.Module):
     ) -> None:
         """Create the four projections; the class docstring describes the arguments."""
         super().__init__()
+        if head_dim is not None:
+            warnings.warn("MultiHeadAttention(head_dim=...) is now d_head=...", DeprecationWarning, stacklevel=2)
+            d_head = head_dim if d_head is None else d_head
         if config is None:
             config = AttentionConfig(
-                d_model, n_heads, n_kv_heads, head_dim, bias, dropout, kdim, vdim, positional, rope_base, attn_impl
+                d_model, n_heads, n_kv_heads, d_head, bias, dropout, kdim, vdim, positional, rope_base, attn_impl
             )
         self.config = config
         c = config
-        self.w_q = nn.Linear(c.d_model, c.n_heads * c.head_size, bias=c.bias)
-        self.w_k = nn.Linear(c.kdim or c.d_model, c.kv_heads * c.head_size, bias=c.bias)
-        self.w_v = nn.Linear(c.vdim or c.d_model, c.kv_heads * c.head_size, bias=c.bias)
-        self.w_o = nn.Linear(c.n_heads * c.head_size, c.d_model, bias=c.output_bias)
+        self.w_q = nn.Linear(c.d_model, c.n_heads * c.d_head, bias=c.bias)
+        self.w_k = nn.Linear(c.kdim or c.d_model, c.kv_heads * c.d_head, bias=c.bias)
+        self.w_v = nn.Linear(c.vdim or c.d_model, c.kv_heads * c.d_head, bias=c.bias)
+        self.w_o = nn.Linear(c.n_heads * c.d_head, c.d_model, bias=c.output_bias)
 
     @classmethod
     def from_config(cls, config: AttentionConfig) -> MultiHeadAttention:
@@ -159,7 +165,7 @@ class MultiHeadAttention(nn.Module):
     ):
         """Y, or (Y, weights (batch, H, q_len, kv_len)) with need_weights=True (no batch axis if unbatched).
 
-        Y = concat(head_0 .. head_(H-1)) W_o, head_h = softmax(Q_h K_g(h)^T / sqrt(head_dim) + mask) V_g(h).
+        Y = concat(head_0 .. head_(H-1)) W_o, head_h = softmax(Q_h K_g(h)^T / sqrt(d_head) + mask) V_g(h).
 
         Args:
             query: (batch, q_len, d_model), or (q_len, d_model) without a batch axis.
@@ -265,10 +271,10 @@ class MultiHeadAttention(nn.Module):
 
         Returns:
             ``MultiHeadSteps(q, k, v, mask, attention, concat, output, q_plain, k_plain)``:
-                q (batch, H, q_len, head_dim) after RoPE (q_plain and k_plain: before it, None
-                without RoPE); k, v (batch, Hkv, kv_len, head_dim), cached keys
+                q (batch, H, q_len, d_head) after RoPE (q_plain and k_plain: before it, None
+                without RoPE); k, v (batch, Hkv, kv_len, d_head), cached keys
                 included; the one mask applied (bool, float or None); the ``AttentionSteps``
-                of the heads (batch, H, ...); concat (batch, q_len, H * head_dim); output
+                of the heads (batch, H, ...); concat (batch, q_len, H * d_head); output
                 (batch, q_len, d_model). For unbatched input only concat and output drop
                 the batch axis.
 
@@ -278,8 +284,8 @@ class MultiHeadAttention(nn.Module):
         heads = self.project_heads(query, key, value, attn_mask, is_causal, cache, positions)
         steps = attention_steps(
             heads.q, heads.k, heads.v, attn_mask=heads.mask, dropout_p=self.dropout_p, enable_gqa=self.grouped
-        )  # heads: (batch, H, q_len, head_dim)
-        concat = merge_heads(steps.output)  # (batch, q_len, H * head_dim)
+        )  # heads: (batch, H, q_len, d_head)
+        concat = merge_heads(steps.output)  # (batch, q_len, H * d_head)
         output = self.w_o(concat)  # (batch, q_len, d_model)
         if heads.unbatched:
             output, concat = output[0], concat[0]
@@ -314,7 +320,7 @@ class MultiHeadAttention(nn.Module):
         What every attention path starts from (``attention.paths``): the module owns the
         projections, the positions and the cache; a path only attends. With ``fast``
         (``forward``, not ``steps``) self-attention may take the stacked projection, whose
-        queries come out already multiplied by 1 / sqrt(head_dim); ``scale`` then says
+        queries come out already multiplied by 1 / sqrt(d_head); ``scale`` then says
         what is left to apply (1.0).
 
         Args:
@@ -329,9 +335,9 @@ class MultiHeadAttention(nn.Module):
 
         Returns:
             ``Heads(q, k, v, mask, unbatched, scale, q_plain, k_plain)``: q (batch, H,
-                q_len, head_dim) after RoPE, k and v (batch, Hkv, kv_len, head_dim) with the
+                q_len, d_head) after RoPE, k and v (batch, Hkv, kv_len, d_head) with the
                 cache, the one mask (or None), whether the input had no batch axis, the
-                scale left to apply (None: 1 / sqrt(head_dim)), and q and k before RoPE.
+                scale left to apply (None: 1 / sqrt(d_head)), and q and k before RoPE.
 
         Raises:
             ShapeError: the inputs, the mask or the cache do not fit (as in ``forward``).
@@ -355,9 +361,9 @@ class MultiHeadAttention(nn.Module):
 
         past = 0 if cache is None else cache.length
         q, k, v, scale = self._project(query, key, value, fast)
-        q = _split_heads(q, c.n_heads)  # (batch, H, q_len, head_dim)
-        k = _split_heads(k, c.kv_heads)  # (batch, Hkv, new_len, head_dim)
-        v = _split_heads(v, c.kv_heads)  # (batch, Hkv, new_len, head_dim)
+        q = _split_heads(q, c.n_heads)  # (batch, H, q_len, d_head)
+        k = _split_heads(k, c.kv_heads)  # (batch, Hkv, new_len, d_head)
+        v = _split_heads(v, c.kv_heads)  # (batch, Hkv, new_len, d_head)
         if positions is not None and (c.positional != "rope" or key is not query):
             raise ShapeError("positions are RoPE's positions of self-attention's new tokens: give them only with RoPE and no key")
         q_plain, k_plain = (q, k) if c.positional == "rope" else (None, None)
@@ -373,7 +379,7 @@ class MultiHeadAttention(nn.Module):
             else:
                 k = apply_rope(k, torch.arange(past, past + k.shape[-2], device=k.device) if positions is None else positions, **rope)
         if cache is not None:
-            k, v = cache.append(k, v)  # (batch, Hkv, past + new_len, head_dim)
+            k, v = cache.append(k, v)  # (batch, Hkv, past + new_len, d_head)
         q_len, kv_len = q.shape[-2], k.shape[-2]
         if c.positional == "rope":
             # The queries are the newest positions: bottom-right aligned with the keys.
@@ -386,11 +392,11 @@ class MultiHeadAttention(nn.Module):
     def _project(self, query, key, value, fast: bool):
         """Q = X W_q, K = X W_k, V = X W_v, and the scale still to apply to Q K^T (None: the default).
 
-        (batch, seq, d) -> (batch, seq, H * head_dim), (batch, seq, Hkv * head_dim) x 2.
+        (batch, seq, d) -> (batch, seq, H * d_head), (batch, seq, Hkv * d_head) x 2.
         Self-attention in ``forward`` without gradients does the three products as one,
-        with the weights stacked [W_q / sqrt(head_dim); W_k; W_v]: one larger matrix
+        with the weights stacked [W_q / sqrt(d_head); W_k; W_v]: one larger matrix
         product keeps the CPU busier than three small ones (about 20% faster at 256 tokens
-        x 384 wide), and folding the 1 / sqrt(head_dim) into W_q saves a pass over Q.
+        x 384 wide), and folding the 1 / sqrt(d_head) into W_q saves a pass over Q.
         The stack is rebuilt whenever a weight changes (tracked by tensor version and address)
         and after every forward with gradients and every ``train``/``eval``: fused optimisers
         (``AdamW(fused=True)``) update weights in place without bumping their version.
@@ -425,9 +431,9 @@ class MultiHeadAttention(nn.Module):
         stamp = tuple((t.data_ptr(), t._version, t.dtype) for t in tensors)
         cached = getattr(self, "_qkv_cache", None)
         if cached is None or cached[0] != stamp:
-            scale = self.config.head_size ** -0.5
+            scale = self.config.d_head ** -0.5
             with torch.no_grad():
-                weight = torch.cat([self.w_q.weight * scale, self.w_k.weight, self.w_v.weight])  # ((H + 2 Hkv) head_dim, d)
+                weight = torch.cat([self.w_q.weight * scale, self.w_k.weight, self.w_v.weight])  # ((H + 2 Hkv) d_head, d)
                 bias = torch.cat([self.w_q.bias * scale, self.w_k.bias, self.w_v.bias]) if self.config.bias else None
             cached = self._qkv_cache = (stamp, weight, bias)
         return cached[1], cached[2]
@@ -452,17 +458,17 @@ class MultiHeadAttention(nn.Module):
 class Heads(NamedTuple):
     """A call's heads after projection, RoPE and the cache, with its one mask (``project_heads``)."""
 
-    q: torch.Tensor  # (batch, H, q_len, head_dim)
-    k: torch.Tensor  # (batch, Hkv, kv_len, head_dim)
-    v: torch.Tensor  # (batch, Hkv, kv_len, head_dim)
+    q: torch.Tensor  # (batch, H, q_len, d_head)
+    k: torch.Tensor  # (batch, Hkv, kv_len, d_head)
+    v: torch.Tensor  # (batch, Hkv, kv_len, d_head)
     mask: torch.Tensor | None
     unbatched: bool
-    scale: float | None  # what is left to multiply Q K^T by; None: 1 / sqrt(head_dim)
+    scale: float | None  # what is left to multiply Q K^T by; None: 1 / sqrt(d_head)
     q_plain: torch.Tensor | None = None  # before RoPE
     k_plain: torch.Tensor | None = None
 
 
 def _split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
-    """(batch, seq, heads * head_dim) -> (batch, heads, seq, head_dim)"""
+    """(batch, seq, heads * d_head) -> (batch, heads, seq, d_head)"""
     batch, seq, width = x.shape
-    return x.view(batch, seq, n_heads, width // n_heads).transpose(1, 2)  # (batch, heads, seq, head_dim)
+    return x.view(batch, seq, n_heads, width // n_heads).transpose(1, 2)  # (batch, heads, seq, d_head)

@@ -110,7 +110,7 @@ def _reference_run(module, call: AttentionCall):
     attended = attention_forward(
         heads.q, heads.k, heads.v, attn_mask=heads.mask, dropout_p=module.dropout_p, is_causal=square,
         scale=heads.scale, enable_gqa=module.grouped, need_weights=call.need_weights,
-    )  # output (batch, H, q_len, head_dim), weights (batch, H, q_len, kv_len) or None
+    )  # output (batch, H, q_len, d_head), weights (batch, H, q_len, kv_len) or None
     output = module.w_o(merge_heads(attended.output))  # (batch, q_len, d_model)
     if heads.unbatched:
         output = output[0]
@@ -153,7 +153,7 @@ def _flash_run(module, call: AttentionCall):
     offset = heads.k.shape[-2] - heads.q.shape[-2] if alone else None  # bottom-right: the queries are the newest
     out, _ = flash_with_offset(heads.q, heads.k, heads.v, heads.mask, offset, heads.scale, module.grouped,
                                dropout_p=module.dropout_p)
-    output = module.w_o(merge_heads(out))  # (batch, H, q_len, head_dim) -> (batch, q_len, d_model)
+    output = module.w_o(merge_heads(out))  # (batch, H, q_len, d_head) -> (batch, q_len, d_model)
     return output[0] if heads.unbatched else output
 
 
@@ -197,12 +197,12 @@ def _packed_run(module, call: AttentionCall):
     linears = (module.w_q, module.w_k, module.w_v)
     biases = tuple(lin.bias for lin in linears) if c.bias else None
     concat = packed_self_attention(call.query, tuple(lin.weight for lin in linears), biases, c.n_heads, call.is_causal)
-    return module.w_o(concat)  # (batch, seq, H head_dim) -> (batch, seq, d_model)
+    return module.w_o(concat)  # (batch, seq, H d_head) -> (batch, seq, d_model)
 
 
 def merge_heads(x: torch.Tensor) -> torch.Tensor:
-    """(batch, heads, seq, head_dim) -> (batch, seq, heads * head_dim): the concat of the heads."""
-    return x.transpose(1, 2).flatten(2)  # (batch, seq, heads, head_dim) -> (batch, seq, heads * head_dim)
+    """(batch, heads, seq, d_head) -> (batch, seq, heads * d_head): the concat of the heads."""
+    return x.transpose(1, 2).flatten(2)  # (batch, seq, heads, d_head) -> (batch, seq, heads * d_head)
 
 
 register_path(AttentionPath("reference", _reference_declines, _reference_run))

@@ -35,9 +35,9 @@ class SelfAttention(nn.Module):
     def __init__(self, d_in: int, d_k: int, d_v: int | None = None, bias: bool = False) -> None:
         """Create the projections W_q, W_k, W_v; the class docstring describes the arguments."""
         super().__init__()
-        AttentionConfig(d_model=d_in, head_dim=d_k, bias=bias)  # validates the sizes
+        AttentionConfig(d_model=d_in, d_head=d_k, bias=bias)  # validates the sizes
         d_v = d_k if d_v is None else d_v
-        AttentionConfig(d_model=d_in, head_dim=d_v)
+        AttentionConfig(d_model=d_in, d_head=d_v)
         self.w_q = nn.Linear(d_in, d_k, bias=bias)
         self.w_k = nn.Linear(d_in, d_k, bias=bias)
         self.w_v = nn.Linear(d_in, d_v, bias=bias)

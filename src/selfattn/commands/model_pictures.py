@@ -61,7 +61,7 @@ def positional_picture(model, layer: int, head: int) -> PositionPicture:
         # Learned values are small (about 0.1): the scale spans what the picture holds.
         return PositionPicture(table, title, float(table.abs().max()) or 1.0, "dimension")
     a = model.blocks[layer].config.attention
-    d_head = a.head_dim or a.d_model // a.n_heads
+    d_head = a.d_head or a.d_model // a.n_heads
     unit = torch.zeros(positions, d_head)
     half = a.rope_pairs == "half"
     if half:
@@ -107,8 +107,8 @@ def rope_grid(trace, model, n_positions: int) -> RopeGrid:
     positions = torch.arange(n_positions)
     rope = {"base": a.rope_base, "pairs": a.rope_pairs, "scaling": a.rope_scaling}
     with torch.no_grad():
-        q_at = apply_rope(trace.q_plain[qi].expand(n_positions, -1), positions, **rope)  # (n, d_h): row i is q at i
-        k_at = apply_rope(trace.k_plain[ki].expand(n_positions, -1), positions, **rope)  # (n, d_h): row j is k at j
+        q_at = apply_rope(trace.q_plain[qi].expand(n_positions, -1), positions, **rope)  # (n, d_head): row i is q at i
+        k_at = apply_rope(trace.k_plain[ki].expand(n_positions, -1), positions, **rope)  # (n, d_head): row j is k at j
         grid = attention_scores(q_at, k_at)  # (n, n): (R(i) q) . (R(j) k)
     kv = f", key/value head {trace.kv_head}" if trace.attention.n_kv_heads != trace.attention.n_heads else ""
     title = (f"{trace.model_name}, layer {trace.layer}, head {trace.head}{kv}: the query '{labels[qi]}' and the key "

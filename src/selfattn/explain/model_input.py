@@ -118,8 +118,8 @@ def intro_step(doc: Document, t: ModelTrace) -> None:
         else "an encoder: every token sees every token, before and after it (bidirectional attention)"
     )
     width = (
-        f"each head works on {t.head_dim} of them ({t.n_heads} × {t.head_dim} = {t.d_model})"
-        if t.n_heads * t.head_dim == t.d_model else f"each head projects it to {t.head_dim} numbers"
+        f"each head works on {t.d_head} of them ({t.n_heads} × {t.d_head} = {t.d_model})"
+        if t.n_heads * t.d_head == t.d_model else f"each head projects it to {t.d_head} numbers"
     )
     facts = []
     if a.n_kv_heads < a.n_heads:

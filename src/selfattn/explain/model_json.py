@@ -1,7 +1,7 @@
 """A ModelTrace as JSON: one head of a pretrained model, every number at full precision.
 
 Matrices are for the chosen layer and head only: embeddings (X0), layer_input and
-attention_input (n, d_model), q, k, v and context (n, head_dim), the score and weight
+attention_input (n, d_model), q, k, v and context (n, d_head), the score and weight
 matrices (n, n) with every token as the query; row_max and exp_sum are (n,). ``top``
 lists where the query looks most, among the keys it may see. ``query_hidden_states``
 (n_layers + 1, d_model) is the query's vector after the embeddings and after each layer,
@@ -11,7 +11,7 @@ Any family: ``family``, ``readable`` and ``special`` describe the tokens; ``embe
 the summands of X0 (``parts``: name -> (n, d_model)); ``attention`` the layer's
 attention (causal, positional, rope_base, rope_scaling, n_heads, n_kv_heads, window,
 norm, norm_first, feed_forward, group_size, kv_head); ``allowed`` (n, n) which keys each
-query may see (null: all); ``q_before_rope`` and ``k_before_rope`` (n, head_dim) the
+query may see (null: all); ``q_before_rope`` and ``k_before_rope`` (n, d_head) the
 queries and keys before RoPE's turn (null without RoPE); ``first_token_share`` this
 head's mean weight on token 0 over the queries after it.
 """
@@ -47,7 +47,7 @@ def model_to_dict(t: ModelTrace) -> dict[str, Any]:
             "n_layers": t.n_layers,
             "n_heads": t.n_heads,
             "d_model": t.d_model,
-            "head_dim": t.head_dim,
+            "head_dim": t.d_head,
             "attention": {**asdict(a), "group_size": a.group_size, "kv_head": t.kv_head},
             "query": {"index": q, "token": t.query_token},
             "embeddings": t.embeddings,  # (n, d_model): X0, the first layer's input
@@ -59,10 +59,10 @@ def model_to_dict(t: ModelTrace) -> dict[str, Any]:
             },
             "layer_input": t.layer_input,  # (n, d_model): the hidden state entering this layer
             "attention_input": t.attention_input,  # (n, d_model): what the attention reads (Norm(x) pre-norm)
-            "q": t.q,  # (n, head_dim), after RoPE with RoPE
+            "q": t.q,  # (n, d_head), after RoPE with RoPE
             "k": t.k,  # of key/value head kv_head
             "v": t.v,
-            "q_before_rope": t.q_plain,  # (n, head_dim) or None
+            "q_before_rope": t.q_plain,  # (n, d_head) or None
             "k_before_rope": t.k_plain,
             "scale": t.scale,
             "allowed": None if t.allowed is None else t.allowed.tolist(),  # (n, n) bool, True = may see
@@ -72,7 +72,7 @@ def model_to_dict(t: ModelTrace) -> dict[str, Any]:
             "exp": t.exp,  # (n, n)
             "exp_sum": t.exp_sum,  # (n,)
             "weights": t.weights,  # (n, n)
-            "context": t.context,  # (n, head_dim)
+            "context": t.context,  # (n, d_head)
             "first_token_share": t.first_token_share,
             "query_hidden_states": t.query_hidden_states,  # (n_layers + 1, d_model): embeddings, then each layer
             "top": [{"index": j, "token": t.tokens[j], "readable": t.readable[j], "weight": float(t.weights[q, j])}

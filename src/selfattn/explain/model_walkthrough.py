@@ -84,24 +84,24 @@ def _layer_input(doc: Document, t: ModelTrace, p: int, step: int) -> None:
 
 
 def _heads_text(t: ModelTrace, step: int) -> str:
-    a, h, d_h = t.attention, t.head, t.head_dim
-    first, kv = h * d_h, t.kv_head
+    a, h, d_head = t.attention, t.head, t.d_head
+    first, kv = h * d_head, t.kv_head
     x = f"x (here {NORMS.get(a.norm, a.norm)}(x), the step before)" if a.norm_first else "x"
     text = (
         f"Each token's vector {x} is projected three ways by learned matrices (some models also add a learned bias "
         "vector to each): the query q (what the token is looking for), the key k (what it offers to be found by) and "
-        f"the value v (what it hands over). W_q is {t.d_model} × {t.n_heads * d_h}: its columns are {t.n_heads} groups "
-        f"of {d_h}, one group per head, and head {h} uses columns {first} to {first + d_h - 1}."
+        f"the value v (what it hands over). W_q is {t.d_model} × {t.n_heads * d_head}: its columns are {t.n_heads} groups "
+        f"of {d_head}, one group per head, and head {h} uses columns {first} to {first + d_head - 1}."
     )
     if a.n_kv_heads < a.n_heads:
         text += (
-            f" W_k and W_v are narrower, {t.d_model} × {a.n_kv_heads * d_h}: {a.n_kv_heads} group{'s' if a.n_kv_heads > 1 else ''} "
-            f"of {d_h}, one per key/value head, and each key/value head serves {a.group_size} query heads. So head {h} "
-            f"reads the keys and values of key/value head {kv} (columns {kv * d_h} to {kv * d_h + d_h - 1} of W_k and W_v)."
+            f" W_k and W_v are narrower, {t.d_model} × {a.n_kv_heads * d_head}: {a.n_kv_heads} group{'s' if a.n_kv_heads > 1 else ''} "
+            f"of {d_head}, one per key/value head, and each key/value head serves {a.group_size} query heads. So head {h} "
+            f"reads the keys and values of key/value head {kv} (columns {kv * d_head} to {kv * d_head + d_head - 1} of W_k and W_v)."
         )
     else:
         text += " W_k and W_v are cut into heads the same way."
-    return text + f" In this head every q, k and v has {d_h} numbers; v comes in at step {step + 2}."
+    return text + f" In this head every q, k and v has {d_head} numbers; v comes in at step {step + 2}."
 
 
 def _kv_name(t: ModelTrace) -> str:
@@ -109,32 +109,32 @@ def _kv_name(t: ModelTrace) -> str:
 
 
 def _rope(doc: Document, t: ModelTrace, p: int) -> None:
-    a, q, d_h = t.attention, t.query_index, t.head_dim
+    a, q, d_head = t.attention, t.query_index, t.d_head
     seen = seen_keys(t, q)
     others = [j for j in seen if j not in (0, q)] or [j for j in seen if j != q] or [q]  # token 0 is not turned
     j = max(others, key=lambda k: float(t.weights[q, k]))  # the key the query weighs most
-    before = float(attention_scores(t.q_plain[q], t.k_plain[j][None])[0])  # (d_h,), (1, d_h) -> (1,)
+    before = float(attention_scores(t.q_plain[q], t.k_plain[j][None])[0])  # (d_head,), (1, d_head) -> (1,)
     scaling = f" This checkpoint rescales the frequencies θ_c first ({a.rope_scaling})." if a.rope_scaling else ""
     pairs = [(f"q at {q}, before", t.q_plain[q]), (f"q at {q}, after", t.q[q]), (f"k at {j}, before", t.k_plain[j]), (f"k at {j}, after", t.k[j])]
     rows = [[name] + vector_cells(v.tolist(), p) + [fmt(vector_length(v), p)] for name, v in pairs]
     doc.add(
         Paragraph(
             f"Positions enter here, through RoPE: before any score is taken, each query and key is turned by its "
-            f"position. Its {d_h} components form {d_h // 2} pairs, and pair c of the token at position i turns by the "
-            f"angle i·θ_c, with θ_c = {rope_base_text(a.rope_base)}^(−2c/{d_h}): the first pairs turn fast, the last ones slowly."
+            f"position. Its {d_head} components form {d_head // 2} pairs, and pair c of the token at position i turns by the "
+            f"angle i·θ_c, with θ_c = {rope_base_text(a.rope_base)}^(−2c/{d_head}): the first pairs turn fast, the last ones slowly."
             f"{scaling} A turn changes no length, only the direction. The query at position {q} turns by {q}·θ_c and "
             f"the key at position {j} by {j}·θ_c; in their dot product only the difference of the angles is left, "
             f"({q} − {j})·θ_c, so the score depends on how far apart the two tokens are ({abs(q - j)} position{'' if abs(q - j) == 1 else 's'}), not "
             "on where they stand."
         ),
-        Table(["RoPE"] + component_headers(d_h, "x") + ["|x|"], rows,
+        Table(["RoPE"] + component_headers(d_head, "x") + ["|x|"], rows,
               title=f"RoPE turns the query {query_label(t)} and the key of '{token_label(t, j)}'"),
         Lines([f"q · k before the turn = {fmt(before, p)}   after the turn = {fmt(t.scores_unscaled[q, j], p)}"]),
     )
 
 
 def _projections(doc: Document, t: ModelTrace, p: int, step: int) -> None:
-    q, h, d_h = t.query_index, t.head, t.head_dim
+    q, h, d_head = t.query_index, t.head, t.d_head
     rope = t.attention.positional == "rope" and t.q_plain is not None and t.k_plain is not None
     rows = [[token_label(t, j)] + vector_cells(t.k[j].tolist(), p) + [fmt(t.scores_unscaled[q, j], p)] for j in range(len(t.tokens))]
     doc.add(Heading(f"Step {step} · Queries and keys of head {h}: q = x W_q, k = x W_k"), Paragraph(_heads_text(t, step)))
@@ -145,10 +145,10 @@ def _projections(doc: Document, t: ModelTrace, p: int, step: int) -> None:
     doc.add(
         Lines([f"q of {query_label(t)}{after} = {fmt_vector(t.q[q].tolist(), p)}", f"|q| = {fmt(vector_length(t.q[q]), p)}"]),
         Paragraph(
-            f"The score of key j is the dot product q · k_j: multiply the {d_h} pairs of components and add them "
+            f"The score of key j is the dot product q · k_j: multiply the {d_head} pairs of components and add them "
             f"up. The better key j matches what {query_label(t)} is looking for, the larger its score.{hidden}"
         ),
-        Table(["token"] + component_headers(d_h, "k") + ["q · k"], rows, title=f"Every token's key in {_kv_name(t)}{after}, and its score", highlight_row=q),
+        Table(["token"] + component_headers(d_head, "k") + ["q · k"], rows, title=f"Every token's key in {_kv_name(t)}{after}, and its score", highlight_row=q),
     )
 
 
@@ -172,7 +172,7 @@ def _mask_text(t: ModelTrace, seen: list[int]) -> str:
 
 
 def _softmax(doc: Document, t: ModelTrace, p: int, step: int) -> None:
-    q, n, d_h = t.query_index, len(t.tokens), t.head_dim
+    q, n, d_head = t.query_index, len(t.tokens), t.d_head
     seen = seen_keys(t, q)
     masked = t.allowed is not None
     columns = [t.scores_unscaled[q], t.scores[q], t.exp[q], t.weights[q]]
@@ -185,13 +185,13 @@ def _softmax(doc: Document, t: ModelTrace, p: int, step: int) -> None:
     over = f" over the {len(seen)} key{'s' if len(seen) > 1 else ''} it may see" if masked else ""
     doc.add(
         Paragraph(
-            f"Before the softmax every score is divided by √{d_h} = {fmt(math.sqrt(d_h), p)} (times "
-            f"{fmt(t.scale, p)}). A sum of {d_h} products spreads about √{d_h} times wider than one product, "
+            f"Before the softmax every score is divided by √{d_head} = {fmt(math.sqrt(d_head), p)} (times "
+            f"{fmt(t.scale, p)}). A sum of {d_head} products spreads about √{d_head} times wider than one product, "
             "and softmax over widely spread scores hands nearly all the weight to one token, where learning "
             "stalls. Then the softmax, in its stable form: subtract the largest scaled score m, take exp, and "
             f"divide each by their sum. {add_up}"
         ),
-        Table(["token", "q · k", f"s = q · k / √{d_h}", "exp(s - m)", "α"] + ([""] if masked else []), rows, highlight_row=q),
+        Table(["token", "q · k", f"s = q · k / √{d_head}", "exp(s - m)", "α"] + ([""] if masked else []), rows, highlight_row=q),
         Lines([f"m = {fmt(t.row_max[q], p)}   sum of exp(s - m) = {fmt(t.exp_sum[q], p)}   sum of α{over} = {fmt(t.weights[q, seen].sum(), p)}"]),
     )
     order = sorted(seen, key=lambda j: -float(t.weights[q, j]))
@@ -214,16 +214,16 @@ def _softmax(doc: Document, t: ModelTrace, p: int, step: int) -> None:
 
 
 def _context(doc: Document, t: ModelTrace, p: int, step: int) -> None:
-    q, d_h = t.query_index, t.head_dim
+    q, d_head = t.query_index, t.d_head
     rows = [[token_label(t, j), fmt(t.weights[q, j], p)] + vector_cells(t.v[j].tolist(), p) for j in range(len(t.tokens))]
     hidden = " The hidden keys have α = 0, so their values add nothing." if t.allowed is not None else ""
     doc.add(
         Heading(f"Step {step} · Head {t.head}'s output for {query_label(t)}: z = Σ α_j v_j"),
         Paragraph(
-            f"The head hands back a blend of the value vectors, each scaled by its weight: {d_h} numbers for "
+            f"The head hands back a blend of the value vectors, each scaled by its weight: {d_head} numbers for "
             f"{query_label(t)}. Tokens with a large α pull the blend towards their own v.{hidden}"
         ),
-        Table(["token", "α"] + component_headers(d_h, "v"), rows, title=f"Every token's value in {_kv_name(t)}", highlight_row=q),
+        Table(["token", "α"] + component_headers(d_head, "v"), rows, title=f"Every token's value in {_kv_name(t)}", highlight_row=q),
         Lines([f"z of {query_label(t)} = {fmt_vector(t.context[q].tolist(), p)}", f"|z| = {fmt(vector_length(t.context[q]), p)}"]),
     )
 
@@ -240,7 +240,7 @@ def _shell_quoted(sentence: str) -> str:
 
 
 def _rest_of_layer(t: ModelTrace) -> str:
-    a, layer, width = t.attention, t.layer, t.n_heads * t.head_dim
+    a, layer, width = t.attention, t.layer, t.n_heads * t.d_head
     norm, ff = NORMS.get(a.norm, a.norm), FEED_FORWARD.get(a.feed_forward, a.feed_forward)
     result = "the model's final vectors" + (f", after one last {norm}" if a.norm_first else "")
     if layer < t.n_layers - 1:
@@ -249,12 +249,12 @@ def _rest_of_layer(t: ModelTrace) -> str:
         result += "; the last token's vector, multiplied by the output matrix, scores every token of the vocabulary as the next one"
     elif t.default_model:
         result += "; for a sentence embedding, the model averages them over the tokens (see selfattn similarity)"
-    own = (f"W_q (and, shared with the other query heads of its group, {t.head_dim} columns of W_k and W_v)"
+    own = (f"W_q (and, shared with the other query heads of its group, {t.d_head} columns of W_k and W_v)"
            if a.n_kv_heads < a.n_heads else "W_q, W_k and W_v")
     joined = (
         f"Head {t.head} is one of {t.n_heads} heads that run side by side on the same input, each with its own "
-        f"{t.head_dim} columns of {own}, so each can look for something else. Their {t.n_heads} outputs of "
-        f"{t.head_dim} numbers are laid side by side into {width}, multiplied by W_o ({width} × {t.d_model}) and "
+        f"{t.d_head} columns of {own}, so each can look for something else. Their {t.n_heads} outputs of "
+        f"{t.d_head} numbers are laid side by side into {width}, multiplied by W_o ({width} × {t.d_model}) and "
         "added to the layer's input (the residual connection)"
     )
     if a.norm_first:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from selfattn.attention.config import TransformerConfig
+from selfattn.attention.config import TransformerConfig, renamed_keyword
 from selfattn.attention.kv_cache import KVCache
 from selfattn.attention.layers import make_norm
 from selfattn.attention.transformer import TransformerBlock
@@ -52,7 +52,7 @@ class DecoderConfig:
         n_layers: the number of blocks.
         n_heads: query heads per block.
         n_kv_heads: key/value heads per block (fewer than n_heads: grouped-query).
-        head_dim: the width of one head.
+        d_head: the width of one head (``head_dim=`` still works and warns: its old name).
         d_ff: the feed-forward network's hidden width.
         activation: "gelu_tanh", "gelu", "relu" or "swiglu".
         norm: "layer" (LayerNorm) or "rms" (RMSNorm).
@@ -82,7 +82,7 @@ class DecoderConfig:
     n_layers: int
     n_heads: int
     n_kv_heads: int
-    head_dim: int
+    d_head: int
     d_ff: int
     activation: str
     norm: str
@@ -114,7 +114,7 @@ class DecoderConfig:
             d_model=self.d_model,
             n_heads=self.n_heads,
             n_kv_heads=self.n_kv_heads,
-            head_dim=self.head_dim,
+            d_head=self.d_head,
             d_ff=self.d_ff,
             bias=self.bias,
             attention_bias=self.attention_bias,
@@ -125,7 +125,7 @@ class DecoderConfig:
             layer_norm_eps=self.norm_eps,
             positional="rope" if self.positions == "rope" else "none",
             rope_base=self.rope_base,
-            rope_pairs="half",  # the four families pair feature i with i + head_dim/2
+            rope_pairs="half",  # the four families pair feature i with i + d_head/2
             rope_scaling=self.rope_scaling,
             sliding_window=self.windows[layer] if self.windows else None,
             causal=True,
@@ -137,6 +137,9 @@ class DecoderConfig:
     def sliding_layers(self) -> list[int]:
         """The layers whose attention has a window."""
         return [i for i, w in enumerate(self.windows) if w is not None]
+
+
+renamed_keyword(DecoderConfig, "head_dim", "d_head")
 
 
 class DecoderModel(nn.Module):
@@ -333,7 +336,7 @@ class DecoderModel(nn.Module):
         rope_positions = None
         if self.config.positions == "rope":  # cos and sin once per call, shared by every layer
             c = self.config
-            rope_positions = rope_rotation(positions, c.head_dim, c.rope_base, c.rope_scaling, x.dtype)
+            rope_positions = rope_rotation(positions, c.d_head, c.rope_base, c.rope_scaling, x.dtype)
         # One new token is the newest position: the causal rule (bottom-right) hides no key
         # from it, so a decoding step skips building that mask in every layer.
         causal = seq > 1

@@ -1,7 +1,7 @@
 """The Llama layout, shared by every Llama-shaped family: its config reader and its weight table.
 
 Pre-RMSNorm blocks, SwiGLU feed-forwards, grouped-query attention with RoPE pairing
-feature i with i + head_dim/2, and the tensor names ``model.layers.{i}.self_attn.q_proj``
+feature i with i + d_head/2, and the tensor names ``model.layers.{i}.self_attn.q_proj``
 and so on. The families built on it differ only in data, stated in their own files as a
 ``LlamaShape``:
 
@@ -129,7 +129,7 @@ class LlamaShape:
         kv_heads = read.int("num_key_value_heads", default=heads, allow_null=True)
         if heads % kv_heads:
             raise ModelError(f"config.json: num_attention_heads ({heads}) is not divisible by num_key_value_heads ({kv_heads})")
-        head_dim = read.int("head_dim", default=read.divide(d, heads, "hidden_size", "num_attention_heads"), allow_null=True)
+        d_head = read.int("head_dim", default=read.divide(d, heads, "hidden_size", "num_attention_heads"), allow_null=True)
         base, scaling = _rope(data)
         attention_bias = self.qkv_bias if self.qkv_bias is not None else read.bool("attention_bias", default=False)
         eos = read.ids("eos_token_id")
@@ -140,7 +140,7 @@ class LlamaShape:
             n_layers=layers,
             n_heads=heads,
             n_kv_heads=kv_heads,
-            head_dim=head_dim,
+            d_head=d_head,
             d_ff=read.int("intermediate_size"),
             activation="swiglu",
             norm="rms",

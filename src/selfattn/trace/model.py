@@ -28,7 +28,7 @@ MAX_MODEL_TOKENS = {"text": 48, "markdown": 48, "json": 512, "html": 512, "plot"
 
 @dataclass
 class ModelTrace:
-    """A pretrained model's layer ``layer``, head ``head`` on one sentence.   n tokens, d wide, d_h per head.
+    """A pretrained model's layer ``layer``, head ``head`` on one sentence.   n tokens, d wide, d_head per head.
 
     Architecture-neutral: the model describes its own embedding step (``embedding``) and
     the layer's attention (``attention``: causal, RoPE, grouped-query heads, window), so
@@ -44,7 +44,7 @@ class ModelTrace:
     n_layers: int
     n_heads: int
     d_model: int
-    head_dim: int
+    d_head: int
     layer: int  # 0-based
     head: int  # 0-based
     query_index: int
@@ -53,12 +53,12 @@ class ModelTrace:
     embeddings: torch.Tensor  # (n, d): X0, the first layer's input
     layer_input: torch.Tensor  # (n, d): hidden state entering layer ``layer``
     attention_input: torch.Tensor  # (n, d): what the attention reads: LN1(layer_input) pre-LN, layer_input post-LN
-    q: torch.Tensor  # (n, d_h): this head's queries (after RoPE, with RoPE)
-    k: torch.Tensor  # (n, d_h): the keys of the key/value head this head reads
-    v: torch.Tensor  # (n, d_h)
-    q_plain: torch.Tensor | None  # (n, d_h): the queries before RoPE; None without RoPE
-    k_plain: torch.Tensor | None  # (n, d_h): the keys before RoPE
-    scale: float  # 1 / sqrt(d_h)
+    q: torch.Tensor  # (n, d_head): this head's queries (after RoPE, with RoPE)
+    k: torch.Tensor  # (n, d_head): the keys of the key/value head this head reads
+    v: torch.Tensor  # (n, d_head)
+    q_plain: torch.Tensor | None  # (n, d_head): the queries before RoPE; None without RoPE
+    k_plain: torch.Tensor | None  # (n, d_head): the keys before RoPE
+    scale: float  # 1 / sqrt(d_head)
     allowed: torch.Tensor | None  # (n, n) bool: which keys each query may see (causal, window); None: all
     scores_unscaled: torch.Tensor  # (n, n): q_i . k_j
     scores: torch.Tensor  # (n, n): scale * q_i . k_j, -inf where not allowed: the softmax input
@@ -66,7 +66,7 @@ class ModelTrace:
     exp: torch.Tensor  # (n, n): exp(scores - m)
     exp_sum: torch.Tensor  # (n,)
     weights: torch.Tensor  # (n, n): this head's attention weights
-    context: torch.Tensor  # (n, d_h): weights @ V, this head's output
+    context: torch.Tensor  # (n, d_head): weights @ V, this head's output
     layer_output: torch.Tensor  # (n, d): hidden state leaving layer ``layer`` (the last: after the final norm)
     hidden_states: tuple[torch.Tensor, ...]  # n_layers + 1 of (n, d)
     all_weights: torch.Tensor  # (n_layers, n_heads, n, n): every head of every layer, each layer's steps
@@ -183,7 +183,7 @@ def trace_model(
         layer_allowed = tuple(None if s.mask is None else _allowed(s.mask, len(tokens)) for s in every)
         # The model's own forward pass must have used these weights.
         torch.testing.assert_close(all_weights, torch.stack([w[0] for w in out.attentions]), rtol=0, atol=1e-5)
-        q, k, v = steps.q[0, head], steps.k[0, kv_head], steps.v[0, kv_head]  # (n, d_h) each
+        q, k, v = steps.q[0, head], steps.k[0, kv_head], steps.v[0, kv_head]  # (n, d_head) each
         rope = steps.q_plain is not None
         allowed = layer_allowed[layer]
         attention_input = block.norm1(layer_input) if block.config.norm_first else layer_input
@@ -197,7 +197,7 @@ def trace_model(
             n_layers=n_layers,
             n_heads=n_heads,
             d_model=layer_input.shape[-1],
-            head_dim=q.shape[-1],
+            d_head=q.shape[-1],
             layer=layer,
             head=head,
             query_index=query_index,
@@ -242,5 +242,5 @@ def _allowed(mask: torch.Tensor, n: int) -> torch.Tensor:
 
 def _unscaled(steps, info: AttentionInfo) -> torch.Tensor:
     """Every head's q_i . k_j before the scaling, each query head with the key/value head it reads.   -> (H, n, n)"""
-    q, k = steps.q[0], steps.k[0]  # (H, n, d_h), (K, n, d_h)
+    q, k = steps.q[0], steps.k[0]  # (H, n, d_head), (K, n, d_head)
     return torch.stack([attention_scores(q[h], k[info.kv_head(h)]) for h in range(q.shape[0])])  # H of (n, n)

@@ -89,7 +89,7 @@ def seeded_attention(
 ) -> MultiHeadAttention:
     """Untrained projections, fixed by the seed: W ~ N(0, 1 / fan_in), no biases."""
     inner = positional if positional in ("rope", "alibi") else "none"
-    module = MultiHeadAttention(d, heads, kv_heads, bias=False, head_dim=d_k, positional=inner)
+    module = MultiHeadAttention(d, heads, kv_heads, bias=False, d_head=d_k, positional=inner)
     with torch.no_grad():
         for layer in (module.w_q, module.w_k, module.w_v, module.w_o):
             layer.weight.normal_(0.0, 1.0 / math.sqrt(layer.in_features), generator=generator)

@@ -298,7 +298,7 @@ def trace_page(trace) -> ModelPage:
 
 
 def _steps(scale, raw, scaled, softmax_input, row_max, exp, exp_sum, context) -> dict[str, Any]:
-    """One head's step numbers in the page's layout.   raw/scaled/exp: (n, n), row_max/exp_sum: (n,), context: (n, d_h)"""
+    """One head's step numbers in the page's layout.   raw/scaled/exp: (n, n), row_max/exp_sum: (n,), context: (n, d_head)"""
     return {
         "score_label": "q · k",
         "scale": scale,

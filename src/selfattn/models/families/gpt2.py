@@ -48,7 +48,7 @@ def read_config(data: dict) -> DecoderConfig:
     heads = read.int("n_head")
     for name, what in REFUSED.items():
         read.refuse_true(name, what)
-    read.require_true("scale_attn_weights", "scores divided by sqrt(head_dim)")
+    read.require_true("scale_attn_weights", "scores divided by sqrt(d_head)")
     eos = read.ids("eos_token_id", default=50256)
     return DecoderConfig(
         model_type=MODEL_TYPE,
@@ -57,7 +57,7 @@ def read_config(data: dict) -> DecoderConfig:
         n_layers=read.int("n_layer"),
         n_heads=heads,
         n_kv_heads=heads,
-        head_dim=read.divide(d, heads, "n_embd", "n_head"),
+        d_head=read.divide(d, heads, "n_embd", "n_head"),
         d_ff=read.int("n_inner", default=4 * d, allow_null=True),
         activation=read.choice("activation_function", ACTIVATIONS, default="gelu_new"),
         norm="layer",
