@@ -1,7 +1,10 @@
-"""A typed record of every intermediate of one self-attention run, for renderers.
+"""The seed's self-attention, traced: every intermediate of Z = softmax(X X^T) X, and one query's walk.
 
-The trace is built by calling the pipeline's step functions once; renderers (text,
-markdown, JSON, plots) only read it and never recompute attention.
+``trace_self_attention`` calls the pipeline's step functions once and fills the one
+record (``AttentionTrace``): one layer, one head whose queries, keys and values are X
+itself, and the seed's own walk of the query (``QueryTrace``: the terms, the loops, the
+naive and stable softmax, plain division) as its "seed" section. ``Trace`` is the view
+of that record under the names the seed's walkthrough has always used.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from selfattn.pipeline.steps import (
     softmax_parts,
 )
 from selfattn.pipeline.tokenize import find_query
+from selfattn.trace.record import AttentionTrace, Inputs, LayerSteps, Query
 
 
 @dataclass(frozen=True)
@@ -105,15 +109,20 @@ class QueryTrace:
         return float((self.context_loop - self.context).abs().max())
 
 
-@dataclass(frozen=True)
 class Trace:
     """Self-attention over a whole sentence, with the query's steps spelled out.
 
-    What ``trace_self_attention`` records: the seed's unscaled attention of every token
-    on every token (n tokens, width d), plus one query's walk in ``query``. Renderers
-    read it; they never recompute attention.
+    What ``trace_self_attention`` returns: a view of its ``AttentionTrace`` (``record``)
+    under the names the seed's walkthrough uses: the seed's unscaled attention of every
+    token on every token (n tokens, width d), plus one query's walk in ``query``.
+    Renderers read it; they never recompute attention.
+
+    Args:
+        record: the ``AttentionTrace`` of the seed's attention, with its "inputs" and
+            "seed" sections.
 
     Attributes:
+        record: the one record this view reads.
         tokens: the n tokens of the sentence.
         embeddings: (n, d), X.
         source: where X came from.
@@ -127,17 +136,63 @@ class Trace:
         context: (n, d), Z = weights X.
     """
 
-    tokens: list[str]
-    embeddings: torch.Tensor  # (n, d): X
-    source: EmbeddingSource
-    query: QueryTrace
-    scores: torch.Tensor  # (n, n): Omega = X X^T
-    row_max: torch.Tensor  # (n,): m_i = max_j omega_ij, the stable softmax's shift per row
-    exp: torch.Tensor  # (n, n): exp(omega_ij - m_i)
-    exp_sum: torch.Tensor  # (n,): sum_j exp(omega_ij - m_i)
-    weights: torch.Tensor  # (n, n): softmax of each row
-    row_sums: torch.Tensor  # (n,): each row of weights summed (1 up to rounding)
-    context: torch.Tensor  # (n, d): Z = weights X
+    def __init__(self, record: AttentionTrace) -> None:
+        self.record = record
+
+    @property
+    def tokens(self) -> list[str]:
+        """The n tokens of the sentence."""
+        return self.record.tokens
+
+    @property
+    def embeddings(self) -> torch.Tensor:
+        """(n, d), X."""
+        return self.record.embeddings
+
+    @property
+    def source(self) -> EmbeddingSource:
+        """Where X came from."""
+        return self.record.sections["inputs"].source
+
+    @property
+    def query(self) -> QueryTrace:
+        """The chosen query's steps, one by one."""
+        return self.record.sections["seed"]
+
+    @property
+    def scores(self) -> torch.Tensor:
+        """(n, n), Omega = X X^T."""
+        return self.record.layers[0].scores[0]
+
+    @property
+    def row_max(self) -> torch.Tensor:
+        """(n,), m_i = max_j omega_ij."""
+        return self.record.layers[0].row_max[0]
+
+    @property
+    def exp(self) -> torch.Tensor:
+        """(n, n), exp(omega_ij - m_i)."""
+        return self.record.layers[0].exp[0]
+
+    @property
+    def exp_sum(self) -> torch.Tensor:
+        """(n,), sum_j exp(omega_ij - m_i)."""
+        return self.record.layers[0].exp_sum[0]
+
+    @property
+    def weights(self) -> torch.Tensor:
+        """(n, n), the softmax of each row of ``scores``."""
+        return self.record.layers[0].weights[0]
+
+    @property
+    def row_sums(self) -> torch.Tensor:
+        """(n,), each row of ``weights`` summed (1 up to rounding)."""
+        return self.weights.sum(dim=-1)
+
+    @property
+    def context(self) -> torch.Tensor:
+        """(n, d), Z = weights X."""
+        return self.record.layers[0].context[0]
 
     @property
     def dim(self) -> int:
@@ -229,18 +284,18 @@ def trace_self_attention(
 
     all_parts = softmax_parts(all_scores)
     all_weights = all_parts.weights  # (n, n)
+    context = context_vectors(all_weights, x)  # (n, n) @ (n, d) -> (n, d)
     if source is None:
         source = EmbeddingSource("given", False, "given by the caller")
-    return Trace(
-        tokens=list(tokens),
-        embeddings=x,
-        source=source,
-        query=query_trace,
-        scores=all_scores,
-        row_max=all_parts.shift.squeeze(-1),
-        exp=all_parts.exp,
-        exp_sum=all_parts.total.squeeze(-1),
-        weights=all_weights,
-        row_sums=all_weights.sum(dim=-1),
-        context=context_vectors(all_weights, x),  # (n, n) @ (n, d) -> (n, d)
+    # One head whose queries, keys and values are X itself, unscaled and unmasked: (1, n, ...) each.
+    steps = LayerSteps(
+        input=x, q=x[None], k=x[None], v=x[None], q_plain=None, k_plain=None, kv_head_of=(0,), scale=1.0,
+        scores=all_scores[None], scaled=all_scores[None], masked=all_scores[None],
+        row_max=all_parts.shift.squeeze(-1)[None], exp=all_parts.exp[None], exp_sum=all_parts.total.squeeze(-1)[None],
+        weights=all_weights[None], context=context[None], output=context,
     )
+    record = AttentionTrace(
+        tokens=list(tokens), query=Query(q, tokens[q]), embeddings=x, layers=(steps,),
+        sections={"inputs": Inputs("simple", source), "seed": query_trace},
+    )
+    return Trace(record)

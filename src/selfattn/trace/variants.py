@@ -24,6 +24,7 @@ import torch
 
 from selfattn.attention.functional import attention_steps
 from selfattn.trace.flash import FlashTrace, trace_flash
+from selfattn.trace.record import AttentionTrace, Inputs, LayerSteps, Query
 from selfattn.masks import causal_mask, combine_masks
 from selfattn.errors import OptionError
 from selfattn.pipeline.embeddings import EmbeddingSource, check_matrix
@@ -57,14 +58,67 @@ MULTI_HEAD = ("multihead", "gqa")
 
 
 @dataclass(frozen=True)
+class PositionalSection:
+    """How positions entered a variant: the encoding's name and what it made.
+
+    Attributes:
+        name: "none", "sinusoidal", "learned", "rope" or "alibi".
+        encoding: (n, d), the table added to X (sinusoidal, learned); None otherwise.
+        rope_angles: (n, d_k // 2), each feature pair's angle, with RoPE; None otherwise.
+        alibi_slopes: (H,), each head's slope, with ALiBi; None otherwise.
+        alibi_bias: (H, n, n), -slope * distance, with ALiBi; None otherwise.
+        distance_check: with RoPE, one (q, k) pair placed at several position pairs; None otherwise.
+        distance_check_key: the token whose key the distance check uses.
+    """
+
+    name: str
+    encoding: torch.Tensor | None = None
+    rope_angles: torch.Tensor | None = None
+    alibi_slopes: torch.Tensor | None = None
+    alibi_bias: torch.Tensor | None = None
+    distance_check: tuple[DistanceScore, ...] | None = None
+    distance_check_key: int = 0
+
+
+@dataclass(frozen=True)
+class Projections:
+    """The variants' seeded, untrained projections: Q = X W_q, K = X W_k, V = X W_v."""
+
+    w_q: torch.Tensor  # (d, H d_k)
+    w_k: torch.Tensor  # (d, K d_k)
+    w_v: torch.Tensor  # (d, K d_k)
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """The same softmax without the 1 / sqrt(d_k), to show what scaling changes."""
+
+    weights_unscaled: torch.Tensor  # (H, n, n)
+
+
+@dataclass(frozen=True)
+class Multihead:
+    """The heads side by side and the output projection: output = concat W_o."""
+
+    concat: torch.Tensor  # (n, H d_v)
+    w_o: torch.Tensor  # (H d_v, d)
+
+
 class VariantTrace:
     """One variant run on X (n, d); per-head tensors keep the heads axis first.
 
-    What ``trace_variant`` records. H is ``n_heads`` (query heads) and K ``n_kv_heads``;
+    What ``trace_variant`` returns: a view of its ``AttentionTrace`` (``record``) under
+    the names the variants' walkthrough has always used. H is ``n_heads`` (query heads) and K ``n_kv_heads``;
     both are 1 for the variants without projections, whose queries, keys and values
     are the inputs themselves (d_k = d_v = d). Renderers read it; they never recompute.
 
+    Args:
+        record: the ``AttentionTrace`` of the variant, with its "inputs", "positional",
+            "scaling" and, where the variant has them, "projections", "multihead" and
+            "flash" sections.
+
     Attributes:
+        record: the one record this view reads.
         variant: the variant's name, one of ``VARIANTS``.
         tokens: the n tokens of the sentence.
         source: where X came from.
@@ -116,45 +170,215 @@ class VariantTrace:
             float64: equal distance, equal score. None otherwise.
     """
 
-    variant: str
-    tokens: list[str]
-    source: EmbeddingSource
-    embeddings: torch.Tensor  # (n, d): X as given
-    positional: str
-    encoding: torch.Tensor | None  # (n, d): the table added to X (sinusoidal, learned)
-    inputs: torch.Tensor  # (n, d): X + P, what attention reads
-    rope_angles: torch.Tensor | None  # (n, d_k / 2): rotation angle of each feature pair
-    alibi_slopes: torch.Tensor | None  # (H,)
-    alibi_bias: torch.Tensor | None  # (H, n, n): -slope * distance, added to the scores
-    n_heads: int
-    n_kv_heads: int
-    d_k: int
-    scale: float  # 1 / sqrt(d_k), or 1 for the seed
-    seed: int
-    w_q: torch.Tensor | None  # (d, H d_k): Q = X W_q
-    w_k: torch.Tensor | None  # (d, K d_k)
-    w_v: torch.Tensor | None  # (d, K d_k)
-    q_unrotated: torch.Tensor  # (H, n, d_k): before RoPE (same as q without it)
-    k_unrotated: torch.Tensor  # (K, n, d_k)
-    q: torch.Tensor  # (H, n, d_k)
-    k: torch.Tensor  # (K, n, d_k)
-    v: torch.Tensor  # (K, n, d_v)
-    mask: torch.Tensor | None  # (n, n) bool, True = may attend
-    scores_unscaled: torch.Tensor  # (H, n, n): Q K^T
-    scores: torch.Tensor  # (H, n, n): scale * Q K^T
-    masked_scores: torch.Tensor  # (H, n, n): + bias, -inf where masked: the softmax input
-    row_max: torch.Tensor  # (H, n): m, the stable softmax's shift
-    exp: torch.Tensor  # (H, n, n): exp(masked_scores - m)
-    exp_sum: torch.Tensor  # (H, n)
-    weights: torch.Tensor  # (H, n, n)
-    weights_unscaled: torch.Tensor  # (H, n, n): the same softmax without the 1/sqrt(d_k)
-    head_outputs: torch.Tensor  # (H, n, d_v): weights @ V per head
-    concat: torch.Tensor | None  # (n, H d_v)
-    w_o: torch.Tensor | None  # (H d_v, d): output = concat W_o
-    output: torch.Tensor  # (n, d_out): the new vector of every token
-    query_index: int
-    flash: FlashTrace | None = None  # the flash variant's block-by-block online softmax
-    distance_check: tuple[DistanceScore, ...] | None = None  # RoPE: one (q, k) pair at several (i, j)
+    def __init__(self, record: AttentionTrace) -> None:
+        self.record = record
+
+    @property
+    def _steps(self) -> LayerSteps:
+        return self.record.layers[0]
+
+    def _projections(self, name: str) -> torch.Tensor | None:
+        found = self.record.section("projections")
+        return None if found is None else getattr(found, name)
+
+    def _multihead(self, name: str) -> torch.Tensor | None:
+        found = self.record.section("multihead")
+        return None if found is None else getattr(found, name)
+
+    @property
+    def variant(self) -> str:
+        """The variant's name, one of ``VARIANTS``."""
+        return self.record.sections["inputs"].variant
+
+    @property
+    def tokens(self) -> list[str]:
+        """The n tokens."""
+        return self.record.tokens
+
+    @property
+    def source(self) -> EmbeddingSource:
+        """Where X came from."""
+        return self.record.sections["inputs"].source
+
+    @property
+    def embeddings(self) -> torch.Tensor:
+        """(n, d), X as given."""
+        return self.record.embeddings
+
+    @property
+    def positional(self) -> str:
+        """The positional encoding's name."""
+        return self.record.sections["positional"].name
+
+    @property
+    def encoding(self) -> torch.Tensor | None:
+        """(n, d), the table P added to X; None without one."""
+        return self.record.sections["positional"].encoding
+
+    @property
+    def inputs(self) -> torch.Tensor:
+        """(n, d), X + P: what attention reads."""
+        return self._steps.input
+
+    @property
+    def rope_angles(self) -> torch.Tensor | None:
+        """(n, d_k // 2), RoPE's angles; None without RoPE."""
+        return self.record.sections["positional"].rope_angles
+
+    @property
+    def alibi_slopes(self) -> torch.Tensor | None:
+        """(H,), ALiBi's slopes; None without ALiBi."""
+        return self.record.sections["positional"].alibi_slopes
+
+    @property
+    def alibi_bias(self) -> torch.Tensor | None:
+        """(H, n, n), ALiBi's bias; None without ALiBi."""
+        return self.record.sections["positional"].alibi_bias
+
+    @property
+    def n_heads(self) -> int:
+        """H, the query heads."""
+        return self._steps.n_heads
+
+    @property
+    def n_kv_heads(self) -> int:
+        """K, the key/value heads."""
+        return int(self._steps.k.shape[0])
+
+    @property
+    def d_k(self) -> int:
+        """The width of each head's queries and keys."""
+        return int(self._steps.q.shape[-1])
+
+    @property
+    def scale(self) -> float:
+        """The factor on Q K^T."""
+        return self._steps.scale
+
+    @property
+    def seed(self) -> int:
+        """The seed of the untrained weights."""
+        return self.record.sections["inputs"].seed
+
+    @property
+    def w_q(self) -> torch.Tensor | None:
+        """(d, H d_k); None without projections."""
+        return self._projections("w_q")
+
+    @property
+    def w_k(self) -> torch.Tensor | None:
+        """(d, K d_k); None without projections."""
+        return self._projections("w_k")
+
+    @property
+    def w_v(self) -> torch.Tensor | None:
+        """(d, K d_k); None without projections."""
+        return self._projections("w_v")
+
+    @property
+    def q_unrotated(self) -> torch.Tensor:
+        """(H, n, d_k), the queries before RoPE (q itself without it)."""
+        return self._steps.q if self._steps.q_plain is None else self._steps.q_plain
+
+    @property
+    def k_unrotated(self) -> torch.Tensor:
+        """(K, n, d_k), the keys before RoPE (k itself without it)."""
+        return self._steps.k if self._steps.k_plain is None else self._steps.k_plain
+
+    @property
+    def q(self) -> torch.Tensor:
+        """(H, n, d_k), the queries attention uses."""
+        return self._steps.q
+
+    @property
+    def k(self) -> torch.Tensor:
+        """(K, n, d_k), the keys."""
+        return self._steps.k
+
+    @property
+    def v(self) -> torch.Tensor:
+        """(K, n, d_v), the values."""
+        return self._steps.v
+
+    @property
+    def mask(self) -> torch.Tensor | None:
+        """(n, n) bool, True = may attend: causal's mask; None otherwise."""
+        return self._steps.allowed
+
+    @property
+    def scores_unscaled(self) -> torch.Tensor:
+        """(H, n, n), Q K^T."""
+        return self._steps.scores
+
+    @property
+    def scores(self) -> torch.Tensor:
+        """(H, n, n), scale * Q K^T."""
+        return self._steps.scaled
+
+    @property
+    def masked_scores(self) -> torch.Tensor:
+        """(H, n, n), the softmax's input."""
+        return self._steps.masked
+
+    @property
+    def row_max(self) -> torch.Tensor:
+        """(H, n), the stable softmax's shift."""
+        return self._steps.row_max
+
+    @property
+    def exp(self) -> torch.Tensor:
+        """(H, n, n), exp(masked_scores - m)."""
+        return self._steps.exp
+
+    @property
+    def exp_sum(self) -> torch.Tensor:
+        """(H, n), the row sums of exp."""
+        return self._steps.exp_sum
+
+    @property
+    def weights(self) -> torch.Tensor:
+        """(H, n, n), the attention weights."""
+        return self._steps.weights
+
+    @property
+    def weights_unscaled(self) -> torch.Tensor:
+        """(H, n, n), the softmax without the scale."""
+        return self.record.sections["scaling"].weights_unscaled
+
+    @property
+    def head_outputs(self) -> torch.Tensor:
+        """(H, n, d_v), weights @ V per head."""
+        return self._steps.context
+
+    @property
+    def concat(self) -> torch.Tensor | None:
+        """(n, H d_v), for multihead and gqa; None otherwise."""
+        return self._multihead("concat")
+
+    @property
+    def w_o(self) -> torch.Tensor | None:
+        """(H d_v, d), for multihead and gqa; None otherwise."""
+        return self._multihead("w_o")
+
+    @property
+    def output(self) -> torch.Tensor:
+        """(n, d_out), the new vector of every token."""
+        return self._steps.output
+
+    @property
+    def query_index(self) -> int:
+        """The query's 0-based position."""
+        return self.record.query.index
+
+    @property
+    def flash(self) -> FlashTrace | None:
+        """The block-by-block online softmax, for flash; None otherwise."""
+        return self.record.section("flash")
+
+    @property
+    def distance_check(self) -> tuple[DistanceScore, ...] | None:
+        """With RoPE, one (q, k) pair at several (i, j); None otherwise."""
+        return self.record.sections["positional"].distance_check
 
     @property
     def query_token(self) -> str:
@@ -299,44 +523,43 @@ def trace_variant(
 
     unscaled = attention_steps(q, k, v, attn_mask=mask, scale=1.0, enable_gqa=heads != kv_heads)
     softmax = attention.softmax
-    return VariantTrace(
-        variant=variant,
-        tokens=list(tokens),
-        source=source or EmbeddingSource("given", False, "given by the caller"),
-        embeddings=x,
-        positional=positional,
-        encoding=encoding,
-        inputs=inputs,
-        rope_angles=rope_angles(torch.arange(n), d_k - d_k % 2).to(x.dtype) if positional == "rope" else None,
-        alibi_slopes=alibi_slopes(heads).to(x.dtype) if positional == "alibi" else None,
-        alibi_bias=alibi_for_variant(positional, heads, n, x.dtype),
-        n_heads=heads,
-        n_kv_heads=kv_heads,
-        d_k=d_k,
-        scale=scale,
-        seed=seed,
-        w_q=w_q,
-        w_k=w_k,
-        w_v=w_v,
-        q_unrotated=q_plain,
-        k_unrotated=k_plain,
+    steps = LayerSteps(
+        input=inputs,
         q=q,
         k=k,
         v=v,
-        mask=causal,
-        scores_unscaled=unscaled.scores.reshape(heads, n, n),
-        scores=attention.scores.reshape(heads, n, n),
-        masked_scores=attention.masked_scores.reshape(heads, n, n),
+        q_plain=q_plain if positional == "rope" else None,
+        k_plain=k_plain if positional == "rope" else None,
+        kv_head_of=tuple(h // (heads // kv_heads) for h in range(heads)),
+        scale=scale,
+        allowed=causal,
+        scores=unscaled.scores.reshape(heads, n, n),
+        scaled=attention.scores.reshape(heads, n, n),
+        masked=attention.masked_scores.reshape(heads, n, n),
         row_max=softmax.shift.reshape(heads, n),
         exp=softmax.exp.reshape(heads, n, n),
         exp_sum=softmax.total.reshape(heads, n),
         weights=attention.weights.reshape(heads, n, n),
-        weights_unscaled=unscaled.weights.reshape(heads, n, n),
-        head_outputs=attention.output.reshape(heads, n, -1),
-        concat=concat,
-        w_o=w_o,
+        context=attention.output.reshape(heads, n, -1),
         output=output,
-        query_index=q_index,
-        flash=flash,
-        distance_check=distance_check_for(positional, q_plain, k_plain, q_index),
     )
+    sections = {
+        "inputs": Inputs(variant, source or EmbeddingSource("given", False, "given by the caller"), seed),
+        "positional": PositionalSection(
+            name=positional,
+            encoding=encoding,
+            rope_angles=rope_angles(torch.arange(n), d_k - d_k % 2).to(x.dtype) if positional == "rope" else None,
+            alibi_slopes=alibi_slopes(heads).to(x.dtype) if positional == "alibi" else None,
+            alibi_bias=alibi_for_variant(positional, heads, n, x.dtype),
+            distance_check=distance_check_for(positional, q_plain, k_plain, q_index),
+            distance_check_key=distance_check_key(q_index, n),
+        ),
+    }
+    if w_q is not None:
+        sections["projections"] = Projections(w_q, w_k, w_v)
+    sections["scaling"] = Scaling(unscaled.weights.reshape(heads, n, n))
+    if concat is not None:
+        sections["multihead"] = Multihead(concat, w_o)
+    if flash is not None:
+        sections["flash"] = flash
+    return VariantTrace(AttentionTrace(list(tokens), Query(q_index, tokens[q_index]), x, (steps,), sections=sections))

@@ -272,12 +272,11 @@ def trace_page(trace) -> ModelPage:
         return trace.weights if own else trace.all_weights[layer, head]  # (n, n)
 
     def head_steps(layer: int, head: int) -> dict[str, Any] | None:
-        # Every head from its block's own steps, the traced one too: the same call that made the
-        # trace's own head, with the scaled scores before the mask beside those after it.
-        a = trace.layer_steps[layer].attention
-        return _steps(a.scale, trace.layer_scores_unscaled[layer][head], a.scores[0, head], a.masked_scores[0, head],
-                      a.softmax.shift[0, head, :, 0], a.softmax.exp[0, head], a.softmax.total[0, head, :, 0],
-                      a.output[0, head])
+        # Every head from its block's own steps, the traced one too: the same numbers the
+        # trace's own head has, with the scaled scores before the mask beside those after it.
+        s = trace.record.layers[layer]
+        return _steps(s.scale, s.scores[head], s.scaled[head], s.masked[head], s.row_max[head], s.exp[head],
+                      s.exp_sum[head], s.context[head])
 
     n_layers = trace.n_layers
     return ModelPage(
