@@ -24,8 +24,6 @@ import torch
 
 from selfattn.models.description import AttentionInfo
 from selfattn.analysis.head_roles import row_entropy
-from selfattn.trace.seed import Trace
-from selfattn.trace.variants import VariantTrace
 
 TOP_TOKENS = 3  # as many as explain's "top"
 LABELS = ("A", "B")
@@ -169,8 +167,9 @@ def compare_traces(sentences, traces, indices, model: str | None = None, similar
     """
     rows = [_query_rows(trace, q) for trace, q in zip(traces, indices)]  # (L, H, n) each
     n_layers, n_heads = rows[0].shape[:2]
-    allowed = [_allowed_keys(trace, q, n_layers, model) for trace, q in zip(traces, indices)]  # (L, n) bool each
-    shown = [getattr(trace, "readable", None) for trace in traces]
+    allowed = [_allowed_keys(trace, q) for trace, q in zip(traces, indices)]  # (L, n) bool each
+    models = [trace.record.section("model") for trace in traces]
+    shown = [None if m is None else m.readable for m in models]
     heads = tuple(
         HeadComparison(
             layer=layer,
@@ -189,9 +188,9 @@ def compare_traces(sentences, traces, indices, model: str | None = None, similar
         "weights_a": rows[0], "weights_b": rows[1], "heads": heads,
     }
     if model is None:
-        t = traces[0]
-        return Comparison(model=None, variant=getattr(t, "variant", "simple"), positional=getattr(t, "positional", "none"),
-                          source=t.source.description, **common)
+        inputs, positions = traces[0].record.sections["inputs"], traces[0].record.section("positional")
+        return Comparison(model=None, variant=inputs.variant, positional="none" if positions is None else positions.name,
+                          source=inputs.source.description, **common)
     vectors = [trace.query_hidden_states for trace in traces]  # (L + 1, d) each
     first = traces[0]
     info = first.attention
@@ -227,22 +226,19 @@ def compare_traces(sentences, traces, indices, model: str | None = None, similar
 
 
 def _query_rows(trace, q: int) -> torch.Tensor:
-    """The query's row of weights in every layer and head.   -> (L, H, n)"""
-    if isinstance(trace, Trace):
-        return trace.query.weights[None, None]  # the query's own walk, as explain shows it: (n,) -> (1, 1, n)
-    if isinstance(trace, VariantTrace):
-        return trace.weights[:, q][None]  # (H, n, n) -> (H, n) -> (1, H, n)
-    return trace.all_weights[:, :, q]  # (L, H, n, n) -> (L, H, n)
+    """The query's row of weights in every layer and head.   -> (L, H, n)
+
+    Where the record has the seed's own walk of the query, its weights are the ones explain
+    shows for the query (one row's softmax, which may round differently from the matrix's).
+    """
+    walk = trace.record.section("seed")
+    return walk.weights[None, None] if walk is not None else trace.record.all_weights[:, :, q]  # (n,) or (L, H, n)
 
 
-def _allowed_keys(trace, q: int, n_layers: int, model) -> torch.Tensor:
+def _allowed_keys(trace, q: int) -> torch.Tensor:
     """Which keys the query may see in each layer: a causal mask hides the later ones.   -> (L, n) bool"""
-    n = len(trace.tokens)
-    if model is None:
-        masks = (getattr(trace, "mask", None),) * n_layers  # (n, n) bool, True = may attend; None: every key
-    else:
-        masks = trace.masks
-    return torch.stack([torch.ones(n, dtype=torch.bool) if m is None else m[q] for m in masks])  # (L, n)
+    n = len(trace.record.tokens)
+    return torch.stack([torch.ones(n, dtype=torch.bool) if m is None else m[q] for m in trace.record.masks])  # (L, n)
 
 
 def _top(row: torch.Tensor, tokens: list[str], allowed: torch.Tensor, readable: list[str] | None = None

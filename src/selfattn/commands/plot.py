@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import torch
 
@@ -32,43 +32,35 @@ from selfattn.masks import causal_bottom_right, causal_top_left, document_mask, 
 from selfattn.positional import apply_rope, sinusoidal_encoding
 from selfattn.positional.rope import rope_score_grid
 from selfattn.positional.sinusoidal import sinusoidal_score_grid
-from selfattn.trace.seed import Trace
-from selfattn.trace.variants import PROJECTED, VariantTrace, distance_check_key
+from selfattn.trace.variants import PROJECTED, distance_check_key
 from selfattn.viz import PLOT_KINDS, model_pictures
 from selfattn.viz.explorer import explorer_html
 from selfattn.viz.mask_specs import document_lengths, prefix_lm_mask, split_spec, unknown_spec
 from selfattn.viz.output import check_output_path, write_text
-
-if TYPE_CHECKING:
-    from selfattn.trace.model import ModelTrace
 
 PAGE_EXTENSIONS = (".html", ".htm")
 POSITIONAL_PICTURE = {"positions": 64, "width": 64}  # an encoding is drawn for 64 positions x 64 features
 ROPE_DISTANCE_POSITIONS = 16  # rope-distance: positions 0-15 on each axis, or the sentence's length if longer
 
 
-def attention_weights(trace: Trace | VariantTrace | ModelTrace) -> torch.Tensor:
-    """Every layer's and head's weights.   -> (layers, heads, n, n)"""
-    if isinstance(trace, Trace):
-        return trace.weights[None, None]  # (1, 1, n, n)
-    if isinstance(trace, VariantTrace):
-        return trace.weights[None]  # (1, H, n, n)
-    return trace.all_weights  # a pretrained model: (layers, heads, n, n) from each layer's steps
+def attention_weights(trace) -> torch.Tensor:
+    """Every layer's and head's weights, from the trace's record.   -> (layers, heads, n, n)"""
+    return trace.record.all_weights
 
 
-def query_index(trace: Trace | VariantTrace | ModelTrace) -> int:
-    return trace.query.index if isinstance(trace, Trace) else trace.query_index
+def query_index(trace) -> int:
+    return trace.record.query.index
 
 
-def source_name(trace: Trace | VariantTrace | ModelTrace) -> str:
-    """What made the weights: the attention variant, or the pretrained model."""
-    if isinstance(trace, Trace):
-        return "simple"
-    return trace.variant if isinstance(trace, VariantTrace) else trace.model_name
+def source_name(trace) -> str:
+    """What made the weights: the model, or the attention variant."""
+    model = trace.record.section("model")
+    return model.model_name if model is not None else trace.record.sections["inputs"].variant
 
 
-def is_model(trace: Trace | VariantTrace | ModelTrace) -> bool:
-    return not isinstance(trace, (Trace, VariantTrace))
+def is_model(trace) -> bool:
+    """Whether the record has a model's section: its pictures grey what the model's masks hide."""
+    return trace.record.section("model") is not None
 
 
 def check_layer_head(weights: torch.Tensor, layer: int, head: int) -> None:
@@ -187,14 +179,12 @@ def view(config: ExplainConfig, output: str, *, layer: int = 0, head: int = 0) -
     return write_text(target, explorer_html(trace, config.precision, head=head, layer=layer))
 
 
-def mask_picture(
-    spec: str | None, trace: Trace | VariantTrace | ModelTrace
-) -> tuple[torch.Tensor, list[str], list[str], str]:
+def mask_picture(spec: str | None, trace) -> tuple[torch.Tensor, list[str], list[str], str]:
     """(mask (q_len, kv_len), query labels, key labels, title) for a --mask spec, or the variant's own mask."""
     tokens = model_pictures.trace_labels(trace)
     n = len(tokens)
     if spec is None:
-        own = trace.mask if isinstance(trace, VariantTrace) else None
+        own = None if is_model(trace) else trace.record.layers[0].allowed
         if own is not None:
             return own, tokens, tokens, "Causal mask (top-left): no token sees a later one"
         everyone = torch.ones(n, n, dtype=torch.bool)

@@ -21,7 +21,8 @@ from selfattn.viz.token_labels import token_labels
 
 def trace_labels(trace) -> list[str]:
     """The tokens of any trace as pictures show them: a model's as they read, the toy's as they are."""
-    return token_labels(list(trace.tokens), getattr(trace, "readable", None))
+    model = trace.record.section("model")
+    return token_labels(list(trace.record.tokens), None if model is None else model.readable)
 
 
 def hidden_label(infos: list[AttentionInfo] | AttentionInfo) -> str:

@@ -1,0 +1,89 @@
+"""The one record (AttentionTrace): every kind fills the same steps under the same names.
+
+The seed, the variants and a model each give an ``AttentionTrace`` whose per-layer steps
+are checked against torch's own attention on the record's q, k and v (an independent
+reference), and whose old views (Trace, VariantTrace, ModelTrace) read the same tensors.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import selfattn as sa
+from selfattn.trace.record import AttentionTrace, LayerSteps
+
+FIELDS = ("q", "k", "v", "scores", "scaled", "masked", "row_max", "exp", "exp_sum", "weights", "context")
+
+
+def check_steps(steps: LayerSteps, causal_bias: torch.Tensor | None = None) -> None:
+    """Shapes agree and the weights and context are torch's softmax and SDPA on the record's own q, k, v."""
+    H, n = steps.weights.shape[:2]
+    assert steps.q.shape[:2] == (H, n) and steps.k.shape[1] == n and len(steps.kv_head_of) == H
+    k = steps.k[list(steps.kv_head_of)]  # (H, n, d_head): each query head's key/value head
+    v = steps.v[list(steps.kv_head_of)]
+    torch.testing.assert_close(steps.scores, steps.q @ k.transpose(-2, -1))
+    torch.testing.assert_close(steps.scaled, steps.scale * steps.scores)
+    mask = None if steps.allowed is None else steps.allowed
+    expected = torch.softmax(steps.masked, dim=-1)
+    torch.testing.assert_close(steps.weights, expected)
+    reference = F.scaled_dot_product_attention(steps.q, k, v, attn_mask=mask if causal_bias is None else causal_bias,
+                                               scale=steps.scale)
+    torch.testing.assert_close(steps.context, reference, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(steps.exp_sum, steps.exp.sum(-1))
+    assert all(getattr(steps, name) is not None for name in FIELDS)
+
+
+def test_the_seed_is_one_layer_of_one_head_with_its_walk_as_a_section():
+    view = sa.build_trace(sa.ExplainConfig())
+    record = view.record
+    assert isinstance(record, AttentionTrace) and list(record.sections) == ["inputs", "seed"]
+    assert (record.n_layers, record.n_heads, record.query.token) == (1, 1, "cat")
+    check_steps(record.steps)
+    x = record.embeddings
+    torch.testing.assert_close(record.steps.context[0], F.scaled_dot_product_attention(x, x, x, scale=1.0))
+    assert view.weights is record.steps.weights[0] or torch.equal(view.weights, record.steps.weights[0])
+    assert record.section("seed") is view.query and record.section("flash") is None
+
+
+@pytest.mark.parametrize(
+    ("options", "sections"),
+    [
+        (dict(variant="scaled"), ["inputs", "positional", "scaling"]),
+        (dict(variant="causal"), ["inputs", "positional", "projections", "scaling"]),
+        (dict(variant="gqa", heads=4, kv_heads=2, positional="rope"), ["inputs", "positional", "projections", "scaling", "multihead"]),
+        (dict(variant="multihead", positional="alibi"), ["inputs", "positional", "projections", "scaling", "multihead"]),
+        (dict(variant="flash", block_size=3), ["inputs", "positional", "scaling", "flash"]),
+    ],
+)
+def test_every_variant_fills_the_same_steps(options, sections):
+    view = sa.build_trace(sa.ExplainConfig(**options))
+    record = view.record
+    assert list(record.sections) == sections
+    positional = record.sections["positional"]
+    bias = positional.alibi_bias  # ALiBi is a bias on the scores, not a mask
+    causal = record.steps.allowed
+    if bias is not None:
+        bias = bias if causal is None else bias.masked_fill(~causal, float("-inf"))
+    check_steps(record.steps, bias)
+    assert view.weights.shape == record.steps.weights.shape and view.kv_head_of == list(record.steps.kv_head_of)
+    if options.get("variant") == "causal":
+        assert torch.equal(causal, torch.ones(7, 7, dtype=torch.bool).tril())
+    if options.get("positional") == "rope":
+        assert record.steps.q_plain is not None and not torch.equal(record.steps.q_plain, record.steps.q)
+
+
+def test_a_model_fills_every_layer_and_keeps_its_own_section():
+    view = sa.build_trace(sa.ExplainConfig(model="tiny-induction", sentence="a b c d a b c", layer=1, head=2))
+    record = view.record
+    assert list(record.sections) == ["model"] and (record.layer, record.head) == (1, 2)
+    assert record.n_layers == len(record.sections["model"].infos) == 2
+    for steps in record.layers:
+        check_steps(steps, None if steps.allowed is None else torch.zeros(steps.allowed.shape).masked_fill(~steps.allowed, float("-inf")))
+        assert torch.equal(steps.allowed, torch.ones_like(steps.allowed).tril())  # a decoder: causal
+    # the view's head is the record's chosen layer and head
+    assert torch.equal(view.weights, record.layers[1].weights[2])
+    assert torch.equal(view.all_weights, record.all_weights) and all(a is b for a, b in zip(view.masks, record.masks))
+    # far from uniform: a trained head puts most of some row's weight on one key
+    assert float(record.all_weights.amax()) > 0.5
