@@ -83,205 +83,65 @@ class ModelTrace:
     def _steps(self) -> LayerSteps:
         return self.record.layers[self.record.layer]
 
-    @property
-    def model_name(self) -> str:
-        """The model's name."""
-        return self._model.model_name
-
-    @property
-    def model_source(self) -> str:
-        """What the model was loaded from (a name, folder or hub id)."""
-        return self._model.source
-
-    @property
-    def sentence(self) -> str:
-        """The text the model read."""
-        return self._model.sentence
-
-    @property
-    def tokens(self) -> list[str]:
-        """The vocabulary's tokens, specials included ([CLS] ... [SEP], <s> ...)."""
-        return self.record.tokens
-
-    @property
-    def readable(self) -> list[str]:
-        """Each token decoded alone: ' cat' where a byte-level vocabulary writes 'Ġcat'."""
-        return self._model.readable
-
-    @property
-    def special_tokens(self) -> frozenset[str]:
-        """Which of the vocabulary's tokens are special."""
-        return self._model.special_tokens
-
-    @property
-    def input_ids(self) -> list[int]:
-        """The token ids."""
-        return self._model.input_ids
-
-    @property
-    def n_layers(self) -> int:
-        """The model's layers."""
-        return self.record.n_layers
-
-    @property
-    def n_heads(self) -> int:
-        """Query heads per layer."""
-        return self.record.n_heads
-
-    @property
-    def d_model(self) -> int:
-        """The hidden states' width d."""
-        return int(self.record.embeddings.shape[-1])
-
-    @property
-    def d_head(self) -> int:
-        """The width of each head."""
-        return int(self._steps.q.shape[-1])
-
-    @property
-    def layer(self) -> int:
-        """The layer explained, from 0."""
-        return self.record.layer
-
-    @property
-    def head(self) -> int:
-        """The head explained, from 0."""
-        return self.record.head
-
-    @property
-    def query_index(self) -> int:
-        """The query's 0-based position."""
-        return self.record.query.index
-
-    @property
-    def embedding(self) -> EmbeddingStep:
-        """The summands of X0 and their formula."""
-        return self._model.embedding
-
-    @property
-    def attention(self) -> AttentionInfo:
-        """This layer's attention: causal, positions, kv heads, window."""
-        return self._model.infos[self.record.layer]
-
-    @property
-    def layer_infos(self) -> tuple[AttentionInfo, ...]:
-        """Per layer, how it attends."""
-        return self._model.infos
-
-    @property
-    def embeddings(self) -> torch.Tensor:
-        """(n, d): X0, the first layer's input."""
-        return self.record.embeddings
-
-    @property
-    def hidden_states(self) -> tuple[torch.Tensor, ...]:
-        """n_layers + 1 of (n, d)."""
-        return self._model.hidden_states
-
-    @property
-    def layer_input(self) -> torch.Tensor:
-        """(n, d): the hidden state entering layer ``layer``."""
-        return self._model.hidden_states[self.record.layer]
-
-    @property
-    def attention_input(self) -> torch.Tensor:
-        """(n, d): what the attention reads (LN1(layer_input) pre-LN, layer_input post-LN)."""
-        return self._steps.input
-
-    @property
-    def layer_output(self) -> torch.Tensor:
-        """(n, d): the hidden state leaving layer ``layer`` (the last: after the final norm)."""
-        return self._model.hidden_states[self.record.layer + 1]
-
-    @property
-    def q(self) -> torch.Tensor:
-        """(n, d_head): this head's queries (after RoPE, with RoPE)."""
-        return self._steps.q[self.record.head]
-
-    @property
-    def k(self) -> torch.Tensor:
-        """(n, d_head): the keys of the key/value head this head reads."""
-        return self._steps.k[self.kv_head]
-
-    @property
-    def v(self) -> torch.Tensor:
-        """(n, d_head): its values."""
-        return self._steps.v[self.kv_head]
-
-    @property
-    def q_plain(self) -> torch.Tensor | None:
-        """(n, d_head): the queries before RoPE; None without RoPE."""
-        return None if self._steps.q_plain is None else self._steps.q_plain[self.record.head]
-
-    @property
-    def k_plain(self) -> torch.Tensor | None:
-        """(n, d_head): the keys before RoPE; None without RoPE."""
-        return None if self._steps.k_plain is None else self._steps.k_plain[self.kv_head]
-
-    @property
-    def scale(self) -> float:
-        """1 / sqrt(d_head)."""
-        return self._steps.scale
-
-    @property
-    def allowed(self) -> torch.Tensor | None:
-        """(n, n) bool: which keys each query may see (causal, window); None: all."""
-        return self._steps.allowed
-
-    @property
-    def scores_unscaled(self) -> torch.Tensor:
-        """(n, n): q_i . k_j."""
-        return self._steps.scores[self.record.head]
-
-    @property
-    def scores(self) -> torch.Tensor:
-        """(n, n): scale * q_i . k_j, -inf where not allowed: the softmax input."""
-        return self._steps.masked[self.record.head]
-
-    @property
-    def row_max(self) -> torch.Tensor:
-        """(n,): m, the stable softmax's shift."""
-        return self._steps.row_max[self.record.head]
-
-    @property
-    def exp(self) -> torch.Tensor:
-        """(n, n): exp(scores - m)."""
-        return self._steps.exp[self.record.head]
-
-    @property
-    def exp_sum(self) -> torch.Tensor:
-        """(n,): each row of exp summed."""
-        return self._steps.exp_sum[self.record.head]
-
-    @property
-    def weights(self) -> torch.Tensor:
-        """(n, n): this head's attention weights."""
-        return self._steps.weights[self.record.head]
-
-    @property
-    def context(self) -> torch.Tensor:
-        """(n, d_head): weights @ V, this head's output."""
-        return self._steps.context[self.record.head]
-
-    @property
-    def all_weights(self) -> torch.Tensor:
-        """(n_layers, n_heads, n, n): every head of every layer, each layer's steps."""
-        return self.record.all_weights
-
-    @property
-    def layer_allowed(self) -> tuple[torch.Tensor | None, ...]:
-        """Per layer: (n, n) bool, True = may attend; None: every key."""
-        return self.record.masks
-
-    @property
-    def builtin(self) -> bool:
-        """One of the models selfattn ships or installs."""
-        return self._model.builtin
-
-    @property
-    def default_model(self) -> bool:
-        """The model the commands use without --model."""
-        return self._model.default_model
+    model_name = property(lambda self: self._model.model_name, doc="The model's name.")
+    model_source = property(lambda self: self._model.source,
+                            doc="What the model was loaded from (a name, folder or hub id).")
+    sentence = property(lambda self: self._model.sentence, doc="The text the model read.")
+    tokens = property(lambda self: self.record.tokens,
+                      doc="The vocabulary's tokens, specials included ([CLS] ... [SEP], <s> ...).")
+    readable = property(lambda self: self._model.readable,
+                        doc="Each token decoded alone: ' cat' where a byte-level vocabulary writes 'Ġcat'.")
+    special_tokens = property(lambda self: self._model.special_tokens,
+                              doc="Which of the vocabulary's tokens are special.")
+    input_ids = property(lambda self: self._model.input_ids, doc="The token ids.")
+    n_layers = property(lambda self: self.record.n_layers, doc="The model's layers.")
+    n_heads = property(lambda self: self.record.n_heads, doc="Query heads per layer.")
+    d_model = property(lambda self: int(self.record.embeddings.shape[-1]), doc="The hidden states' width d.")
+    d_head = property(lambda self: int(self._steps.q.shape[-1]), doc="The width of each head.")
+    layer = property(lambda self: self.record.layer, doc="The layer explained, from 0.")
+    head = property(lambda self: self.record.head, doc="The head explained, from 0.")
+    query_index = property(lambda self: self.record.query.index, doc="The query's 0-based position.")
+    embedding = property(lambda self: self._model.embedding, doc="The summands of X0 and their formula.")
+    attention = property(lambda self: self._model.infos[self.record.layer],
+                         doc="This layer's attention: causal, positions, kv heads, window.")
+    layer_infos = property(lambda self: self._model.infos, doc="Per layer, how it attends.")
+    embeddings = property(lambda self: self.record.embeddings, doc="(n, d): X0, the first layer's input.")
+    hidden_states = property(lambda self: self._model.hidden_states, doc="n_layers + 1 of (n, d).")
+    layer_input = property(lambda self: self._model.hidden_states[self.record.layer],
+                           doc="(n, d): the hidden state entering layer ``layer``.")
+    attention_input = property(lambda self: self._steps.input,
+                               doc="(n, d): what the attention reads (LN1(layer_input) pre-LN, layer_input post-LN).")
+    layer_output = property(lambda self: self._model.hidden_states[self.record.layer + 1],
+                            doc="(n, d): the hidden state leaving layer ``layer`` (the last: after the final norm).")
+    q = property(lambda self: self._steps.q[self.record.head],
+                 doc="(n, d_head): this head's queries (after RoPE, with RoPE).")
+    k = property(lambda self: self._steps.k[self.kv_head],
+                 doc="(n, d_head): the keys of the key/value head this head reads.")
+    v = property(lambda self: self._steps.v[self.kv_head], doc="(n, d_head): its values.")
+    q_plain = property(lambda self: None if self._steps.q_plain is None else self._steps.q_plain[self.record.head],
+                       doc="(n, d_head): the queries before RoPE; None without RoPE.")
+    k_plain = property(lambda self: None if self._steps.k_plain is None else self._steps.k_plain[self.kv_head],
+                       doc="(n, d_head): the keys before RoPE; None without RoPE.")
+    scale = property(lambda self: self._steps.scale, doc="1 / sqrt(d_head).")
+    allowed = property(lambda self: self._steps.allowed,
+                       doc="(n, n) bool: which keys each query may see (causal, window); None: all.")
+    scores_unscaled = property(lambda self: self._steps.scores[self.record.head], doc="(n, n): q_i . k_j.")
+    scores = property(lambda self: self._steps.masked[self.record.head],
+                      doc="(n, n): scale * q_i . k_j, -inf where not allowed: the softmax input.")
+    row_max = property(lambda self: self._steps.row_max[self.record.head], doc="(n,): m, the stable softmax's shift.")
+    exp = property(lambda self: self._steps.exp[self.record.head], doc="(n, n): exp(scores - m).")
+    exp_sum = property(lambda self: self._steps.exp_sum[self.record.head], doc="(n,): each row of exp summed.")
+    weights = property(lambda self: self._steps.weights[self.record.head],
+                       doc="(n, n): this head's attention weights.")
+    context = property(lambda self: self._steps.context[self.record.head],
+                       doc="(n, d_head): weights @ V, this head's output.")
+    all_weights = property(lambda self: self.record.all_weights,
+                           doc="(n_layers, n_heads, n, n): every head of every layer, each layer's steps.")
+    layer_allowed = property(lambda self: self.record.masks,
+                             doc="Per layer: (n, n) bool, True = may attend; None: every key.")
+    builtin = property(lambda self: self._model.builtin, doc="One of the models selfattn ships or installs.")
+    default_model = property(lambda self: self._model.default_model,
+                             doc="The model the commands use without --model.")
 
     @property
     def query_token(self) -> str:

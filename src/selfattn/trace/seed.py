@@ -139,60 +139,19 @@ class Trace:
     def __init__(self, record: AttentionTrace) -> None:
         self.record = record
 
-    @property
-    def tokens(self) -> list[str]:
-        """The n tokens of the sentence."""
-        return self.record.tokens
-
-    @property
-    def embeddings(self) -> torch.Tensor:
-        """(n, d), X."""
-        return self.record.embeddings
-
-    @property
-    def source(self) -> EmbeddingSource:
-        """Where X came from."""
-        return self.record.sections["inputs"].source
-
-    @property
-    def query(self) -> QueryTrace:
-        """The chosen query's steps, one by one."""
-        return self.record.sections["seed"]
-
-    @property
-    def scores(self) -> torch.Tensor:
-        """(n, n), Omega = X X^T."""
-        return self.record.layers[0].scores[0]
-
-    @property
-    def row_max(self) -> torch.Tensor:
-        """(n,), m_i = max_j omega_ij."""
-        return self.record.layers[0].row_max[0]
-
-    @property
-    def exp(self) -> torch.Tensor:
-        """(n, n), exp(omega_ij - m_i)."""
-        return self.record.layers[0].exp[0]
-
-    @property
-    def exp_sum(self) -> torch.Tensor:
-        """(n,), sum_j exp(omega_ij - m_i)."""
-        return self.record.layers[0].exp_sum[0]
-
-    @property
-    def weights(self) -> torch.Tensor:
-        """(n, n), the softmax of each row of ``scores``."""
-        return self.record.layers[0].weights[0]
-
-    @property
-    def row_sums(self) -> torch.Tensor:
-        """(n,), each row of ``weights`` summed (1 up to rounding)."""
-        return self.weights.sum(dim=-1)
-
-    @property
-    def context(self) -> torch.Tensor:
-        """(n, d), Z = weights X."""
-        return self.record.layers[0].context[0]
+    tokens = property(lambda self: self.record.tokens, doc="The n tokens of the sentence.")
+    embeddings = property(lambda self: self.record.embeddings, doc="(n, d), X.")
+    source = property(lambda self: self.record.sections["inputs"].source, doc="Where X came from.")
+    query = property(lambda self: self.record.sections["seed"], doc="The chosen query's steps, one by one.")
+    scores = property(lambda self: self.record.layers[0].scores[0], doc="(n, n), Omega = X X^T.")
+    row_max = property(lambda self: self.record.layers[0].row_max[0], doc="(n,), m_i = max_j omega_ij.")
+    exp = property(lambda self: self.record.layers[0].exp[0], doc="(n, n), exp(omega_ij - m_i).")
+    exp_sum = property(lambda self: self.record.layers[0].exp_sum[0], doc="(n,), sum_j exp(omega_ij - m_i).")
+    weights = property(lambda self: self.record.layers[0].weights[0],
+                       doc="(n, n), the softmax of each row of ``scores``.")
+    row_sums = property(lambda self: self.weights.sum(dim=-1),
+                        doc="(n,), each row of ``weights`` summed (1 up to rounding).")
+    context = property(lambda self: self.record.layers[0].context[0], doc="(n, d), Z = weights X.")
 
     @property
     def dim(self) -> int:

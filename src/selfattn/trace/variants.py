@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from selfattn.attention.functional import attention_steps
-from selfattn.trace.flash import FlashTrace, trace_flash
+from selfattn.trace.flash import trace_flash
 from selfattn.trace.record import AttentionTrace, Inputs, LayerSteps, Query
 from selfattn.masks import causal_mask, combine_masks
 from selfattn.errors import OptionError
@@ -185,200 +185,57 @@ class VariantTrace:
         found = self.record.section("multihead")
         return None if found is None else getattr(found, name)
 
-    @property
-    def variant(self) -> str:
-        """The variant's name, one of ``VARIANTS``."""
-        return self.record.sections["inputs"].variant
-
-    @property
-    def tokens(self) -> list[str]:
-        """The n tokens."""
-        return self.record.tokens
-
-    @property
-    def source(self) -> EmbeddingSource:
-        """Where X came from."""
-        return self.record.sections["inputs"].source
-
-    @property
-    def embeddings(self) -> torch.Tensor:
-        """(n, d), X as given."""
-        return self.record.embeddings
-
-    @property
-    def positional(self) -> str:
-        """The positional encoding's name."""
-        return self.record.sections["positional"].name
-
-    @property
-    def encoding(self) -> torch.Tensor | None:
-        """(n, d), the table P added to X; None without one."""
-        return self.record.sections["positional"].encoding
-
-    @property
-    def inputs(self) -> torch.Tensor:
-        """(n, d), X + P: what attention reads."""
-        return self._steps.input
-
-    @property
-    def rope_angles(self) -> torch.Tensor | None:
-        """(n, d_k // 2), RoPE's angles; None without RoPE."""
-        return self.record.sections["positional"].rope_angles
-
-    @property
-    def alibi_slopes(self) -> torch.Tensor | None:
-        """(H,), ALiBi's slopes; None without ALiBi."""
-        return self.record.sections["positional"].alibi_slopes
-
-    @property
-    def alibi_bias(self) -> torch.Tensor | None:
-        """(H, n, n), ALiBi's bias; None without ALiBi."""
-        return self.record.sections["positional"].alibi_bias
-
-    @property
-    def n_heads(self) -> int:
-        """H, the query heads."""
-        return self._steps.n_heads
-
-    @property
-    def n_kv_heads(self) -> int:
-        """K, the key/value heads."""
-        return int(self._steps.k.shape[0])
-
-    @property
-    def d_k(self) -> int:
-        """The width of each head's queries and keys."""
-        return int(self._steps.q.shape[-1])
-
-    @property
-    def scale(self) -> float:
-        """The factor on Q K^T."""
-        return self._steps.scale
-
-    @property
-    def seed(self) -> int:
-        """The seed of the untrained weights."""
-        return self.record.sections["inputs"].seed
-
-    @property
-    def w_q(self) -> torch.Tensor | None:
-        """(d, H d_k); None without projections."""
-        return self._projections("w_q")
-
-    @property
-    def w_k(self) -> torch.Tensor | None:
-        """(d, K d_k); None without projections."""
-        return self._projections("w_k")
-
-    @property
-    def w_v(self) -> torch.Tensor | None:
-        """(d, K d_k); None without projections."""
-        return self._projections("w_v")
-
-    @property
-    def q_unrotated(self) -> torch.Tensor:
-        """(H, n, d_k), the queries before RoPE (q itself without it)."""
-        return self._steps.q if self._steps.q_plain is None else self._steps.q_plain
-
-    @property
-    def k_unrotated(self) -> torch.Tensor:
-        """(K, n, d_k), the keys before RoPE (k itself without it)."""
-        return self._steps.k if self._steps.k_plain is None else self._steps.k_plain
-
-    @property
-    def q(self) -> torch.Tensor:
-        """(H, n, d_k), the queries attention uses."""
-        return self._steps.q
-
-    @property
-    def k(self) -> torch.Tensor:
-        """(K, n, d_k), the keys."""
-        return self._steps.k
-
-    @property
-    def v(self) -> torch.Tensor:
-        """(K, n, d_v), the values."""
-        return self._steps.v
-
-    @property
-    def mask(self) -> torch.Tensor | None:
-        """(n, n) bool, True = may attend: causal's mask; None otherwise."""
-        return self._steps.allowed
-
-    @property
-    def scores_unscaled(self) -> torch.Tensor:
-        """(H, n, n), Q K^T."""
-        return self._steps.scores
-
-    @property
-    def scores(self) -> torch.Tensor:
-        """(H, n, n), scale * Q K^T."""
-        return self._steps.scaled
-
-    @property
-    def masked_scores(self) -> torch.Tensor:
-        """(H, n, n), the softmax's input."""
-        return self._steps.masked
-
-    @property
-    def row_max(self) -> torch.Tensor:
-        """(H, n), the stable softmax's shift."""
-        return self._steps.row_max
-
-    @property
-    def exp(self) -> torch.Tensor:
-        """(H, n, n), exp(masked_scores - m)."""
-        return self._steps.exp
-
-    @property
-    def exp_sum(self) -> torch.Tensor:
-        """(H, n), the row sums of exp."""
-        return self._steps.exp_sum
-
-    @property
-    def weights(self) -> torch.Tensor:
-        """(H, n, n), the attention weights."""
-        return self._steps.weights
-
-    @property
-    def weights_unscaled(self) -> torch.Tensor:
-        """(H, n, n), the softmax without the scale."""
-        return self.record.sections["scaling"].weights_unscaled
-
-    @property
-    def head_outputs(self) -> torch.Tensor:
-        """(H, n, d_v), weights @ V per head."""
-        return self._steps.context
-
-    @property
-    def concat(self) -> torch.Tensor | None:
-        """(n, H d_v), for multihead and gqa; None otherwise."""
-        return self._multihead("concat")
-
-    @property
-    def w_o(self) -> torch.Tensor | None:
-        """(H d_v, d), for multihead and gqa; None otherwise."""
-        return self._multihead("w_o")
-
-    @property
-    def output(self) -> torch.Tensor:
-        """(n, d_out), the new vector of every token."""
-        return self._steps.output
-
-    @property
-    def query_index(self) -> int:
-        """The query's 0-based position."""
-        return self.record.query.index
-
-    @property
-    def flash(self) -> FlashTrace | None:
-        """The block-by-block online softmax, for flash; None otherwise."""
-        return self.record.section("flash")
-
-    @property
-    def distance_check(self) -> tuple[DistanceScore, ...] | None:
-        """With RoPE, one (q, k) pair at several (i, j); None otherwise."""
-        return self.record.sections["positional"].distance_check
+    variant = property(lambda self: self.record.sections["inputs"].variant,
+                       doc="The variant's name, one of ``VARIANTS``.")
+    tokens = property(lambda self: self.record.tokens, doc="The n tokens.")
+    source = property(lambda self: self.record.sections["inputs"].source, doc="Where X came from.")
+    embeddings = property(lambda self: self.record.embeddings, doc="(n, d), X as given.")
+    positional = property(lambda self: self.record.sections["positional"].name, doc="The positional encoding's name.")
+    encoding = property(lambda self: self.record.sections["positional"].encoding,
+                        doc="(n, d), the table P added to X; None without one.")
+    inputs = property(lambda self: self._steps.input, doc="(n, d), X + P: what attention reads.")
+    rope_angles = property(lambda self: self.record.sections["positional"].rope_angles,
+                           doc="(n, d_k // 2), RoPE's angles; None without RoPE.")
+    alibi_slopes = property(lambda self: self.record.sections["positional"].alibi_slopes,
+                            doc="(H,), ALiBi's slopes; None without ALiBi.")
+    alibi_bias = property(lambda self: self.record.sections["positional"].alibi_bias,
+                          doc="(H, n, n), ALiBi's bias; None without ALiBi.")
+    n_heads = property(lambda self: self._steps.n_heads, doc="H, the query heads.")
+    n_kv_heads = property(lambda self: int(self._steps.k.shape[0]), doc="K, the key/value heads.")
+    d_k = property(lambda self: int(self._steps.q.shape[-1]), doc="The width of each head's queries and keys.")
+    scale = property(lambda self: self._steps.scale, doc="The factor on Q K^T.")
+    seed = property(lambda self: self.record.sections["inputs"].seed, doc="The seed of the untrained weights.")
+    w_q = property(lambda self: self._projections("w_q"), doc="(d, H d_k); None without projections.")
+    w_k = property(lambda self: self._projections("w_k"), doc="(d, K d_k); None without projections.")
+    w_v = property(lambda self: self._projections("w_v"), doc="(d, K d_k); None without projections.")
+    q_unrotated = property(lambda self: self._steps.q if self._steps.q_plain is None else self._steps.q_plain,
+                           doc="(H, n, d_k), the queries before RoPE (q itself without it).")
+    k_unrotated = property(lambda self: self._steps.k if self._steps.k_plain is None else self._steps.k_plain,
+                           doc="(K, n, d_k), the keys before RoPE (k itself without it).")
+    q = property(lambda self: self._steps.q, doc="(H, n, d_k), the queries attention uses.")
+    k = property(lambda self: self._steps.k, doc="(K, n, d_k), the keys.")
+    v = property(lambda self: self._steps.v, doc="(K, n, d_v), the values.")
+    mask = property(lambda self: self._steps.allowed,
+                    doc="(n, n) bool, True = may attend: causal's mask; None otherwise.")
+    scores_unscaled = property(lambda self: self._steps.scores, doc="(H, n, n), Q K^T.")
+    scores = property(lambda self: self._steps.scaled, doc="(H, n, n), scale * Q K^T.")
+    masked_scores = property(lambda self: self._steps.masked, doc="(H, n, n), the softmax's input.")
+    row_max = property(lambda self: self._steps.row_max, doc="(H, n), the stable softmax's shift.")
+    exp = property(lambda self: self._steps.exp, doc="(H, n, n), exp(masked_scores - m).")
+    exp_sum = property(lambda self: self._steps.exp_sum, doc="(H, n), the row sums of exp.")
+    weights = property(lambda self: self._steps.weights, doc="(H, n, n), the attention weights.")
+    weights_unscaled = property(lambda self: self.record.sections["scaling"].weights_unscaled,
+                                doc="(H, n, n), the softmax without the scale.")
+    head_outputs = property(lambda self: self._steps.context, doc="(H, n, d_v), weights @ V per head.")
+    concat = property(lambda self: self._multihead("concat"),
+                      doc="(n, H d_v), for multihead and gqa; None otherwise.")
+    w_o = property(lambda self: self._multihead("w_o"), doc="(H d_v, d), for multihead and gqa; None otherwise.")
+    output = property(lambda self: self._steps.output, doc="(n, d_out), the new vector of every token.")
+    query_index = property(lambda self: self.record.query.index, doc="The query's 0-based position.")
+    flash = property(lambda self: self.record.section("flash"),
+                     doc="The block-by-block online softmax, for flash; None otherwise.")
+    distance_check = property(lambda self: self.record.sections["positional"].distance_check,
+                              doc="With RoPE, one (q, k) pair at several (i, j); None otherwise.")
 
     @property
     def query_token(self) -> str:
