@@ -50,11 +50,12 @@ def test_the_seed_is_one_layer_of_one_head_with_its_walk_as_a_section():
 @pytest.mark.parametrize(
     ("options", "sections"),
     [
-        (dict(variant="scaled"), ["inputs", "positional", "scaling"]),
-        (dict(variant="causal"), ["inputs", "positional", "projections", "scaling"]),
-        (dict(variant="gqa", heads=4, kv_heads=2, positional="rope"), ["inputs", "positional", "projections", "scaling", "multihead"]),
-        (dict(variant="multihead", positional="alibi"), ["inputs", "positional", "projections", "scaling", "multihead"]),
-        (dict(variant="flash", block_size=3), ["inputs", "positional", "scaling", "flash"]),
+        (dict(variant="scaled"), ["inputs", "positional", "scaling", "variant"]),
+        (dict(variant="causal"), ["inputs", "positional", "projections", "scaling", "mask", "variant"]),
+        (dict(variant="gqa", heads=4, kv_heads=2, positional="rope"),
+         ["inputs", "positional", "projections", "scaling", "multihead", "variant"]),
+        (dict(variant="multihead", positional="alibi"), ["inputs", "positional", "projections", "scaling", "multihead", "variant"]),
+        (dict(variant="flash", block_size=3), ["inputs", "positional", "scaling", "flash", "variant"]),
     ],
 )
 def test_every_variant_fills_the_same_steps(options, sections):
@@ -87,3 +88,17 @@ def test_a_model_fills_every_layer_and_keeps_its_own_section():
     assert torch.equal(view.all_weights, record.all_weights) and all(a is b for a, b in zip(view.masks, record.masks))
     # far from uniform: a trained head puts most of some row's weight on one key
     assert float(record.all_weights.amax()) > 0.5
+
+
+def test_one_json_writer_writes_every_kind_from_its_sections(monkeypatch):
+    """The JSON is the sections' keys in the record's order: a section's writer swapped for another shows up there."""
+    from selfattn.explain import json_out
+
+    for options, first_keys in ((dict(), ["variant", "tokens", "embeddings", "embedding_source", "query"]),
+                                (dict(variant="causal"), ["variant", "tokens", "embeddings", "embedding_source",
+                                                          "positional", "projections", "scaling", "mask", "query"])):
+        data = json_out.trace_to_dict(sa.build_trace(sa.ExplainConfig(**options)))
+        assert list(data)[: len(first_keys)] == first_keys
+    monkeypatch.setitem(json_out.SECTION_JSON, "mask", lambda record: {"mask": "written by the swapped writer"})
+    data = json_out.trace_to_dict(sa.build_trace(sa.ExplainConfig(variant="causal")))
+    assert data["mask"] == "written by the swapped writer"

@@ -146,6 +146,8 @@ def differences(name: str, before: str, after: str) -> list[str]:
         rest_b, rest_a = before.replace(b_out, ""), after.replace(a_out, "")
         if rest_b != rest_a:
             found.append(f"{name}: exit status or stderr differ")
+        if not found and b_out != a_out:
+            found.append(f"{name}: the same keys and values, in another order or layout")
         return found
     lines = [f"{name}: line {i}: {x!r} -> {y!r}" for i, (x, y) in enumerate(zip(before.splitlines(), after.splitlines())) if x != y]
     if len(before.splitlines()) != len(after.splitlines()):

@@ -1,4 +1,4 @@
-"""A ModelTrace as JSON: one head of a pretrained model, every number at full precision.
+"""A model's section as JSON: one head of a pretrained model, every number at full precision.
 
 Matrices are for the chosen layer and head only: embeddings (X0), layer_input and
 attention_input (n, d_model), q, k, v and context (n, d_head), the score and weight
@@ -21,18 +21,20 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from selfattn.formatting import plain
 from selfattn.trace.model import ModelTrace
+from selfattn.trace.record import AttentionTrace
 
 TOP_TOKENS = 3  # as many as the text walkthrough names
 
 
-def model_to_dict(t: ModelTrace) -> dict[str, Any]:
+def model_json(record: AttentionTrace) -> dict[str, Any]:
+    """A model's whole layout: the model and its tokens, the chosen layer and head's every step, where its query looks."""
+    t = ModelTrace(record)
     q, n = t.query_index, len(t.tokens)
     seen = range(n) if t.allowed is None else [j for j in range(n) if bool(t.allowed[q, j])]
     order = sorted(seen, key=lambda j: -float(t.weights[q, j]))
     a = t.attention
-    return plain(
+    return (
         {
             "variant": "model",
             "model": t.model_name,

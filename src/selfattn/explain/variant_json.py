@@ -1,105 +1,111 @@
-"""A VariantTrace as JSON: the seed's keys, plus one key per step the variant adds.
+"""A variant's sections as JSON: one key (or two) per idea the variant adds to the seed.
 
-Single-head variants (simple, scaled, qkv, causal) drop the heads axis from ``scores``,
-``weights`` and ``query``, so they read like the seed's output; multihead and gqa keep
-it first: (heads, n, n). The keys are listed in the README.
+``json_out`` calls these in the record's section order: positional, projections,
+scaling, mask, heads and multihead, flash, then the rows of every step. Single-head
+variants (simple, scaled, qkv, causal) drop the heads axis from ``scores``, ``weights``
+and ``query``, so they read like the seed's output; multihead and gqa keep it first:
+(heads, n, n) (the "variant" section says which).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Any
 
-from selfattn.formatting import plain
-from selfattn.trace.variants import MULTI_HEAD, VariantTrace
+from selfattn.trace.record import AttentionTrace
+from selfattn.trace.variants import VariantTrace
 
 
-def variant_to_dict(t: VariantTrace) -> dict[str, Any]:
-    multi = t.variant in MULTI_HEAD
-    per_head = (lambda x: x) if multi else (lambda x: x[0])  # keep or drop the heads axis
+def positional_json(record: AttentionTrace) -> dict[str, Any]:
+    """``positional``: the encoding's name and what it made."""
+    return {"positional": _positional(VariantTrace(record))}
+
+
+def projections_json(record: AttentionTrace) -> dict[str, Any]:
+    """``projections``: the seeded, untrained W_q, W_k, W_v and the q, k, v they made."""
+    t = VariantTrace(record)
+    return {"projections": {"untrained": True, "seed": t.seed, "d_k": t.d_k, "w_q": t.w_q, "w_k": t.w_k, "w_v": t.w_v,
+                            "q": t.q, "k": t.k, "v": t.v}}
+
+
+def scaling_json(record: AttentionTrace) -> dict[str, Any]:
+    """``scaling``: the scores and weights with and without 1 / sqrt(d_k) (for the variants that scale)."""
+    t, per_head = VariantTrace(record), _per_head(record)
+    if not t.scaled:
+        return {}
     qi = t.query_index
-    out: dict[str, Any] = {
-        "variant": t.variant,
-        "tokens": t.tokens,
-        "embeddings": t.embeddings,
-        "embedding_source": asdict(t.source),
-        "positional": _positional(t),
+    return {"scaling": {
+        "d_k": t.d_k,
+        "sqrt_d_k": t.d_k**0.5,
+        "scale": t.scale,
+        "scores_unscaled": per_head(t.scores_unscaled),
+        "scores_scaled": per_head(t.scores),
+        "weights_unscaled": per_head(t.weights_unscaled),
+        "weights_scaled": per_head(t.weights),
+        "query_max_weight_unscaled": per_head(t.weights_unscaled[:, qi].amax(-1)),
+        "query_max_weight_scaled": per_head(t.weights[:, qi].amax(-1)),
+    }}
+
+
+def mask_json(record: AttentionTrace) -> dict[str, Any]:
+    """``mask``: the causal rule, its alignment, which keys each query may see and the masked scores."""
+    mask, steps = record.sections["mask"], record.layers[0]
+    return {"mask": {"kind": mask.kind, "align": mask.align, "allowed": steps.allowed,
+                     "masked_scores": _per_head(record)(steps.masked)}}
+
+
+def multihead_json(record: AttentionTrace) -> dict[str, Any]:
+    """``heads`` (each head's q, k, v, scores, weights, output) and ``multihead`` (the concat and W_o)."""
+    t = VariantTrace(record)
+    heads = [
+        {"head": h, "kv_head": g, "q": t.q[h], "k": t.k[g], "v": t.v[g], "scores": t.masked_scores[h],
+         "weights": t.weights[h], "output": t.head_outputs[h]}
+        for h, g in enumerate(t.kv_head_of)
+    ]
+    return {"heads": heads, "multihead": {
+        "n_heads": t.n_heads,
+        "n_kv_heads": t.n_kv_heads,
+        "group_size": t.n_heads // t.n_kv_heads,
+        "kv_head_of": t.kv_head_of,
+        "concat": t.concat,
+        "w_o": t.w_o,
+        "output": t.output,
+    }}
+
+
+def flash_json(record: AttentionTrace) -> dict[str, Any]:
+    """``flash``: the online softmax of the query's row, block by block."""
+    return {"flash": _flash(VariantTrace(record))}
+
+
+def variant_rows_json(record: AttentionTrace) -> dict[str, Any]:
+    """The query's row in every step, then the whole matrices, as the seed's keys name them."""
+    t, per_head = VariantTrace(record), _per_head(record)
+    qi = t.query_index
+    return {
+        "query": {
+            "index": qi,
+            "math_index": qi + 1,
+            "token": t.query_token,
+            "scores_unscaled": per_head(t.scores_unscaled[:, qi]),
+            "scores": per_head(t.masked_scores[:, qi]),
+            "max": per_head(t.row_max[:, qi]),
+            "exp": per_head(t.exp[:, qi]),
+            "exp_sum": per_head(t.exp_sum[:, qi]),
+            "weights": per_head(t.weights[:, qi]),
+            "weights_unscaled": per_head(t.weights_unscaled[:, qi]),
+            "head_context": per_head(t.head_outputs[:, qi]),
+            "context": t.output[qi],
+        },
+        "scores": per_head(t.masked_scores),
+        "weights": per_head(t.weights),
+        "row_sums": per_head(t.weights.sum(-1)),
+        "context": t.output,
     }
-    if t.projected:
-        out["projections"] = {
-            "untrained": True,
-            "seed": t.seed,
-            "d_k": t.d_k,
-            "w_q": t.w_q,
-            "w_k": t.w_k,
-            "w_v": t.w_v,
-            "q": t.q,
-            "k": t.k,
-            "v": t.v,
-        }
-    if t.scaled:
-        out["scaling"] = {
-            "d_k": t.d_k,
-            "sqrt_d_k": t.d_k**0.5,
-            "scale": t.scale,
-            "scores_unscaled": per_head(t.scores_unscaled),
-            "scores_scaled": per_head(t.scores),
-            "weights_unscaled": per_head(t.weights_unscaled),
-            "weights_scaled": per_head(t.weights),
-            "query_max_weight_unscaled": per_head(t.weights_unscaled[:, qi].amax(-1)),
-            "query_max_weight_scaled": per_head(t.weights[:, qi].amax(-1)),
-        }
-    if t.mask is not None:
-        out["mask"] = {
-            "kind": "causal",
-            "align": "top_left",
-            "allowed": t.mask,
-            "masked_scores": per_head(t.masked_scores),
-        }
-    if multi:
-        out["heads"] = [
-            {
-                "head": h,
-                "kv_head": g,
-                "q": t.q[h],
-                "k": t.k[g],
-                "v": t.v[g],
-                "scores": t.masked_scores[h],
-                "weights": t.weights[h],
-                "output": t.head_outputs[h],
-            }
-            for h, g in enumerate(t.kv_head_of)
-        ]
-        out["multihead"] = {
-            "n_heads": t.n_heads,
-            "n_kv_heads": t.n_kv_heads,
-            "group_size": t.n_heads // t.n_kv_heads,
-            "kv_head_of": t.kv_head_of,
-            "concat": t.concat,
-            "w_o": t.w_o,
-            "output": t.output,
-        }
-    if t.flash is not None:
-        out["flash"] = _flash(t)
-    out["query"] = {
-        "index": qi,
-        "math_index": qi + 1,
-        "token": t.query_token,
-        "scores_unscaled": per_head(t.scores_unscaled[:, qi]),
-        "scores": per_head(t.masked_scores[:, qi]),
-        "max": per_head(t.row_max[:, qi]),
-        "exp": per_head(t.exp[:, qi]),
-        "exp_sum": per_head(t.exp_sum[:, qi]),
-        "weights": per_head(t.weights[:, qi]),
-        "weights_unscaled": per_head(t.weights_unscaled[:, qi]),
-        "head_context": per_head(t.head_outputs[:, qi]),
-        "context": t.output[qi],
-    }
-    out["scores"] = per_head(t.masked_scores)
-    out["weights"] = per_head(t.weights)
-    out["row_sums"] = per_head(t.weights.sum(-1))
-    out["context"] = t.output
-    return plain(out)
+
+
+def _per_head(record: AttentionTrace):
+    """Keep the heads axis (multihead, gqa) or drop it (the single-head variants), as the variant shows its steps."""
+    return (lambda x: x) if record.sections["variant"].keeps_heads_axis else (lambda x: x[0])
 
 
 def _flash(t: VariantTrace) -> dict[str, Any]:

@@ -13,8 +13,10 @@
             "positional"  the encoding: its table, RoPE's angles and distance check, ALiBi's slopes
             "projections" the variants' seeded W_q, W_k, W_v
             "scaling"     the same softmax without 1 / sqrt(d_k)
+            "mask"        the causal variant's rule and alignment (the mask itself is ``allowed``)
             "multihead"   the heads side by side and W_o
             "flash"       the online softmax, key block by key block (``FlashTrace``)
+            "variant"     how a variant shows the core's steps (with or without the heads axis)
             "model"       a model's name, tokens as they read, embedding step, layers' descriptions,
                           hidden states
 

@@ -97,6 +97,21 @@ class Scaling:
 
 
 @dataclass(frozen=True)
+class CausalMask:
+    """The causal variant's mask, as its outputs name it: which rule and which alignment (the mask is the core's ``allowed``)."""
+
+    kind: str = "causal"
+    align: str = "top_left"
+
+
+@dataclass(frozen=True)
+class VariantRows:
+    """How a variant shows the core's steps: multihead and gqa keep the heads axis; the single-head variants drop it."""
+
+    keeps_heads_axis: bool
+
+
+@dataclass(frozen=True)
 class Multihead:
     """The heads side by side and the output projection: output = concat W_o."""
 
@@ -415,8 +430,11 @@ def trace_variant(
     if w_q is not None:
         sections["projections"] = Projections(w_q, w_k, w_v)
     sections["scaling"] = Scaling(unscaled.weights.reshape(heads, n, n))
+    if causal is not None:
+        sections["mask"] = CausalMask()
     if concat is not None:
         sections["multihead"] = Multihead(concat, w_o)
     if flash is not None:
         sections["flash"] = flash
+    sections["variant"] = VariantRows(keeps_heads_axis=variant in MULTI_HEAD)
     return VariantTrace(AttentionTrace(list(tokens), Query(q_index, tokens[q_index]), x, (steps,), sections=sections))
