@@ -1,4 +1,4 @@
-"""The explorer's data: a Trace, VariantTrace or ModelTrace as plain lists, ready to embed in the page.
+"""The explorer's data: a record (the seed's, a variant's or a model's) as plain lists, ready to embed in the page.
 
 The page never computes attention: every number it shows is here, rounded to the
 precision it displays (so it prints exactly what ``explain`` prints at that precision).
@@ -8,16 +8,15 @@ The layout, one object per layer with one object per head, is documented in
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from selfattn.formatting import rounded
-from selfattn.trace.seed import Trace
-from selfattn.trace.variants import MULTI_HEAD, VariantTrace
-
-if TYPE_CHECKING:
-    from selfattn.trace.model import ModelTrace
+from selfattn.trace.model import ModelTrace
+from selfattn.trace.record import AttentionTrace
+from selfattn.trace.variants import UNSCALED
+from selfattn.viz.model_data import model_page_data, trace_page
 
 EXPLORER_DATA_DOC = """
 {
@@ -81,30 +80,20 @@ STEP_NUMBER_BUDGET = 400_000  # step numbers embedded for every head below this;
 FLASH_ACC_SHOWN = 8  # components of each running acc vector in the page
 
 
-def explorer_data(
-    trace: Trace | VariantTrace | ModelTrace,
-    precision: int = 4,
-    *,
-    title: str | None = None,
-    head: int | None = None,
-    layer: int | None = None,
-) -> dict[str, Any]:
-    """The page's data for one trace. ``layer`` and ``head`` are selected at first (0-based).
+def explorer_data(trace, precision: int = 4, *, title: str | None = None, head: int | None = None,
+                  layer: int | None = None) -> dict[str, Any]:
+    """The page's data for one record (or a view of it). ``layer`` and ``head`` are selected at first (0-based).
 
-    A ModelTrace selects its own layer and head unless told otherwise; the other traces
-    have one layer.
+    A model's record (its "model" section) makes a model page, every layer within a size
+    budget, its own layer and head selected unless told otherwise; the toy records (the
+    seed, the variants) have one layer, read from the record's steps and sections.
     """
-    if not isinstance(trace, (Trace, VariantTrace)):
-        from selfattn.viz.model_data import model_page_data, trace_page
-
-        chosen_layer = trace.layer if layer is None else layer
-        chosen_head = trace.head if head is None else head
-        page = trace_page(trace)
-        return model_page_data(page, precision, layer=chosen_layer, head=chosen_head, title=title)
-    if isinstance(trace, Trace):
-        data = _from_trace(trace)
-    else:
-        data = _from_variant(trace)
+    record = trace.record if hasattr(trace, "record") else trace
+    if record.section("model") is not None:
+        chosen_layer = record.layer if layer is None else layer
+        chosen_head = record.head if head is None else head
+        return model_page_data(trace_page(ModelTrace(record)), precision, layer=chosen_layer, head=chosen_head, title=title)
+    data = _from_toy(record)
     n_heads = len(data["layers"][0]["heads"])
     selected = 0 if head is None else head
     n = len(data["tokens"])
@@ -124,75 +113,64 @@ def explorer_data(
     return rounded(data, precision)
 
 
-def _from_trace(t: Trace) -> dict[str, Any]:
-    steps = {
-        "score_label": "x_q · x_j",
-        "scale": None,
-        "scores": t.scores,
-        "scaled": None,
-        "softmax_input": t.scores,
-        "max": t.row_max,
-        "exp": t.exp,
-        "exp_sum": t.exp_sum,
-        "context": t.context,
-    }
-    return {
-        "variant": "simple",
-        "description": "The seed's self-attention: softmax(X Xᵀ) X, no projections and no scaling.",
-        "tokens": t.tokens,
-        "query": t.query.index,
-        "input": t.embeddings,
-        "output": t.context,
-        "mask": None,
-        "layers": [{"name": "layer 0", "heads": [{"name": "head 0", "weights": t.weights, "steps": steps}]}],
-    }
-
-
-def _from_variant(t: VariantTrace) -> dict[str, Any]:
+def _from_toy(record: AttentionTrace) -> dict[str, Any]:
+    """The seed's or a variant's one layer: every head's weights and steps, the input, output and mask."""
+    inputs, steps = record.sections["inputs"], record.layers[0]
+    projected = record.section("projections") is not None
+    scaled = inputs.variant not in UNSCALED
+    grouped = int(steps.k.shape[0]) != steps.n_heads
     heads = []
-    for h, g in enumerate(t.kv_head_of):
-        name = f"head {h}" + (f" (kv {g})" if t.n_kv_heads != t.n_heads else "")
-        scaled = t.scaled
-        steps = {
-            "score_label": "q · k" if t.projected else "x_q · x_j",
-            "scale": t.scale if scaled else None,
-            "scores": t.scores_unscaled[h],
-            "scaled": t.scores[h] if scaled else None,
-            "softmax_input": t.masked_scores[h],
-            "max": t.row_max[h],
-            "exp": t.exp[h],
-            "exp_sum": t.exp_sum[h],
-            "context": t.head_outputs[h],
+    for h, g in enumerate(steps.kv_head_of):
+        numbers = {
+            "score_label": "q · k" if projected else "x_q · x_j",
+            "scale": steps.scale if scaled else None,
+            "scores": steps.scores[h],
+            "scaled": steps.scaled[h] if scaled else None,
+            "softmax_input": steps.masked[h],
+            "max": steps.row_max[h],
+            "exp": steps.exp[h],
+            "exp_sum": steps.exp_sum[h],
+            "context": steps.context[h],
         }
-        heads.append({"name": name, "weights": t.weights[h], "steps": steps})
-    extras = []
-    if t.positional != "none":
-        extras.append(f"positional encoding: {t.positional}")
-    if t.projected:
-        extras.append(f"untrained projections, seed {t.seed}")
-    if t.variant in MULTI_HEAD:
-        extras.append(f"{t.n_heads} query heads, {t.n_kv_heads} key/value heads, d_k = {t.d_k}")
-    if t.flash is not None:
-        extras.append(f"the seed's unscaled scores, keys folded in {t.flash.block_size} at a time by the online softmax")
+        heads.append({"name": f"head {h}" + (f" (kv {g})" if grouped else ""), "weights": steps.weights[h], "steps": numbers})
     data = {
-        "variant": t.variant,
-        "description": f"Variant '{t.variant}'" + (f" ({'; '.join(extras)})" if extras else "") + ".",
-        "tokens": t.tokens,
-        "query": t.query_index,
-        "input": t.inputs,
-        "output": t.output,
-        "mask": t.mask,
+        "variant": inputs.variant,
+        "description": _description(record),
+        "tokens": record.tokens,
+        "query": record.query.index,
+        "input": steps.input,
+        "output": steps.output,
+        "mask": steps.allowed,
         "layers": [{"name": "layer 0", "heads": heads}],
     }
-    if t.flash is not None:
-        data["flash"] = _flash(t)
+    flash = record.section("flash")
+    if flash is not None:
+        data["flash"] = _flash(record, flash)
     return data
 
 
-def _flash(t: VariantTrace) -> dict[str, Any]:
+def _description(record: AttentionTrace) -> str:
+    """One line on what ran: the seed's own attention, or the variant and what its sections add."""
+    if record.section("seed") is not None:
+        return "The seed's self-attention: softmax(X Xᵀ) X, no projections and no scaling."
+    inputs, steps = record.sections["inputs"], record.layers[0]
+    extras = []
+    positional = record.sections["positional"].name
+    if positional != "none":
+        extras.append(f"positional encoding: {positional}")
+    if record.section("projections") is not None:
+        extras.append(f"untrained projections, seed {inputs.seed}")
+    if record.sections["variant"].keeps_heads_axis:
+        extras.append(f"{steps.n_heads} query heads, {int(steps.k.shape[0])} key/value heads, d_k = {int(steps.q.shape[-1])}")
+    flash = record.section("flash")
+    if flash is not None:
+        extras.append(f"the seed's unscaled scores, keys folded in {flash.block_size} at a time by the online softmax")
+    return f"Variant '{inputs.variant}'" + (f" ({'; '.join(extras)})" if extras else "") + "."
+
+
+def _flash(record: AttentionTrace, f) -> dict[str, Any]:
     """The running numbers after every key block, for every query row (see EXPLORER_DATA_DOC)."""
-    f = t.flash
-    n, width = len(t.tokens), f.output.shape[-1]
+    n, width = len(record.tokens), f.output.shape[-1]
     shown = min(width, FLASH_ACC_SHOWN)
     blocks = [
         {
