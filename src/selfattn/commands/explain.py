@@ -8,12 +8,8 @@ from selfattn.commands.options import ExplainConfig
 from selfattn.commands.traces import build_trace
 from selfattn.explain.json_out import render_json
 from selfattn.explain.markdown import render_markdown
-from selfattn.explain.model_walkthrough import model_walkthrough
 from selfattn.explain.text import render_text
-from selfattn.explain.variant_walkthrough import variant_walkthrough
-from selfattn.explain.walkthrough import walkthrough
-from selfattn.trace.seed import Trace
-from selfattn.trace.variants import VariantTrace
+from selfattn.explain.walk import walkthrough
 
 
 def explain_command(config: ExplainConfig, stream: TextIO) -> None:
@@ -27,12 +23,7 @@ def explain_command(config: ExplainConfig, stream: TextIO) -> None:
     if config.format == "json":
         stream.write(render_json(trace))
         return
-    if isinstance(trace, Trace):
-        doc = walkthrough(trace, config.precision)
-    elif isinstance(trace, VariantTrace):
-        doc = variant_walkthrough(trace, config.precision)
-    else:
-        doc = model_walkthrough(trace, config.precision)
+    doc = walkthrough(trace.record, config.precision)
     if config.format == "markdown":
         stream.write(render_markdown(doc))
     else:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 
 
-from selfattn.formatting import check_precision
 from selfattn.explain.document import (
     Document,
     Heading,
@@ -35,11 +34,8 @@ from selfattn.explain.model_input import (
 from selfattn.trace.model import ModelTrace
 from selfattn.pipeline.steps import attention_scores
 
-def model_walkthrough(t: ModelTrace, precision: int = 4) -> Document:
+def model_steps(doc: Document, t: ModelTrace, p: int) -> None:
     """Every step of layer ``t.layer``, head ``t.head`` for the query, in reading order."""
-    check_precision(precision)
-    p = precision
-    doc = Document()
     intro_step(doc, t)
     tokens_step(doc, t)
     embeddings_step(doc, t, p)
@@ -51,7 +47,6 @@ def model_walkthrough(t: ModelTrace, precision: int = 4) -> Document:
     _softmax(doc, t, p, step + 1)
     _context(doc, t, p, step + 2)
     _after_the_head(doc, t, p)
-    return doc
 
 
 

@@ -1,9 +1,8 @@
-"""The walkthrough of an attention variant, as a Document built from a VariantTrace.
+"""A variant's steps, one function per idea it brings: ``explain.walk`` calls them in reading order.
 
-It follows the seed's steps and adds one section per idea the variant brings: the
-positional encoding, the Q/K/V projections, the scaling by sqrt(d_k), the causal mask,
-the heads with their concatenation and output projection. All numbers come from the
-trace; nothing here computes attention.
+The positional encoding, the Q/K/V projections, the causal mask, each head (scores,
+scaling, softmax, its output) and the output with the heads' concatenation and output
+projection. All numbers come from the record; nothing here computes attention.
 """
 
 from __future__ import annotations
@@ -12,7 +11,6 @@ import math
 
 import torch
 
-from selfattn.formatting import check_precision
 from selfattn.explain.document import (
     Document,
     Heading,
@@ -27,9 +25,7 @@ from selfattn.explain.document import (
     fmt_vector,
     vector_cells,
 )
-from selfattn.explain.flash_walkthrough import flash_steps
 from selfattn.explain.variant_notes import entropy, scaling_section, untrained_note
-from selfattn.explain.walkthrough import embeddings_step, tokens_step
 from selfattn.trace.variants import MULTI_HEAD, VariantTrace
 
 TERMS_SHOWN_UP_TO_DIM = 4
@@ -45,38 +41,6 @@ INTRO = {
 }
 
 
-def variant_walkthrough(t: VariantTrace, precision: int = 4) -> Document:
-    """Every step of the variant on this trace, in reading order."""
-    check_precision(precision)
-    doc = Document()
-    p = precision
-    doc.add(Paragraph(f"Variant '{t.variant}': {INTRO[t.variant]}."))
-    tokens_step(doc, t.tokens, t.query_index, math_notation=False)
-    embeddings_step(doc, t.tokens, t.embeddings, t.source, t.query_index, p, math_notation=False)
-    step = 3
-    # Added tables change X, so they come first; RoPE and ALiBi act on q, k and the scores.
-    acts_on_x = t.encoding is not None
-    if t.positional != "none" and acts_on_x:
-        _positional(doc, t, p, step)
-        step += 1
-    if t.projected:
-        _projections(doc, t, p, step)
-        step += 1
-    if t.positional != "none" and not acts_on_x:
-        _positional(doc, t, p, step)
-        step += 1
-    if t.mask is not None:
-        _mask(doc, t, p, step)
-        step += 1
-    for h in range(t.n_heads):
-        _head(doc, t, p, step, h)
-    step += 1
-    if t.flash is not None:
-        step = flash_steps(doc, t, p, step)
-    _output(doc, t, p, step)
-    return doc
-
-
 def _label(t: VariantTrace, j: int) -> str:
     return display_token(t.tokens[j])
 
@@ -86,7 +50,7 @@ def _rows(t: VariantTrace, p: int, columns: list[torch.Tensor]) -> list[list[str
     return [[_label(t, j)] + [fmt(col[j], p) for col in columns] for j in range(len(t.tokens))]
 
 
-def _positional(doc: Document, t: VariantTrace, p: int, step: int) -> None:
+def positional_step(doc: Document, t: VariantTrace, p: int, step: int) -> None:
     d = t.embeddings.shape[1]
     q = t.query_index
     if t.encoding is not None:
@@ -168,7 +132,7 @@ def _positional(doc: Document, t: VariantTrace, p: int, step: int) -> None:
         )
 
 
-def _projections(doc: Document, t: VariantTrace, p: int, step: int) -> None:
+def projections_step(doc: Document, t: VariantTrace, p: int, step: int) -> None:
     d = t.embeddings.shape[1]
     heads = f"{t.n_heads} head{'s' if t.n_heads > 1 else ''} × d_k = {t.d_k}"
     doc.add(
@@ -209,7 +173,7 @@ def _projections(doc: Document, t: VariantTrace, p: int, step: int) -> None:
         )
 
 
-def _mask(doc: Document, t: VariantTrace, p: int, step: int) -> None:
+def mask_step(doc: Document, t: VariantTrace, p: int, step: int) -> None:
     labels = [_label(t, j) for j in range(len(t.tokens))]
     doc.add(
         Heading(f"Step {step} · Causal mask: no looking ahead"),
@@ -223,7 +187,7 @@ def _mask(doc: Document, t: VariantTrace, p: int, step: int) -> None:
     )
 
 
-def _head(doc: Document, t: VariantTrace, p: int, step: int, h: int) -> None:
+def head_step(doc: Document, t: VariantTrace, p: int, step: int, h: int) -> None:
     q, n = t.query_index, len(t.tokens)
     qlabel = _label(t, q)
     head = f" · head {h}" if t.variant in MULTI_HEAD else ""
@@ -268,7 +232,7 @@ def _head(doc: Document, t: VariantTrace, p: int, step: int, h: int) -> None:
         doc.add(*scaling_section(t, p))
 
 
-def _output(doc: Document, t: VariantTrace, p: int, step: int) -> None:
+def output_step(doc: Document, t: VariantTrace, p: int, step: int) -> None:
     n, q = len(t.tokens), t.query_index
     labels = [_label(t, j) for j in range(n)]
     doc.add(Heading(f"Step {step} · Every token as the query, all at once"))

@@ -18,24 +18,18 @@ from selfattn.explain.document import (
     fmt_vector,
     vector_cells,
 )
-from selfattn.formatting import check_precision
 from selfattn.trace.seed import Trace
 
 FLOAT32_EXP_LIMIT = 88.72  # exp(x) is inf in float32 above ln(3.4e38) ~ 88.72
 TERMS_SHOWN_UP_TO_DIM = 4  # dot products are written out term by term up to this width
 
 
-def walkthrough(trace: Trace, precision: int = 4) -> Document:
-    """Every step of the seed's self-attention on this trace, in reading order."""
-    check_precision(precision)
-    doc = Document()
-    tokens_step(doc, trace.tokens, trace.query.index)
-    embeddings_step(doc, trace.tokens, trace.embeddings, trace.source, trace.query.index, precision)
+def seed_steps(doc: Document, trace: Trace, precision: int) -> None:
+    """Steps 3 to 5 of the seed's walk of its query (scores, softmax, context), then all queries at once."""
     _query_scores(doc, trace, precision)
     _softmax(doc, trace, precision)
     _context(doc, trace, precision)
     _all_at_once(doc, trace, precision)
-    return doc
 
 
 def _label(trace: Trace, i: int) -> str:
