@@ -72,7 +72,13 @@ def test_every_variant_fills_the_same_steps(options, sections):
     if options.get("variant") == "causal":
         assert torch.equal(causal, torch.ones(7, 7, dtype=torch.bool).tril())
     if options.get("positional") == "rope":
-        assert record.steps.q_plain is not None and not torch.equal(record.steps.q_plain, record.steps.q)
+        steps = record.steps
+        assert steps.q_plain is not None and not torch.equal(steps.q_plain, steps.q)
+        k_plain = steps.k_plain[list(steps.kv_head_of)]
+        torch.testing.assert_close(steps.scores_plain, steps.q_plain @ k_plain.transpose(-2, -1))
+        assert not torch.allclose(steps.scores_plain, steps.scores)  # the turn changed the scores
+    else:
+        assert record.steps.scores_plain is None
 
 
 def test_a_model_fills_every_layer_and_keeps_its_own_section():

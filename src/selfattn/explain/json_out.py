@@ -25,7 +25,7 @@ from selfattn.explain.variant_json import (
     variant_rows_json,
 )
 from selfattn.formatting import compact_json, plain
-from selfattn.trace.record import AttentionTrace
+from selfattn.trace.record import AttentionTrace, record_of
 from selfattn.trace.seed import Trace
 
 
@@ -88,7 +88,7 @@ SECTION_JSON: dict[str, Callable[[AttentionTrace], dict[str, Any]]] = {
 
 def trace_to_dict(trace) -> dict[str, Any]:
     """The record (or a view of it) as plain data: every section's keys, in the record's order."""
-    record = trace.record if hasattr(trace, "record") else trace
+    record = record_of(trace)
     out: dict[str, Any] = {}
     for name in record.sections:
         out.update(SECTION_JSON[name](record))

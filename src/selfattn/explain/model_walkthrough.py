@@ -32,7 +32,6 @@ from selfattn.explain.model_input import (
     seen_keys, token_label, tokens_step, vector_length, wide_table,
 )
 from selfattn.trace.model import ModelTrace
-from selfattn.pipeline.steps import attention_scores
 
 def model_steps(doc: Document, t: ModelTrace, p: int) -> None:
     """Every step of layer ``t.layer``, head ``t.head`` for the query, in reading order."""
@@ -108,7 +107,7 @@ def _rope(doc: Document, t: ModelTrace, p: int) -> None:
     seen = seen_keys(t, q)
     others = [j for j in seen if j not in (0, q)] or [j for j in seen if j != q] or [q]  # token 0 is not turned
     j = max(others, key=lambda k: float(t.weights[q, k]))  # the key the query weighs most
-    before = float(attention_scores(t.q_plain[q], t.k_plain[j][None])[0])  # (d_head,), (1, d_head) -> (1,)
+    before = float(t.scores_plain[q, j])  # q . k before the turn, as the trace recorded it
     scaling = f" This checkpoint rescales the frequencies θ_c first ({a.rope_scaling})." if a.rope_scaling else ""
     pairs = [(f"q at {q}, before", t.q_plain[q]), (f"q at {q}, after", t.q[q]), (f"k at {j}, before", t.k_plain[j]), (f"k at {j}, after", t.k[j])]
     rows = [[name] + vector_cells(v.tolist(), p) + [fmt(vector_length(v), p)] for name, v in pairs]

@@ -31,7 +31,7 @@ from selfattn.explain.variant_walkthrough import INTRO, head_step, mask_step, ou
 from selfattn.explain.walkthrough import embeddings_step, seed_steps, tokens_step
 from selfattn.formatting import check_precision
 from selfattn.trace.model import ModelTrace
-from selfattn.trace.record import AttentionTrace
+from selfattn.trace.record import AttentionTrace, record_of
 from selfattn.trace.seed import Trace
 from selfattn.trace.variants import VariantTrace
 
@@ -132,7 +132,7 @@ def walkthrough(trace, precision: int = 4) -> Document:
         OptionError: the precision is out of range.
     """
     check_precision(precision)
-    record = trace.record if hasattr(trace, "record") else trace
+    record = record_of(trace)
     doc = Document()
     step = 1
     for name, write in STEPS:

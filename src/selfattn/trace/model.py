@@ -125,6 +125,8 @@ class ModelTrace:
     scale = property(lambda self: self._steps.scale, doc="1 / sqrt(d_head).")
     allowed = property(lambda self: self._steps.allowed,
                        doc="(n, n) bool: which keys each query may see (causal, window); None: all.")
+    scores_plain = property(lambda self: None if self._steps.scores_plain is None else self._steps.scores_plain[self.record.head],
+                            doc="(n, n): q_i . k_j before RoPE's turn; None without RoPE.")
     scores_unscaled = property(lambda self: self._steps.scores[self.record.head], doc="(n, n): q_i . k_j.")
     scores = property(lambda self: self._steps.masked[self.record.head],
                       doc="(n, n): scale * q_i . k_j, -inf where not allowed: the softmax input.")
@@ -264,7 +266,11 @@ def _allowed(mask: torch.Tensor, n: int) -> torch.Tensor:
 
 def _unscaled(steps, info: AttentionInfo) -> torch.Tensor:
     """Every head's q_i . k_j before the scaling, each query head with the key/value head it reads.   -> (H, n, n)"""
-    q, k = steps.q[0], steps.k[0]  # (H, n, d_head), (K, n, d_head)
+    return _per_head_scores(steps.q[0], steps.k[0], info)
+
+
+def _per_head_scores(q: torch.Tensor, k: torch.Tensor, info: AttentionInfo) -> torch.Tensor:
+    """q_i . k_j for every query head and the key/value head it reads.   (H, n, d_head), (K, n, d_head) -> (H, n, n)"""
     return torch.stack([attention_scores(q[h], k[info.kv_head(h)]) for h in range(q.shape[0])])  # H of (n, n)
 
 
@@ -291,4 +297,5 @@ def _layer_steps(model, layer: int, steps, hidden_states, n: int) -> LayerSteps:
         context=a.output[0],
         allowed=None if steps.mask is None else _allowed(steps.mask, n),
         output=hidden_states[layer + 1][0],
+        scores_plain=None if steps.q_plain is None else _per_head_scores(steps.q_plain[0], steps.k_plain[0], info),
     )

@@ -81,6 +81,7 @@ class LayerSteps:
         weights: (H, n, n), the attention weights; each row sums to 1.
         context: (H, n, d_v), weights @ V per head.
         allowed: (n, n) bool, True = may attend; None: every key.
+        scores_plain: (H, n, n), q_plain . k_plain: the scores RoPE's turn started from; None without RoPE.
         output: (n, d_out), the layer's result (after W_o, or the block's output); None when
             the kind has none of its own.
     """
@@ -103,6 +104,7 @@ class LayerSteps:
     context: torch.Tensor
     allowed: torch.Tensor | None = None
     output: torch.Tensor | None = None
+    scores_plain: torch.Tensor | None = None
 
     @property
     def n_heads(self) -> int:
@@ -161,3 +163,21 @@ class AttentionTrace:
     def section(self, name: str) -> Any:
         """The section called ``name``, or None when this kind has none."""
         return self.sections.get(name)
+
+
+def record_of(trace: Any) -> AttentionTrace:
+    """The record itself, or the one a view (``Trace``, ``VariantTrace``, ``ModelTrace``) reads.
+
+    Args:
+        trace: an ``AttentionTrace`` or a view of one.
+
+    Returns:
+        The ``AttentionTrace``.
+
+    Raises:
+        TypeError: ``trace`` is neither (a bug of the caller's, not a user's input).
+    """
+    record = getattr(trace, "record", trace)
+    if not isinstance(record, AttentionTrace):
+        raise TypeError(f"expected an AttentionTrace or a view of one, got {type(trace).__name__}")
+    return record

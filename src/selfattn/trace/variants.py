@@ -414,6 +414,7 @@ def trace_variant(
         weights=attention.weights.reshape(heads, n, n),
         context=attention.output.reshape(heads, n, -1),
         output=output,
+        scores_plain=_scores_plain(q_plain, k_plain, heads // kv_heads) if positional == "rope" else None,
     )
     sections = {
         "inputs": Inputs(variant, source or EmbeddingSource("given", False, "given by the caller"), seed),
@@ -438,3 +439,8 @@ def trace_variant(
         sections["flash"] = flash
     sections["variant"] = VariantRows(keeps_heads_axis=variant in MULTI_HEAD)
     return VariantTrace(AttentionTrace(list(tokens), Query(q_index, tokens[q_index]), x, (steps,), sections=sections))
+
+
+def _scores_plain(q_plain: torch.Tensor, k_plain: torch.Tensor, group: int) -> torch.Tensor:
+    """q . k before RoPE's turn, every query head with its key/value head.   (H, n, d_k), (K, n, d_k) -> (H, n, n)"""
+    return torch.stack([attention_scores(q_plain[h], k_plain[h // group]) for h in range(q_plain.shape[0])])

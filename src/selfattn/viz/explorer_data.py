@@ -14,7 +14,7 @@ import torch
 
 from selfattn.formatting import rounded
 from selfattn.trace.model import ModelTrace
-from selfattn.trace.record import AttentionTrace
+from selfattn.trace.record import AttentionTrace, record_of
 from selfattn.trace.variants import UNSCALED
 from selfattn.viz.model_data import model_page_data, trace_page
 
@@ -88,7 +88,7 @@ def explorer_data(trace, precision: int = 4, *, title: str | None = None, head: 
     budget, its own layer and head selected unless told otherwise; the toy records (the
     seed, the variants) have one layer, read from the record's steps and sections.
     """
-    record = trace.record if hasattr(trace, "record") else trace
+    record = record_of(trace)
     if record.section("model") is not None:
         chosen_layer = record.layer if layer is None else layer
         chosen_head = record.head if head is None else head

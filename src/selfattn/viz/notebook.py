@@ -1,6 +1,6 @@
 """The records in Jupyter: the explorer page, registered from the renderer layer.
 
-The records (``Trace``, ``VariantTrace``, ``ModelTrace``, ``ModelOutput``) are plain data
+The records (``AttentionTrace`` and its views ``Trace``, ``VariantTrace``, ``ModelTrace``; ``ModelOutput``) are plain data
 and import no renderer. Their notebook display lives here instead: ``register`` hands
 IPython's HTML formatter one function per record type, by the type's module and name, so
 that neither side imports the other. ``import selfattn`` calls it when IPython is running,
@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 # (the record's module, its class name) -> the name of the explorer function that shows it
 RECORD_PAGES = {
+    ("selfattn.trace.record", "AttentionTrace"): "notebook_explorer",
     ("selfattn.trace.seed", "Trace"): "notebook_explorer",
     ("selfattn.trace.variants", "VariantTrace"): "notebook_explorer",
     ("selfattn.trace.model", "ModelTrace"): "notebook_explorer",
@@ -29,7 +30,7 @@ def _page_maker(record: Any) -> Callable[..., str]:
     key = (type(record).__module__, type(record).__qualname__)
     if key not in RECORD_PAGES:
         known = ", ".join(name for _, name in RECORD_PAGES)
-        raise TypeError(f"explore shows a {known}, not a {type(record).__name__}")
+        raise TypeError(f"explore shows one of {known}; not a {type(record).__name__}")
     return getattr(explorer, RECORD_PAGES[key])
 
 
@@ -63,7 +64,7 @@ def explore(record: Any, precision: int = 4, *, title: str | None = None, layer:
     (``layer`` and ``head`` do not apply to it).
 
     Args:
-        record: a ``Trace``, ``VariantTrace``, ``ModelTrace`` or ``ModelOutput``.
+        record: an ``AttentionTrace`` (or its view ``Trace``, ``VariantTrace``, ``ModelTrace``) or a ``ModelOutput``.
         precision: decimals shown, 0 to 10.
         title: the page's title; None: the default.
         layer: the layer selected first (0-based), for a model's trace.
