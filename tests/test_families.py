@@ -198,3 +198,11 @@ def test_a_family_name_is_written_only_in_its_own_file(path):
     names = [name for name in family_names() if name != own]
     found = sorted(names_written(path.read_text(encoding="utf-8"), names))
     assert not found, f"{path.relative_to(SRC)} names other families: " + ", ".join(f"{n} (line {line})" for n, line in found)
+
+
+def test_the_docs_list_of_families_is_the_registry():
+    """docs/models.md's table of what is supported names every registered family, and only those."""
+    page = (SRC.parents[1] / "docs" / "models.md").read_text(encoding="utf-8")
+    table = page[page.index("| model_type |"):].split("\n\n")[0]
+    listed = [re.match(r"\| `([^`]+)` \|", line).group(1) for line in table.splitlines()[2:]]
+    assert sorted(listed) == list(family_names()) == list(FAMILIES)

@@ -8,9 +8,9 @@ The seed, step by step    tokenize, seed_embeddings, embed, random_embeddings,
                           load_embedding_file, attention_scores, softmax (softmax_stable,
                           softmax_naive, softmax_parts; plain_division, its naive rival),
                           context_vectors, self_attention
-Every intermediate        trace_self_attention -> Trace; trace_variant -> VariantTrace;
-                          ExplainConfig + build_trace (what `selfattn explain` runs);
-                          compare -> Comparison; explore(record): the explorer in a notebook
+Every intermediate        AttentionTrace (the one record; views Trace <- trace_self_attention,
+                          VariantTrace <- trace_variant); ExplainConfig + build_trace (what
+                          `selfattn explain` runs); compare -> Comparison; explore(record)
 Attention functions       scaled_dot_product_attention (torch's signature),
                           scaled_dot_product_attention_with_weights, attention_steps
 Long sequences            flash_attention (tiled, exact, O(N) memory, with backward),
@@ -68,6 +68,7 @@ _EXPORTS = {
     "self_attention": "selfattn.pipeline.steps",
     "ExplainConfig": "selfattn.commands.options",
     "build_trace": "selfattn.commands.traces",
+    "AttentionTrace": "selfattn.trace.record",
     "Trace": "selfattn.trace.seed",
     "QueryTrace": "selfattn.trace.seed",
     "trace_self_attention": "selfattn.trace.seed",

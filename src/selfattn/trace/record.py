@@ -161,7 +161,14 @@ class AttentionTrace:
         return tuple(steps.allowed for steps in self.layers)
 
     def section(self, name: str) -> Any:
-        """The section called ``name``, or None when this kind has none."""
+        """The section called ``name``, or None when this kind has none.
+
+        Args:
+            name: the section's name ("seed", "positional", "flash", "model", ...).
+
+        Returns:
+            The section's record, or None.
+        """
         return self.sections.get(name)
 
 
