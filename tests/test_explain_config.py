@@ -82,3 +82,23 @@ def test_no_module_borrows_torchs_attention_or_softmax():
             if isinstance(node, ast.Attribute) and node.attr in borrowed:
                 owner = ast.unparse(node.value)
                 assert not owner.startswith(("torch", "F", "nn")), f"{path.name} calls {owner}.{node.attr}"
+
+
+def test_build_trace_resolves_a_model_name_once(monkeypatch):
+    """The config resolves the name when it is built; build_trace loads by that, without resolving again."""
+    import selfattn.commands.options as options
+    import selfattn.models.loading as loading
+
+    calls = []
+    real = loading.model_key
+
+    def counting(name):
+        calls.append(name)
+        return real(name)
+
+    monkeypatch.setattr(loading, "model_key", counting)
+    monkeypatch.setattr(options, "resolve_model", counting)
+    config = ExplainConfig(sentence="a b a", model="tiny-induction")
+    trace = build_trace(config)
+    assert calls == ["tiny-induction"] and config.model_key == "tiny-induction"
+    assert trace.model_name == "tiny-induction"

@@ -6,14 +6,14 @@ combination fails when the config is built, before any work is done.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from selfattn.errors import OptionError, SentenceError
 from selfattn.formatting import check_precision
 from selfattn.pipeline.embeddings import SEED_SENTENCE, check_embedding_options
 from selfattn.pipeline.tokenize import tokenize
 from selfattn.kernels.flash import check_block_size
-from selfattn.models.loading import model_key
+from selfattn.models.loading import model_key as resolve_model
 from selfattn.positional import POSITIONAL_NAMES
 from selfattn.trace.variants import MULTI_HEAD, PROJECTED, VARIANTS, default_heads
 
@@ -97,6 +97,9 @@ class ExplainConfig:
     model: str | None = None  # a pretrained model (all-MiniLM-L6-v2) instead of the variants
     layer: int | None = None  # with model: the layer to explain, from 0 (default 0)
     head: int | None = None  # with model: the head to explain, from 0 (default 0)
+    # The model's name resolved (a built-in name, or a folder's full path) when the config is
+    # checked, so that build_trace loads it without resolving the name again.
+    model_key: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
@@ -129,12 +132,13 @@ class ExplainConfig:
 
 def check_model_options(config: ExplainConfig) -> None:
     """With --model the tokens, embeddings and attention are the model's: refuse the options that would change them."""
-    model_key(config.model)  # a model that is not there fails here, before anything loads
+    # A model that is not there fails here, before anything loads; the resolved name is kept.
+    object.__setattr__(config, "model_key", resolve_model(config.model))
     defaults = {"embeddings": None, "embed": "auto", "dim": None, "seed": 0, "variant": "simple", "heads": None,
                 "kv_heads": None, "d_k": None, "positional": "none", "block_size": None}
-    for field, default in defaults.items():
-        if getattr(config, field) != default:
-            flag = "--" + field.replace("_", "-")
+    for name, default in defaults.items():
+        if getattr(config, name) != default:
+            flag = "--" + name.replace("_", "-")
             raise OptionError(
                 f"{flag} does not apply with --model: the model brings its own tokens, embeddings and attention"
             )

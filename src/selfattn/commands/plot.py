@@ -101,7 +101,7 @@ def plot(
         raise OptionError(f"--tile must be a whole number >= 1, got {tile}")
     if kind == "positional":
         if config.model is not None:
-            picture = positional_picture(shared_model(config.model), layer, head)
+            picture = positional_picture(shared_model(config.model, config.model_key), layer, head)
             figure = positional_plots.positional_figure(picture.table, title=picture.title, limit=picture.limit,
                                              xlabel=picture.xlabel)
         else:
@@ -110,7 +110,7 @@ def plot(
     if kind == "rope-distance":
         if config.model is not None:
             trace = build_trace(config)
-            grid = rope_grid(trace, shared_model(config.model), max(ROPE_DISTANCE_POSITIONS, len(trace.tokens)))
+            grid = rope_grid(trace, shared_model(config.model, config.model_key), max(ROPE_DISTANCE_POSITIONS, len(trace.tokens)))
             figure = positional_plots.score_grids_figure([grid.grid], [grid.panel_title], title=grid.title)
             return plots.save_figure(figure, target)
         picture = rope_distance_picture(config, layer, head)

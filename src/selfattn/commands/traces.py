@@ -54,7 +54,7 @@ def build_trace(config: ExplainConfig) -> Trace | VariantTrace | ModelTrace:
     if config.model is not None:
         return trace_model(
             SEED_SENTENCE if config.sentence is None else config.sentence,
-            shared_model(config.model),
+            shared_model(config.model, config.model_key),
             layer=0 if config.layer is None else config.layer,
             head=0 if config.head is None else config.head,
             query=config.query,

@@ -31,9 +31,13 @@ def model_key(name_or_path) -> str:
     return str(locate(name_or_path).resolve())
 
 
-def shared_model(name_or_path):
-    """The model ``name_or_path``, loaded once per process (frozen, eval mode)."""
-    key = model_key(name_or_path)
+def shared_model(name_or_path, key: str | None = None):
+    """The model ``name_or_path``, loaded once per process (frozen, eval mode).
+
+    ``key``: its ``model_key``, when the caller has resolved the name already (an
+    ``ExplainConfig`` does when it is built), so that the name is resolved once.
+    """
+    key = model_key(name_or_path) if key is None else key
     return _load(key, os.fspath(name_or_path))
 
 
