@@ -12,37 +12,54 @@ from __future__ import annotations
 from typing import Any
 
 from selfattn.trace.record import AttentionTrace
-from selfattn.trace.variants import VariantTrace
+from selfattn.trace.variants import UNSCALED
 
 
 def positional_json(record: AttentionTrace) -> dict[str, Any]:
     """``positional``: the encoding's name and what it made."""
-    return {"positional": _positional(VariantTrace(record))}
+    pos, steps = record.sections["positional"], record.layers[0]
+    info: dict[str, Any] = {"name": pos.name}
+    if pos.encoding is not None:
+        info["encoding"] = pos.encoding
+        info["untrained"] = pos.name == "learned"
+        info["input"] = steps.input
+    if pos.rope_angles is not None:
+        info["angles"] = pos.rope_angles
+        info["q_unrotated"] = steps.q_plain
+        info["k_unrotated"] = steps.k_plain
+    if pos.distance_check is not None:
+        # q of the query (head 0) and k of token distance_check_key (key head 0), unrotated, moved to (i, j)
+        info["distance_check"] = [{"i": r.i, "j": r.j, "distance": r.distance, "score": r.score} for r in pos.distance_check]
+        info["distance_check_key"] = pos.distance_check_key
+    if pos.alibi_slopes is not None:
+        info["slopes"] = pos.alibi_slopes
+        info["bias"] = pos.alibi_bias
+    return {"positional": info}
 
 
 def projections_json(record: AttentionTrace) -> dict[str, Any]:
     """``projections``: the seeded, untrained W_q, W_k, W_v and the q, k, v they made."""
-    t = VariantTrace(record)
-    return {"projections": {"untrained": True, "seed": t.seed, "d_k": t.d_k, "w_q": t.w_q, "w_k": t.w_k, "w_v": t.w_v,
-                            "q": t.q, "k": t.k, "v": t.v}}
+    w, steps = record.sections["projections"], record.layers[0]
+    return {"projections": {"untrained": True, "seed": record.sections["inputs"].seed, "d_k": _d_k(record),
+                            "w_q": w.w_q, "w_k": w.w_k, "w_v": w.w_v, "q": steps.q, "k": steps.k, "v": steps.v}}
 
 
 def scaling_json(record: AttentionTrace) -> dict[str, Any]:
     """``scaling``: the scores and weights with and without 1 / sqrt(d_k) (for the variants that scale)."""
-    t, per_head = VariantTrace(record), _per_head(record)
-    if not t.scaled:
+    if record.sections["inputs"].variant in UNSCALED:
         return {}
-    qi = t.query_index
+    steps, unscaled, per_head = record.layers[0], record.sections["scaling"].weights_unscaled, _per_head(record)
+    qi, d_k = record.query.index, _d_k(record)
     return {"scaling": {
-        "d_k": t.d_k,
-        "sqrt_d_k": t.d_k**0.5,
-        "scale": t.scale,
-        "scores_unscaled": per_head(t.scores_unscaled),
-        "scores_scaled": per_head(t.scores),
-        "weights_unscaled": per_head(t.weights_unscaled),
-        "weights_scaled": per_head(t.weights),
-        "query_max_weight_unscaled": per_head(t.weights_unscaled[:, qi].amax(-1)),
-        "query_max_weight_scaled": per_head(t.weights[:, qi].amax(-1)),
+        "d_k": d_k,
+        "sqrt_d_k": d_k**0.5,
+        "scale": steps.scale,
+        "scores_unscaled": per_head(steps.scores),
+        "scores_scaled": per_head(steps.scaled),
+        "weights_unscaled": per_head(unscaled),
+        "weights_scaled": per_head(steps.weights),
+        "query_max_weight_unscaled": per_head(unscaled[:, qi].amax(-1)),
+        "query_max_weight_scaled": per_head(steps.weights[:, qi].amax(-1)),
     }}
 
 
@@ -55,67 +72,32 @@ def mask_json(record: AttentionTrace) -> dict[str, Any]:
 
 def multihead_json(record: AttentionTrace) -> dict[str, Any]:
     """``heads`` (each head's q, k, v, scores, weights, output) and ``multihead`` (the concat and W_o)."""
-    t = VariantTrace(record)
+    steps, multihead = record.layers[0], record.sections["multihead"]
     heads = [
-        {"head": h, "kv_head": g, "q": t.q[h], "k": t.k[g], "v": t.v[g], "scores": t.masked_scores[h],
-         "weights": t.weights[h], "output": t.head_outputs[h]}
-        for h, g in enumerate(t.kv_head_of)
+        {"head": h, "kv_head": g, "q": steps.q[h], "k": steps.k[g], "v": steps.v[g], "scores": steps.masked[h],
+         "weights": steps.weights[h], "output": steps.context[h]}
+        for h, g in enumerate(steps.kv_head_of)
     ]
+    n_heads, n_kv_heads = steps.n_heads, int(steps.k.shape[0])
     return {"heads": heads, "multihead": {
-        "n_heads": t.n_heads,
-        "n_kv_heads": t.n_kv_heads,
-        "group_size": t.n_heads // t.n_kv_heads,
-        "kv_head_of": t.kv_head_of,
-        "concat": t.concat,
-        "w_o": t.w_o,
-        "output": t.output,
+        "n_heads": n_heads,
+        "n_kv_heads": n_kv_heads,
+        "group_size": n_heads // n_kv_heads,
+        "kv_head_of": list(steps.kv_head_of),
+        "concat": multihead.concat,
+        "w_o": multihead.w_o,
+        "output": steps.output,
     }}
 
 
 def flash_json(record: AttentionTrace) -> dict[str, Any]:
-    """``flash``: the online softmax of the query's row, block by block."""
-    return {"flash": _flash(VariantTrace(record))}
-
-
-def variant_rows_json(record: AttentionTrace) -> dict[str, Any]:
-    """The query's row in every step, then the whole matrices, as the seed's keys name them."""
-    t, per_head = VariantTrace(record), _per_head(record)
-    qi = t.query_index
-    return {
-        "query": {
-            "index": qi,
-            "math_index": qi + 1,
-            "token": t.query_token,
-            "scores_unscaled": per_head(t.scores_unscaled[:, qi]),
-            "scores": per_head(t.masked_scores[:, qi]),
-            "max": per_head(t.row_max[:, qi]),
-            "exp": per_head(t.exp[:, qi]),
-            "exp_sum": per_head(t.exp_sum[:, qi]),
-            "weights": per_head(t.weights[:, qi]),
-            "weights_unscaled": per_head(t.weights_unscaled[:, qi]),
-            "head_context": per_head(t.head_outputs[:, qi]),
-            "context": t.output[qi],
-        },
-        "scores": per_head(t.masked_scores),
-        "weights": per_head(t.weights),
-        "row_sums": per_head(t.weights.sum(-1)),
-        "context": t.output,
-    }
-
-
-def _per_head(record: AttentionTrace):
-    """Keep the heads axis (multihead, gqa) or drop it (the single-head variants), as the variant shows its steps."""
-    return (lambda x: x) if record.sections["variant"].keeps_heads_axis else (lambda x: x[0])
-
-
-def _flash(t: VariantTrace) -> dict[str, Any]:
-    """The online softmax of the query's row, block by block, and the whole result against the plain softmax."""
-    f, qi = t.flash, t.query_index
+    """``flash``: the online softmax of the query's row, block by block, and the result against the plain softmax."""
+    f, qi = record.sections["flash"], record.query.index
     blocks = [
         {
             "start": b.start,
             "end": b.end,
-            "tokens": t.tokens[b.start : b.end],
+            "tokens": record.tokens[b.start : b.end],
             "scores": b.scores[qi],
             "block_max": b.block_max[qi],
             "m_before": b.m_before[qi],
@@ -130,7 +112,7 @@ def _flash(t: VariantTrace) -> dict[str, Any]:
         }
         for b in f.blocks
     ]
-    return {
+    return {"flash": {
         "block_size": f.block_size,
         "scale": f.scale,
         "query_index": qi,
@@ -143,27 +125,40 @@ def _flash(t: VariantTrace) -> dict[str, Any]:
         "lse": f.lse,
         "weights_from_lse": f.weights_from_lse,
         "weights_max_difference": f.weights_max_difference,
+    }}
+
+
+def variant_rows_json(record: AttentionTrace) -> dict[str, Any]:
+    """The query's row in every step, then the whole matrices, as the seed's keys name them."""
+    steps, per_head, qi = record.layers[0], _per_head(record), record.query.index
+    unscaled = record.sections["scaling"].weights_unscaled
+    return {
+        "query": {
+            "index": qi,
+            "math_index": qi + 1,
+            "token": record.query.token,
+            "scores_unscaled": per_head(steps.scores[:, qi]),
+            "scores": per_head(steps.masked[:, qi]),
+            "max": per_head(steps.row_max[:, qi]),
+            "exp": per_head(steps.exp[:, qi]),
+            "exp_sum": per_head(steps.exp_sum[:, qi]),
+            "weights": per_head(steps.weights[:, qi]),
+            "weights_unscaled": per_head(unscaled[:, qi]),
+            "head_context": per_head(steps.context[:, qi]),
+            "context": steps.output[qi],
+        },
+        "scores": per_head(steps.masked),
+        "weights": per_head(steps.weights),
+        "row_sums": per_head(steps.weights.sum(-1)),
+        "context": steps.output,
     }
 
 
-def _positional(t: VariantTrace) -> dict[str, Any]:
-    info: dict[str, Any] = {"name": t.positional}
-    if t.encoding is not None:
-        info["encoding"] = t.encoding
-        info["untrained"] = t.positional == "learned"
-        info["input"] = t.inputs
-    if t.rope_angles is not None:
-        info["angles"] = t.rope_angles
-        info["q_unrotated"] = t.q_unrotated
-        info["k_unrotated"] = t.k_unrotated
-    if t.distance_check is not None:
-        # q of the query (head 0) and k of token distance_check_key (key head 0), unrotated, moved to (i, j)
-        info["distance_check"] = [
-            {"i": r.i, "j": r.j, "distance": r.distance, "score": r.score} for r in t.distance_check
-        ]
-        info["distance_check_key"] = t.distance_check_key
-    if t.alibi_slopes is not None:
-        info["slopes"] = t.alibi_slopes
-        info["bias"] = t.alibi_bias
-    return info
+def _per_head(record: AttentionTrace):
+    """Keep the heads axis (multihead, gqa) or drop it (the single-head variants), as the variant shows its steps."""
+    return (lambda x: x) if record.sections["variant"].keeps_heads_axis else (lambda x: x[0])
 
+
+def _d_k(record: AttentionTrace) -> int:
+    """The width of each head's queries and keys."""
+    return int(record.layers[0].q.shape[-1])
