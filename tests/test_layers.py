@@ -128,17 +128,23 @@ LOADERS = ("selfattn.models.loading", "selfattn.models.pretrained", "selfattn.mo
 TRAINING_RECORDS = ("selfattn.training.records", "selfattn.training.config")
 
 
+def placed(module: str) -> str | None:
+    """The layer ``module`` belongs to, or None when it is in none."""
+    return next((name for name, prefixes in LAYERS.items()
+                 if any(module == p or module.startswith(p + ".") for p in prefixes)), None)
+
+
 def layer_of(module: str) -> str:
-    for name, prefixes in LAYERS.items():
-        if any(module == p or module.startswith(p + ".") for p in prefixes):
-            return name
-    raise AssertionError(f"{module} is in no layer: add it to LAYERS (and to docs/architecture.md)")
+    name = placed(module)
+    if name is None:
+        raise AssertionError(f"{module} is in no layer: add it to LAYERS (and to docs/architecture.md)")
+    return name
 
 
 def test_every_module_has_a_layer():
-    for module in MODULES:
-        if module != TOP:
-            layer_of(module)
+    unplaced = [module for module in MODULES if module != TOP and placed(module) is None]
+    assert unplaced == [], f"modules in no layer (add them to LAYERS and to docs/architecture.md): {unplaced}"
+    assert placed("selfattn.somewhere_new") is None and placed("selfattn.commands.new_command") == "commands"
 
 
 def test_imports_point_down():

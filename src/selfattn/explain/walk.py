@@ -54,26 +54,22 @@ def _seed(doc: Document, record: AttentionTrace, p: int, step: int) -> int:
     return step
 
 
-def _table(doc: Document, record: AttentionTrace, p: int, step: int) -> int:
-    """Added tables change X, so they come first."""
-    t = VariantTrace(record)
-    if t.positional == "none" or t.encoding is None:
-        return step
-    positional_step(doc, t, p, step)
-    return step + 1
+def _positional(tables: bool) -> Writer:
+    """The positional step where it belongs: a table added to X (``tables``) before the projections,
+    RoPE and ALiBi, which act on q, k and the scores, after them."""
+
+    def write(doc: Document, record: AttentionTrace, p: int, step: int) -> int:
+        t = VariantTrace(record)
+        if t.positional == "none" or (t.encoding is not None) != tables:
+            return step
+        positional_step(doc, t, p, step)
+        return step + 1
+
+    return write
 
 
 def _projections(doc: Document, record: AttentionTrace, p: int, step: int) -> int:
     projections_step(doc, VariantTrace(record), p, step)
-    return step + 1
-
-
-def _rotary(doc: Document, record: AttentionTrace, p: int, step: int) -> int:
-    """RoPE and ALiBi act on q, k and the scores: after the projections."""
-    t = VariantTrace(record)
-    if t.positional == "none" or t.encoding is not None:
-        return step
-    positional_step(doc, t, p, step)
     return step + 1
 
 
@@ -106,9 +102,9 @@ def _model(doc: Document, record: AttentionTrace, p: int, step: int) -> int:
 STEPS: list[tuple[str, Writer]] = [
     ("inputs", _inputs),
     ("seed", _seed),
-    ("positional", _table),
+    ("positional", _positional(tables=True)),
     ("projections", _projections),
-    ("positional", _rotary),
+    ("positional", _positional(tables=False)),
     ("mask", _mask),
     ("variant", _heads),
     ("flash", _flash),

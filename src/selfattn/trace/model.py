@@ -238,7 +238,8 @@ def trace_model(
         all_weights = torch.stack([s.attention.weights[0] for s in every])  # (layers, heads, n, n)
         # The model's own forward pass must have used these weights.
         torch.testing.assert_close(all_weights, torch.stack([w[0] for w in out.attentions]), rtol=0, atol=1e-5)
-        layers = tuple(_layer_steps(model, l, s, out.hidden_states, len(tokens)) for l, s in enumerate(every))
+        infos = tuple(model.attention_info(l) for l in range(n_layers))
+        layers = tuple(_layer_steps(model, l, s, infos[l], out.hidden_states, len(tokens)) for l, s in enumerate(every))
         section = ModelSection(
             model_name=model.name,
             source=os.fspath(model.name if source is None else source),
@@ -247,7 +248,7 @@ def trace_model(
             special_tokens=special,
             input_ids=ids[0].tolist(),
             embedding=model.embedding_step(ids),
-            infos=tuple(model.attention_info(l) for l in range(n_layers)),
+            infos=infos,
             hidden_states=tuple(h[0] for h in out.hidden_states),
             builtin=model.name in MODELS,
             default_model=model.name == DEFAULT_MODEL,
@@ -264,19 +265,14 @@ def _allowed(mask: torch.Tensor, n: int) -> torch.Tensor:
     return torch.isfinite(mask.reshape(-1, n, n)[0])
 
 
-def _unscaled(steps, info: AttentionInfo) -> torch.Tensor:
-    """Every head's q_i . k_j before the scaling, each query head with the key/value head it reads.   -> (H, n, n)"""
-    return _per_head_scores(steps.q[0], steps.k[0], info)
-
-
 def _per_head_scores(q: torch.Tensor, k: torch.Tensor, info: AttentionInfo) -> torch.Tensor:
     """q_i . k_j for every query head and the key/value head it reads.   (H, n, d_head), (K, n, d_head) -> (H, n, n)"""
     return torch.stack([attention_scores(q[h], k[info.kv_head(h)]) for h in range(q.shape[0])])  # H of (n, n)
 
 
-def _layer_steps(model, layer: int, steps, hidden_states, n: int) -> LayerSteps:
+def _layer_steps(model, layer: int, steps, info: AttentionInfo, hidden_states, n: int) -> LayerSteps:
     """One layer's ``AttentionSteps`` (a batch of one text) as the record's ``LayerSteps``, every head."""
-    a, info, block = steps.attention, model.attention_info(layer), model.blocks[layer]
+    a, block = steps.attention, model.blocks[layer]
     x = hidden_states[layer]  # (1, n, d): the hidden state entering the layer
     return LayerSteps(
         input=(block.norm1(x) if block.config.norm_first else x)[0],  # what the attention reads
@@ -287,7 +283,7 @@ def _layer_steps(model, layer: int, steps, hidden_states, n: int) -> LayerSteps:
         k_plain=None if steps.k_plain is None else steps.k_plain[0],
         kv_head_of=tuple(info.kv_head(h) for h in range(steps.q.shape[1])),
         scale=a.scale,
-        scores=_unscaled(steps, info),
+        scores=_per_head_scores(steps.q[0], steps.k[0], info),  # before the scaling
         scaled=a.scores[0],
         masked=a.masked_scores[0],
         row_max=a.softmax.shift[0, :, :, 0],

@@ -271,7 +271,7 @@ class VariantTrace:
     @property
     def distance_check_key(self) -> int:
         """The token whose key ``distance_check`` uses: the first token that is not the query."""
-        return distance_check_key(self.query_index, len(self.tokens))
+        return self.record.sections["positional"].distance_check_key
 
     @property
     def kv_head_of(self) -> list[int]:
