@@ -86,7 +86,6 @@ def test_no_module_borrows_torchs_attention_or_softmax():
 
 def test_build_trace_resolves_a_model_name_once(monkeypatch):
     """The config resolves the name when it is built; build_trace loads by that, without resolving again."""
-    import selfattn.commands.options as options
     import selfattn.models.loading as loading
 
     calls = []
@@ -96,8 +95,7 @@ def test_build_trace_resolves_a_model_name_once(monkeypatch):
         calls.append(name)
         return real(name)
 
-    monkeypatch.setattr(loading, "model_key", counting)
-    monkeypatch.setattr(options, "resolve_model", counting)
+    monkeypatch.setattr(loading, "model_key", counting)  # both the config's check and the loader read it from here
     config = ExplainConfig(sentence="a b a", model="tiny-induction")
     trace = build_trace(config)
     assert calls == ["tiny-induction"] and config.model_key == "tiny-induction"

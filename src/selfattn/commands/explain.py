@@ -6,10 +6,6 @@ from typing import TextIO
 
 from selfattn.commands.options import ExplainConfig
 from selfattn.commands.traces import build_trace
-from selfattn.explain.json_out import render_json
-from selfattn.explain.markdown import render_markdown
-from selfattn.explain.text import render_text
-from selfattn.explain.walk import walkthrough
 
 
 def explain_command(config: ExplainConfig, stream: TextIO) -> None:
@@ -20,11 +16,21 @@ def explain_command(config: ExplainConfig, stream: TextIO) -> None:
         stream: where to write.
     """
     trace = build_trace(config)
+    # Each format's renderers are imported when it is asked for: JSON needs neither the
+    # walkthrough nor rich, and start-up is most of a short run's time.
     if config.format == "json":
+        from selfattn.explain.json_out import render_json
+
         stream.write(render_json(trace))
         return
+    from selfattn.explain.walk import walkthrough
+
     doc = walkthrough(trace.record, config.precision)
     if config.format == "markdown":
+        from selfattn.explain.markdown import render_markdown
+
         stream.write(render_markdown(doc))
     else:
+        from selfattn.explain.text import render_text
+
         render_text(doc, stream)

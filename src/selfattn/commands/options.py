@@ -13,7 +13,6 @@ from selfattn.formatting import check_precision
 from selfattn.pipeline.embeddings import SEED_SENTENCE, check_embedding_options
 from selfattn.pipeline.tokenize import tokenize
 from selfattn.kernels.flash import check_block_size
-from selfattn.models.loading import model_key as resolve_model
 from selfattn.positional import POSITIONAL_NAMES
 from selfattn.trace.variants import MULTI_HEAD, PROJECTED, VARIANTS, default_heads
 
@@ -132,6 +131,9 @@ class ExplainConfig:
 
 def check_model_options(config: ExplainConfig) -> None:
     """With --model the tokens, embeddings and attention are the model's: refuse the options that would change them."""
+    # The loaders are imported with the first model, so explain's start-up without one does not pay for them.
+    from selfattn.models.loading import model_key as resolve_model
+
     # A model that is not there fails here, before anything loads; the resolved name is kept.
     object.__setattr__(config, "model_key", resolve_model(config.model))
     defaults = {"embeddings": None, "embed": "auto", "dim": None, "seed": 0, "variant": "simple", "heads": None,

@@ -7,13 +7,16 @@ process, here and nowhere below).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from selfattn.commands.options import MAX_JSON_HEAD_CELLS, ExplainConfig, check_length
 from selfattn.errors import OptionError, SentenceError
-from selfattn.models.loading import shared_model
 from selfattn.pipeline.embeddings import SEED_SENTENCE, resolve_embeddings
-from selfattn.trace.model import ModelTrace, trace_model
 from selfattn.trace.seed import Trace, trace_self_attention
 from selfattn.trace.variants import PROJECTED, VariantTrace, default_d_k, trace_variant
+
+if TYPE_CHECKING:
+    from selfattn.trace.model import ModelTrace
 
 
 def build_trace(config: ExplainConfig) -> Trace | VariantTrace | ModelTrace:
@@ -52,6 +55,10 @@ def build_trace(config: ExplainConfig) -> Trace | VariantTrace | ModelTrace:
         ('VariantTrace', 2, (2, 7, 7))
     """
     if config.model is not None:
+        # Imported with the first model: explain's start-up without one skips the loaders.
+        from selfattn.models.loading import shared_model
+        from selfattn.trace.model import trace_model
+
         return trace_model(
             SEED_SENTENCE if config.sentence is None else config.sentence,
             shared_model(config.model, config.model_key),

@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any, Callable
 
-from selfattn.explain.model_json import model_json
 from selfattn.explain.variant_json import (
     flash_json,
     mask_json,
@@ -71,6 +70,13 @@ def seed_json(record: AttentionTrace) -> dict[str, Any]:
     }
 
 
+def model_section_json(record: AttentionTrace) -> dict[str, Any]:
+    """A model's whole layout (``model_json``, imported with the first model: the toy runs' start-up skips it)."""
+    from selfattn.explain.model_json import model_json
+
+    return model_json(record)
+
+
 SECTION_JSON: dict[str, Callable[[AttentionTrace], dict[str, Any]]] = {
     "inputs": inputs_json,
     "seed": seed_json,
@@ -81,7 +87,7 @@ SECTION_JSON: dict[str, Callable[[AttentionTrace], dict[str, Any]]] = {
     "multihead": multihead_json,
     "flash": flash_json,
     "variant": variant_rows_json,
-    "model": model_json,
+    "model": model_section_json,
 }
 """Section name -> the function that writes its keys: a new section is one function here."""
 

@@ -26,11 +26,9 @@ from typing import Callable
 
 from selfattn.explain.document import Document, Paragraph
 from selfattn.explain.flash_walkthrough import flash_steps
-from selfattn.explain.model_walkthrough import model_steps
 from selfattn.explain.variant_walkthrough import INTRO, head_step, mask_step, output_step, positional_step, projections_step
 from selfattn.explain.walkthrough import embeddings_step, seed_steps, tokens_step
 from selfattn.formatting import check_precision
-from selfattn.trace.model import ModelTrace
 from selfattn.trace.record import AttentionTrace, record_of
 from selfattn.trace.seed import Trace
 from selfattn.trace.variants import VariantTrace
@@ -95,6 +93,10 @@ def _output(doc: Document, record: AttentionTrace, p: int, step: int) -> int:
 
 
 def _model(doc: Document, record: AttentionTrace, p: int, step: int) -> int:
+    # A model's writers are imported with the first model's record: the seed's start-up skips them.
+    from selfattn.explain.model_walkthrough import model_steps
+    from selfattn.trace.model import ModelTrace
+
     model_steps(doc, ModelTrace(record), p)
     return step
 
