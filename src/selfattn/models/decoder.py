@@ -62,6 +62,9 @@ class DecoderConfig:
             a RoPE model was configured for); inputs and generation stay within it.
         rope_base: RoPE's frequency base (rope_theta).
         rope_scaling: None, or Llama 3's rescaling of the frequencies.
+        rope_pairs: which features RoPE turns together: "half" (feature i with
+            i + d_head/2, the Hugging Face layout) or "interleaved" (2i with 2i + 1, as
+            llama2.c's checkpoints were trained).
         windows: per layer, None (full causal attention) or the sliding window W.
         bias: biases in the feed-forward layers and the norms.
         attention_bias: biases on W_q, W_k, W_v.
@@ -91,6 +94,7 @@ class DecoderConfig:
     max_positions: int
     rope_base: float = 10000.0
     rope_scaling: Llama3RopeScaling | None = None
+    rope_pairs: str = "half"
     windows: tuple[int | None, ...] = ()
     bias: bool = False
     attention_bias: bool = False
@@ -125,7 +129,7 @@ class DecoderConfig:
             layer_norm_eps=self.norm_eps,
             positional="rope" if self.positions == "rope" else "none",
             rope_base=self.rope_base,
-            rope_pairs="half",  # the four families pair feature i with i + d_head/2
+            rope_pairs=self.rope_pairs,
             rope_scaling=self.rope_scaling,
             sliding_window=self.windows[layer] if self.windows else None,
             causal=True,
