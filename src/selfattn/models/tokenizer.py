@@ -95,6 +95,14 @@ class TextTokenizer:
         token = self.tokenizer.id_to_token(int(token_id))
         return f"<id {token_id}>" if token is None else token
 
+    def token_to_id(self, token: str) -> int | None:
+        """The id of a vocabulary string, or None when it is not one."""
+        return self.tokenizer.token_to_id(token)
+
+    def continuation(self, prompt_ids: list[int], new_ids: list[int]) -> str:
+        """The text of new_ids written after the prompt: here they decode on their own."""
+        return self.decode(new_ids)
+
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         """Ids -> text, as the tokenizer's decoder joins them."""
         return self.tokenizer.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
