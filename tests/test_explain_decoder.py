@@ -1,13 +1,16 @@
-"""`selfattn explain --model FOLDER` for decoders: GPT-2, Llama, Mistral and Qwen2 checkpoints.
+"""`selfattn explain --model FOLDER` for decoders: GPT-2, Llama, Mistral, Qwen2, Qwen3 and Gemma 3 checkpoints.
 
 Reference: transformers' own model read from the same folder (eager attention, which
 returns the attention probabilities), with forward hooks on its projections and norm
-for the queries, keys and values before RoPE, and its tokenizer. The turn by RoPE is
-written here ("rotate half": feature c pairs with c + d_h/2) with the config's
-rope_theta, or with transformers' cos and sin where Llama 3's rescaled frequencies
-apply. Each checkpoint is tiny and random (tests/tiny_models.py): Llama has 2 key/value
-heads for 4 query heads and rope scaling, Mistral a sliding window of 5, Qwen2 one
-key/value head and a window of 6 in its last layer.
+for the queries, keys and values before RoPE (on q_norm and k_norm where the family
+normalises each head's q and k), and its tokenizer. The turn by RoPE is written here
+("rotate half": feature c pairs with c + d_h/2) with the config's rope_theta (the layer
+kind's, for Gemma 3), or with transformers' cos and sin where Llama 3's rescaled
+frequencies apply; the scores are scaled by the attention layer's own ``scaling``. Each
+checkpoint is tiny and random (tests/tiny_models.py): Llama has 2 key/value heads for 4
+query heads and rope scaling, Mistral a sliding window of 5, Qwen2 one key/value head and
+a window of 6 in its last layer, Qwen3 head_dim 24 and q/k norms, Gemma 3 a sliding layer
+(window 5, RoPE base 20) then a full one (base 1e6), scores times 1/sqrt(12).
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ transformers = pytest.importorskip("transformers", reason="the decoder tests com
 SENTENCE = "The cat sat on the warm mat"
 LAYER, HEAD = 1, 3
 TOL = dict(atol=1e-5, rtol=0)  # both sides compute in float32
-ROPE = ("llama", "mistral", "qwen2")
+ROPE = ("llama", "mistral", "qwen2", "qwen3", "gemma3_text")
+# (family, layer) explained besides LAYER: Gemma 3's sliding layer has its own window and RoPE base.
+EXTRA_LAYERS = [("gemma3_text", 0), ("qwen3", 0)]
 FROM_ZERO = re.compile(r"from 0(?![.\d])")
 
 
@@ -38,27 +43,29 @@ def folders(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def runs(folders):
-    """transformers on SENTENCE for each family: the model, ids, its outputs and what the hooks saw in layer LAYER."""
+    """transformers on SENTENCE for each family: the model, ids, its outputs and what the hooks saw in a layer."""
     cache = {}
 
-    def run(family):
-        if family not in cache:
-            cache[family] = reference_run(folders[family])
-        return cache[family]
+    def run(family, layer=LAYER):
+        if (family, layer) not in cache:
+            cache[family, layer] = reference_run(folders[family], layer)
+        return cache[family, layer]
 
     return run
 
 
-def reference_run(folder):
+def reference_run(folder, layer=LAYER):
     model = reference_model(folder)  # eager attention
     ids = reference_tokenizer(folder)(SENTENCE, return_tensors="pt")["input_ids"]  # (1, n)
     seen = {}
     if model.config.model_type == "gpt2":
-        block = model.transformer.h[LAYER]
+        block = model.transformer.h[layer]
         modules = {"norm": block.ln_1, "qkv": block.attn.c_attn}
     else:
-        block = model.model.layers[LAYER]
-        modules = {"norm": block.input_layernorm, "q": block.self_attn.q_proj, "k": block.self_attn.k_proj, "v": block.self_attn.v_proj}
+        block = model.model.layers[layer]
+        attention = block.self_attn
+        q, k = (attention.q_norm, attention.k_norm) if hasattr(attention, "q_norm") else (attention.q_proj, attention.k_proj)
+        modules = {"norm": block.input_layernorm, "q": q, "k": k, "v": attention.v_proj}
     hooks = [m.register_forward_hook(lambda _, __, out, name=name: seen.__setitem__(name, out[0].detach())) for name, m in modules.items()]
     with torch.no_grad():
         out = model(input_ids=ids, output_attentions=True, output_hidden_states=True)
@@ -66,6 +73,11 @@ def reference_run(folder):
         hook.remove()
     if "qkv" in seen:  # GPT-2 projects q, k and v with one matrix
         seen["q"], seen["k"], seen["v"] = seen.pop("qkv").split(model.config.n_embd, dim=-1)
+    n = len(ids[0])
+    for name in ("q", "k"):  # a q/k norm's output is per head: (n, heads, d_h) or (heads, n, d_h) -> (n, heads * d_h)
+        if seen[name].dim() == 3:
+            per_head = seen[name] if seen[name].shape[0] == n else seen[name].transpose(0, 1)
+            seen[name] = per_head.reshape(n, -1)
     return model, ids[0].tolist(), out, seen
 
 
@@ -94,12 +106,17 @@ def heads_of(config):
     return heads, getattr(config, "num_key_value_heads", None) or heads
 
 
-def window_of(config) -> int | None:
+def window_of(config, layer=LAYER) -> int | None:
     """This layer's sliding window by the config: Qwen2 names its windowed layers, Mistral windows all."""
     types = getattr(config, "layer_types", None)
     if types is not None:
-        return config.sliding_window if types[LAYER] == "sliding_attention" else None
+        return config.sliding_window if types[layer] == "sliding_attention" else None
     return getattr(config, "sliding_window", None)
+
+
+def head_width(config) -> int:
+    """d_h: head_dim where the config gives it (Qwen3, Gemma 3), else hidden_size / heads."""
+    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
 
 
 def columns(tensor, head, d_h):
@@ -111,9 +128,12 @@ def rotate_half(x):
     return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
 
 
-def cos_sin(model, n, d_h):
-    """RoPE's cos and sin per position, (n, d_h): from rope_theta, or transformers' own where the frequencies are rescaled."""
+def cos_sin(model, n, d_h, layer=LAYER):
+    """RoPE's cos and sin per position, (n, d_h): from rope_theta (the layer kind's where each kind has
+    its own), or transformers' own where the frequencies are rescaled."""
     rope = model.config.rope_parameters
+    if "rope_theta" not in rope:  # one entry per kind of layer (Gemma 3)
+        rope = rope[model.config.layer_types[layer]]
     if rope.get("rope_type", "default") == "default":
         inv_freq = 1.0 / rope["rope_theta"] ** (torch.arange(0, d_h, 2, dtype=torch.float64) / d_h)  # (d_h/2,)
         angles = torch.arange(n, dtype=torch.float64)[:, None] * inv_freq  # (n, 1) * (d_h/2,) -> (n, d_h/2)
@@ -123,13 +143,13 @@ def cos_sin(model, n, d_h):
     return cos[0].double(), sin[0].double()
 
 
-@pytest.mark.parametrize("family", DECODERS)
-def test_json_matches_transformers(run_cli, folders, runs, family):
-    data = explain(run_cli, folders[family])
-    model, ids, out, seen = runs(family)
+@pytest.mark.parametrize(("family", "layer"), [(family, LAYER) for family in DECODERS] + EXTRA_LAYERS)
+def test_json_matches_transformers(run_cli, folders, runs, family, layer):
+    data = explain(run_cli, folders[family], "--layer", str(layer))
+    model, ids, out, seen = runs(family, layer)
     config = model.config
     n, (heads, kv_heads) = len(ids), heads_of(config)
-    d_h = config.hidden_size // heads
+    d_h = head_width(config)
     kv = HEAD // (heads // kv_heads)
     assert data["input_ids"] == ids and data["family"] == config.model_type
     tokenizer = reference_tokenizer(folders[family])
@@ -137,13 +157,13 @@ def test_json_matches_transformers(run_cli, folders, runs, family):
     assert data["readable"] == [tokenizer.decode([i]) for i in ids]
     assert data["special"] == [token in tokenizer.all_special_tokens for token in data["tokens"]]
 
-    expected = out.attentions[LAYER][0, HEAD]  # (n, n)
+    expected = out.attentions[layer][0, HEAD]  # (n, n)
     close(data["weights"], expected)
     weights = t(data["weights"])
     assert torch.equal(weights.triu(1), torch.zeros(n, n, dtype=torch.float64))  # causal: nothing above the diagonal
     close(weights.sum(-1), torch.ones(n), dict(atol=1e-6, rtol=0))
     allowed = torch.ones(n, n, dtype=torch.bool).tril()
-    window = window_of(config)
+    window = window_of(config, layer)
     if window is not None:
         rows, cols = torch.meshgrid(torch.arange(n), torch.arange(n), indexing="ij")
         allowed &= rows - cols < window  # a query sees its `window` newest keys
@@ -158,18 +178,25 @@ def test_json_matches_transformers(run_cli, folders, runs, family):
     assert a["positional"] == ("rope" if family in ROPE else "learned")
     assert data["first_token_share"] == pytest.approx(float(expected[1:, 0].mean()), abs=1e-6)
 
-    close(data["layer_input"], out.hidden_states[LAYER][0])
+    close(data["layer_input"], out.hidden_states[layer][0])
     close(data["attention_input"], seen["norm"])
     q_proj, k_proj, v_proj = (columns(seen[name], h, d_h) for name, h in (("q", HEAD), ("k", kv), ("v", kv)))
     close(data["v"], v_proj)
     close(data["context"], expected @ v_proj)  # (n, n) @ (n, d_h)
-    scores = t(data["q"]) @ t(data["k"]).T / math.sqrt(d_h)  # (n, d_h) @ (d_h, n)
+    scaling = model.model.layers[layer].self_attn.scaling if family != "gpt2" else 1 / math.sqrt(d_h)
+    assert data["scale"] == pytest.approx(scaling, rel=1e-7) and a["scale"] == pytest.approx(scaling, rel=1e-7)
+    assert scaling != pytest.approx(1 / math.sqrt(d_h)) or family != "gemma3_text"  # Gemma's own scale is in play
+    scores = t(data["q"]) @ t(data["k"]).T * scaling  # (n, d_h) @ (d_h, n)
     close(t(data["scores"])[allowed], scores[allowed], dict(atol=1e-4, rtol=1e-5))
+    assert a["qk_norm"] == (family in ("qwen3", "gemma3_text"))
+    assert a["sandwich_norm"] == (family == "gemma3_text") and a["norm_gain"] == ("1+w" if family == "gemma3_text" else "w")
     assert set(data["scores"][0][1:]) == {"-inf"}
     if family in ROPE:
         close(data["q_before_rope"], q_proj)
         close(data["k_before_rope"], k_proj)
-        cos, sin = cos_sin(model, n, d_h)
+        cos, sin = cos_sin(model, n, d_h, layer)
+        assert a["rope_base"] == (config.rope_parameters.get("rope_theta")
+                                  or config.rope_parameters[config.layer_types[layer]]["rope_theta"])
         for name, plain in (("q", q_proj), ("k", k_proj)):
             close(data[name], plain.double() * cos + rotate_half(plain.double()) * sin)
     else:
@@ -187,8 +214,13 @@ def test_json_embedding_parts(run_cli, folders, runs, family):
     close(e["parts"]["word"], table[ids])
     close(data["embeddings"], out.hidden_states[0][0])
     assert e["normalised"] is False
-    if family in ROPE:
-        assert list(e["parts"]) == ["word"] and "no position vector" in e["note"]
+    if family == "gemma3_text":  # the token vectors times sqrt(width), the factor rounded to float32 as in the checkpoint
+        width = model.config.hidden_size
+        assert list(e["parts"]) == ["word"] and "no position vector" in e["note"] and f"√{width}" in e["note"]
+        assert e["formula"] == f"E_tok[id] · √{width}"
+        close(data["embeddings"], table[ids] * torch.tensor(width ** 0.5, dtype=torch.float32))
+    elif family in ROPE:
+        assert list(e["parts"]) == ["word"] and "no position vector" in e["note"] and e["formula"] == "E_tok[id]"
         close(data["embeddings"], table[ids])
     else:
         assert set(e["parts"]) == {"word", "position"}

@@ -43,6 +43,14 @@ CONFIGS = {
     "llama": dict(_LLAMA_SHAPED, model_type="llama"),
     "mistral": dict(_LLAMA_SHAPED, model_type="mistral", sliding_window=4),
     "qwen2": dict(_LLAMA_SHAPED, model_type="qwen2", sliding_window=4, use_sliding_window=True, max_window_layers=1),
+    "qwen3": dict(_LLAMA_SHAPED, model_type="qwen3", head_dim=6, sliding_window=None, layer_types=["full_attention"] * 2),
+    "gemma3_text": dict(
+        _LLAMA_SHAPED, model_type="gemma3_text", head_dim=6, query_pre_attn_scalar=9, sliding_window=4,
+        layer_types=["sliding_attention", "full_attention"], hidden_activation="gelu_pytorch_tanh",
+        rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                         "full_attention": {"rope_type": "default", "rope_theta": 1000000.0}},
+        attn_logit_softcapping=None, final_logit_softcapping=None, tie_word_embeddings=True,
+    ),
 }
 # (kind, a tensor of a transformers checkpoint's names, a name it holds that we ignore);
 # GPT2LMHeadModel's names start with "transformer.", which its wte tensor tells apart.
@@ -52,6 +60,8 @@ LAYOUTS = {
     "llama": ("decoder", "model.layers.1.self_attn.q_proj.weight", "model.layers.0.self_attn.rotary_emb.inv_freq"),
     "mistral": ("decoder", "model.layers.1.mlp.gate_proj.weight", "model.layers.0.self_attn.rotary_emb.inv_freq"),
     "qwen2": ("decoder", "model.layers.1.self_attn.k_proj.bias", "model.layers.0.self_attn.rotary_emb.inv_freq"),
+    "qwen3": ("decoder", "model.layers.1.self_attn.k_norm.weight", "model.layers.0.self_attn.rotary_emb.inv_freq"),
+    "gemma3_text": ("decoder", "model.layers.1.pre_feedforward_layernorm.weight", "lm_head.weight"),
 }
 
 
@@ -64,12 +74,12 @@ def build(name: str):
 def test_the_registry_holds_the_families_named_by_their_files():
     assert set(LAYOUTS) <= set(FAMILIES)
     assert family_names() == tuple(sorted(FAMILIES)) == tuple(FAMILIES)
-    assert ", ".join(FAMILIES) == "bert, gpt2, llama, mistral, qwen2"
+    assert ", ".join(FAMILIES) == "bert, gemma3_text, gpt2, llama, mistral, qwen2, qwen3"
     assert "llama" in FAMILIES and "gpt_neox" not in FAMILIES
     for name, family in FAMILIES.items():
         assert isinstance(family, Family) and family.model_type == name
         assert family.description and "\n" not in family.description
-    assert decoder_names() == ("gpt2", "llama", "mistral", "qwen2")
+    assert decoder_names() == ("gemma3_text", "gpt2", "llama", "mistral", "qwen2", "qwen3")
 
 
 def test_listing_the_families_imports_no_torch():
@@ -134,6 +144,58 @@ def test_the_llama_shaped_families_differ_only_in_their_data():
         read["qwen2"](dict(CONFIGS["qwen2"], layer_types=["sliding_attention"]))
 
 
+def test_qwen3_is_the_llama_layout_with_head_norms():
+    read = FAMILIES["qwen3"].read_config
+    qwen3 = read(CONFIGS["qwen3"])
+    assert (qwen3.qk_norm, qwen3.d_head, qwen3.attention_bias, qwen3.out_bias, qwen3.windows) == (True, 6, False, False, ())
+    assert (qwen3.activation, qwen3.norm_gain, qwen3.sandwich_norm, qwen3.scale, qwen3.scale_embeddings) == (
+        "swiglu", "w", False, None, False)
+    biased = read(dict(CONFIGS["qwen3"], attention_bias=True))
+    assert (biased.attention_bias, biased.out_bias) == (True, True)
+    windowed = read(dict(CONFIGS["qwen3"], sliding_window=4, use_sliding_window=True, max_window_layers=1, layer_types=None))
+    assert windowed.windows == (None, 4)
+    for field in ("num_experts", "moe_intermediate_size", "decoder_sparse_step", "mlp_only_layers"):
+        with pytest.raises(sa.ModelError, match=f"^config.json field '{field}' asks for a mixture of experts"):
+            read(dict(CONFIGS["qwen3"], **{field: [1] if field == "mlp_only_layers" else 8}))
+
+
+def test_gemma3_reads_its_layer_kinds_bases_scale_and_norms():
+    read = FAMILIES["gemma3_text"].read_config
+    gemma = read(CONFIGS["gemma3_text"])
+    assert gemma.windows == (4, None) and gemma.rope_bases == (10000.0, 1000000.0) and gemma.rope_base == 1e6
+    assert gemma.scale == pytest.approx(1 / 3) and gemma.d_head == 6 and gemma.tie_embeddings
+    assert (gemma.activation, gemma.norm_gain, gemma.sandwich_norm, gemma.scale_embeddings, gemma.qk_norm) == (
+        "geglu_tanh", "1+w", True, True, True)
+    blocks = [gemma.block(i) for i in range(2)]
+    assert [b.rope_base for b in blocks] == [10000.0, 1000000.0] and [b.sliding_window for b in blocks] == [4, None]
+    # Older configs: a base field per kind of layer and a pattern of sliding layers.
+    older = {k: v for k, v in CONFIGS["gemma3_text"].items() if k not in ("rope_parameters", "layer_types")}
+    old = read(dict(older, rope_theta=500000.0, rope_local_base_freq=50.0, rope_scaling=None, sliding_window_pattern=2))
+    assert old.windows == (4, None) and old.rope_bases == (50.0, 500000.0)
+    assert read(dict(older, num_hidden_layers=7)).windows == (4,) * 5 + (None, 4)  # the default pattern: every 6th is full
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    ({"attn_logit_softcapping": 50.0}, "attn_logit_softcapping"),
+    ({"final_logit_softcapping": 30.0}, "final_logit_softcapping"),
+    ({"use_bidirectional_attention": True}, "use_bidirectional_attention"),
+    ({"num_experts": 4}, "num_experts"),
+    ({"hidden_activation": "silu"}, "hidden_activation"),
+    ({"rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+                          "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6}}}, "rope_parameters"),
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4}}, "rope_parameters"),
+    ({"rope_parameters": None, "rope_scaling": {"rope_type": "linear", "factor": 8.0}}, "rope_scaling"),
+    ({"rope_parameters": None, "rope_local_base_freq": 1.0}, "rope_local_base_freq"),
+    ({"query_pre_attn_scalar": 0}, "query_pre_attn_scalar"),
+    ({"layer_types": ["sliding_attention", "global"]}, "layer_types"),
+    ({"sliding_window": None}, "sliding_window"),
+    ({"partial_rotary_factor": 0.5}, "partial_rotary_factor"),
+])
+def test_gemma3_refuses_what_it_does_not_compute_naming_the_field(change, field):
+    with pytest.raises(sa.ModelError, match=f"^config.json[^\n]*'{field}'[^\n]*$"):
+        FAMILIES["gemma3_text"].read_config(dict(CONFIGS["gemma3_text"], **change))
+
+
 def test_an_unknown_model_type_is_refused_with_the_registrys_names(tmp_path, monkeypatch):
     for model_type in ("gpt_neox", ["gpt2"]):
         folder = tmp_path / str(len(list(tmp_path.iterdir())))
@@ -143,7 +205,7 @@ def test_an_unknown_model_type_is_refused_with_the_registrys_names(tmp_path, mon
             sa.load_pretrained(folder)
     # The message is read from the registry: a family registered for this test is listed.
     monkeypatch.setitem(FAMILIES, "zz_test", FAMILIES["gpt2"])
-    with pytest.raises(sa.ModelError, match="selfattn loads bert, gpt2, llama, mistral, qwen2, zz_test$"):
+    with pytest.raises(sa.ModelError, match="selfattn loads bert, gemma3_text, gpt2, llama, mistral, qwen2, qwen3, zz_test$"):
         sa.load_pretrained(folder)
 
 
@@ -152,7 +214,7 @@ def test_an_encoder_refuses_to_generate_naming_the_decoders():
     assert model.name == "bert"
     with pytest.raises(sa.ModelError, match=re.escape(f"generate takes a decoder ({one_of(decoder_names())})") + "$"):
         model.generate("The cat")
-    assert one_of(decoder_names()) == "gpt2, llama, mistral or qwen2"
+    assert one_of(decoder_names()) == "gemma3_text, gpt2, llama, mistral, qwen2 or qwen3"
 
 
 def test_a_malformed_family_record_or_file_is_refused():

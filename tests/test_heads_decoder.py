@@ -26,12 +26,13 @@ REPEATS = "the cat sat, the cat ran"  # tokens come back: dup and induct have ro
 NAMES = ("previous_token", "duplicate_token", "induction", "first_token")
 ROLE_OF = dict(zip(NAMES, ("previous token", "duplicate token", "induction", "first token")))
 THRESHOLD = 0.4
+NEWER = ("qwen3", "gemma3_text")  # q/k norms, explicit head_dim; Gemma's own scale, sliding and full layers
 
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
     root = tmp_path_factory.mktemp("heads_decoder")
-    return {family: tiny_checkpoint(family, root / family) for family in ("gpt2", "llama", "mistral", "bert")}
+    return {family: tiny_checkpoint(family, root / family) for family in ("gpt2", "llama", "mistral", *NEWER, "bert")}
 
 
 def json_of(run_cli, *argv):
@@ -105,7 +106,7 @@ def check_heads(data, folder):
 # ---------------------------------------------------------------- a sentence
 
 
-@pytest.mark.parametrize("family", ["gpt2", "llama"])
+@pytest.mark.parametrize("family", ["gpt2", "llama", *NEWER])
 def test_sentence_scores_match_transformers(run_cli, folders, family):
     data = json_of(run_cli, REPEATS, "--model", str(folders[family]))
     tokenizer = reference_tokenizer(folders[family])
@@ -133,7 +134,7 @@ def test_a_text_without_repeats_scores_zero_on_dup_and_induct(run_cli, folders):
 # ---------------------------------------------------------------- the probe
 
 
-@pytest.mark.parametrize("family, offset", [("gpt2", 0), ("llama", 1)])
+@pytest.mark.parametrize("family, offset", [("gpt2", 0), ("llama", 1), ("qwen3", 0), ("gemma3_text", 1)])
 def test_probe_structure_and_scores_match_transformers(run_cli, folders, family, offset):
     folder = folders[family]
     tokenizer = reference_tokenizer(folder)
@@ -244,7 +245,7 @@ def test_the_probe_names_a_planted_induction_head():
 # ---------------------------------------------------------------- text and markdown
 
 
-@pytest.mark.parametrize("family", ["gpt2", "llama"])
+@pytest.mark.parametrize("family", ["gpt2", "llama", *NEWER])
 def test_text_rows_carry_the_json_numbers(run_cli, folders, family):
     folder = str(folders[family])
     data = json_of(run_cli, REPEATS, "--model", folder)

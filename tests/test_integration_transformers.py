@@ -1,8 +1,10 @@
 """transformers' own models, run with attn_implementation="selfattn", against its sdpa and eager paths.
 
 Each family's tiny random checkpoint (tests/tiny_models.py: GQA, multi-query, sliding
-windows, qkv biases, BERT's bidirectional attention) is loaded twice or three times from
-the same folder, so the only difference is the attention function. The adapter's calls to
+windows, qkv biases, q/k norms, Gemma 3's own score scale and its sliding and full layers,
+BERT's bidirectional attention) is loaded twice or three times from the same folder, so
+the only difference is the attention function (Gemma 3's layers pass it their scaling and
+sliding_window: the scaling is the kernel's scale, the window is in the mask). The adapter's calls to
 our kernel are counted, so a test fails if transformers quietly took another path.
 """
 

@@ -2,7 +2,7 @@
 
 Each is built from transformers' config class, its weights drawn with std 0.2 (the default
 0.02 leaves attention nearly uniform, where a wrong scale or mask hides), its norms' gains
-and biases jittered too, and saved with ``save_pretrained`` into a folder in the Hugging
+and biases jittered too (the q/k norms' gains widely), and saved with ``save_pretrained`` into a folder in the Hugging
 Face layout, beside a tokenizer trained here with ``tokenizers``: byte-level BPE for the
 decoders, all-MiniLM-L6-v2's WordPiece for BERT. Nothing is downloaded.
 
@@ -22,8 +22,8 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 
-FAMILIES = ("gpt2", "llama", "mistral", "qwen2", "bert")
-DECODERS = ("gpt2", "llama", "mistral", "qwen2")
+FAMILIES = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma3_text", "bert")
+DECODERS = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma3_text")
 VOCAB = 320  # the trained BPE's size: 256 bytes, the specials and some merges
 CORPUS = [
     "The cat sat on the warm mat.",
@@ -33,6 +33,10 @@ CORPUS = [
     "Queries ask, keys answer, values are what gets mixed.",
 ] * 20
 SPECIALS = ("<|endoftext|>", "<s>", "</s>", "<pad>")
+# q_norm / k_norm (Qwen3, Gemma 3) make every head's q and k about unit size, whatever the
+# weights: their gains, drawn around 1 with this spread, are what keeps attention far from
+# uniform (0.1 leaves the largest weight of a row near 0.4; 1.5 puts it at 0.8-0.99).
+QK_GAIN_SPREAD = 1.5
 
 
 def _sizes() -> dict:
@@ -64,6 +68,21 @@ def tiny_config(family: str, **overrides):
         fields = dict(_sizes(), num_key_value_heads=1, max_position_embeddings=64, use_sliding_window=True,
                       sliding_window=6, max_window_layers=1, **ids)
         cls = transformers.Qwen2Config
+    elif family == "qwen3":  # GQA, head_dim 24 (not 64 / 4), q/k norms, the last layer windowed
+        fields = dict(_sizes(), num_key_value_heads=2, head_dim=24, max_position_embeddings=64,
+                      rope_parameters={"rope_type": "default", "rope_theta": 5000.0}, use_sliding_window=True,
+                      sliding_window=6, max_window_layers=1, **ids)
+        cls = transformers.Qwen3Config
+    elif family == "gemma3_text":
+        # A sliding layer (window 5, shorter than the texts) then a full one, each with its own RoPE base
+        # far from the other's; width 48 so that sqrt(width) is not a round number; head_dim 16, not
+        # 48 / 4, and scores scaled by 1 / sqrt(12), not 1 / sqrt(16).
+        rope = {"sliding_attention": {"rope_type": "default", "rope_theta": 20.0},
+                "full_attention": {"rope_type": "default", "rope_theta": 1_000_000.0}}
+        fields = dict(_sizes(), hidden_size=48, num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=12,
+                      max_position_embeddings=64, sliding_window=5, layer_types=["sliding_attention", "full_attention"],
+                      rope_parameters=rope, **ids)
+        cls = transformers.Gemma3TextConfig
     elif family == "bert":
         fields = dict(vocab_size=30522, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                       num_attention_heads=4, max_position_embeddings=64, pad_token_id=0)
@@ -90,7 +109,9 @@ def build_reference(config, seed: int = 0):
     )
     with torch.no_grad():
         for name, param in model.named_parameters():
-            if "norm" in name.lower() or "ln_" in name:  # gains near 1, biases near 0, but not exactly
+            if name.endswith(("q_norm.weight", "k_norm.weight")):  # q and k of unit size: spread the gains
+                param.add_(QK_GAIN_SPREAD * torch.randn_like(param))  # so that attention is far from uniform
+            elif "norm" in name.lower() or "ln_" in name:  # gains near 1, biases near 0, but not exactly
                 param.add_(0.1 * torch.randn_like(param))
             elif name.endswith("bias"):
                 param.normal_(0.0, 0.2)
@@ -117,7 +138,7 @@ def write_tokenizer(family: str, folder: Path) -> None:
             if (source / name).is_file():
                 shutil.copy(source / name, folder / name)
         return
-    (folder / "tokenizer.json").write_text(_bpe_json(family == "llama"), encoding="utf-8")
+    (folder / "tokenizer.json").write_text(_bpe_json(family in ("llama", "gemma3_text")), encoding="utf-8")
     import json
 
     bos, eos = ("<|endoftext|>", "<|endoftext|>") if family == "gpt2" else ("<s>", "</s>")
@@ -127,7 +148,7 @@ def write_tokenizer(family: str, folder: Path) -> None:
 
 @lru_cache(maxsize=2)
 def _bpe_json(add_bos: bool) -> str:
-    """A byte-level BPE trained on CORPUS; with add_bos its post-processor puts <s> first (as Llama's)."""
+    """A byte-level BPE trained on CORPUS; with add_bos its post-processor puts <s> first (as Llama's and Gemma's)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
     tokenizer = Tokenizer(models.BPE())

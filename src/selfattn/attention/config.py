@@ -7,6 +7,7 @@ the numbers involved, before any parameter is allocated.
 from __future__ import annotations
 
 import functools
+import math
 import warnings
 
 from dataclasses import dataclass
@@ -21,9 +22,14 @@ from selfattn.positional.rope_scaling import Llama3RopeScaling
 # asked for, which never holds the q_len x kv_len matrix.
 ATTENTION_IMPLS = ("reference", "flash")
 # "gelu" is the exact (erf) form, "gelu_tanh" its tanh approximation (GPT-2's "gelu_new"),
-# "swiglu" the gated unit of Llama, Mistral and Qwen2: (silu(x W_gate) * x W_up) W_down.
-ACTIVATIONS = ("gelu", "relu", "gelu_tanh", "swiglu")
+# "swiglu" the gated unit of Llama, Mistral and Qwen2: (silu(x W_gate) * x W_up) W_down,
+# "geglu_tanh" Gemma's: the same with the tanh GELU in place of silu.
+ACTIVATIONS = ("gelu", "relu", "gelu_tanh", "swiglu", "geglu_tanh")
+GATED_ACTIVATIONS = ("swiglu", "geglu_tanh")
 NORMS = ("layer", "rms")
+# How an RMSNorm's learned gain w multiplies the normalised vector: by w itself (Llama,
+# Qwen), or by 1 + w (Gemma, whose checkpoints store the gain's distance from 1).
+NORM_GAINS = ("w", "1+w")
 
 
 def _positive_int(name: str, value, allow_none: bool = False) -> None:
@@ -31,6 +37,13 @@ def _positive_int(name: str, value, allow_none: bool = False) -> None:
         return
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _positive_number(name: str, value, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{name} must be a positive number, got {value!r}")
 
 
 def _probability(name: str, value) -> None:
@@ -76,12 +89,20 @@ class AttentionConfig:
         flash_min_queries: with attn_impl="flash", calls with fewer new queries than this
             take the reference path (the kernel's fixed cost per call is not earned back by
             a few queries: a decoding step); default 1, always the kernel.
+        scale: the factor on Q K^T; None (default) means 1 / sqrt(d_head). Gemma's
+            checkpoints set 1 / sqrt(query_pre_attn_scalar).
+        qk_norm: an RMSNorm over each head's d_head features of q and of k, after the
+            projection and before RoPE (Qwen3, Gemma 3); its gains are the parameters
+            ``q_norm`` and ``k_norm`` of the module. Default False.
+        qk_norm_eps: that RMSNorm's epsilon (default 1e-6).
+        qk_norm_gain: how its gain w applies: "w" (default) or "1+w" (Gemma).
 
     Raises:
         ConfigError: a size is not a positive integer, d_model is not divisible by n_heads
             (without d_head), n_heads is not divisible by n_kv_heads, dropout is outside
-            [0, 1), bias is not a bool, positional, attn_impl or rope_pairs is unknown,
-            RoPE gets an odd d_head, or rope_base <= 1.
+            [0, 1), bias is not a bool, positional, attn_impl, rope_pairs or qk_norm_gain
+            is unknown, RoPE gets an odd d_head, rope_base <= 1, or scale or qk_norm_eps
+            is not a positive number.
 
     Examples:
         >>> import selfattn as sa
@@ -107,9 +128,19 @@ class AttentionConfig:
     sliding_window: int | None = None
     out_bias: bool | None = None
     flash_min_queries: int = 1
+    scale: float | None = None
+    qk_norm: bool = False
+    qk_norm_eps: float = 1e-6
+    qk_norm_gain: str = "w"
 
     def __post_init__(self) -> None:
         _positive_int("d_model", self.d_model)
+        _positive_number("scale", self.scale, allow_none=True)
+        _positive_number("qk_norm_eps", self.qk_norm_eps)
+        if not isinstance(self.qk_norm, bool):
+            raise ConfigError(f"qk_norm must be True or False, got {self.qk_norm!r}")
+        if self.qk_norm_gain not in NORM_GAINS:
+            raise ConfigError(f"unknown norm gain {self.qk_norm_gain!r}: choose one of {', '.join(NORM_GAINS)}")
         _positive_int("flash_min_queries", self.flash_min_queries)
         _positive_int("sliding_window", self.sliding_window, allow_none=True)
         if self.rope_pairs not in ROPE_PAIRS:
@@ -164,6 +195,11 @@ class AttentionConfig:
         """Whether W_o has a bias: out_bias, or bias when that is None."""
         return self.bias if self.out_bias is None else self.out_bias
 
+    @property
+    def score_scale(self) -> float:
+        """The factor on Q K^T: scale, or 1 / sqrt(d_head) when that is None."""
+        return self.d_head ** -0.5 if self.scale is None else float(self.scale)
+
 
 @dataclass(frozen=True)
 class TransformerConfig:
@@ -185,7 +221,8 @@ class TransformerConfig:
             and both sub-layer outputs, in training only.
         bias: biases in every linear layer and LayerNorm (default True).
         norm_first: True (default) for pre-LN, False for post-LN.
-        activation: the feed-forward activation, "gelu" (exact, default) or "relu".
+        activation: the feed-forward activation, "gelu" (exact, default), "relu",
+            "gelu_tanh", or a gated unit: "swiglu" or "geglu_tanh" (``GatedFeedForward``).
         layer_norm_eps: the LayerNorm epsilon, a positive number (default 1e-5).
         positional: "none" (default), "sinusoidal", "learned", "rope" or "alibi".
         max_len: rows of the learned positional table, the longest sequence (with any
@@ -204,11 +241,21 @@ class TransformerConfig:
         sliding_window: None, or each query's window of W newest keys (``AttentionConfig``).
         flash_min_queries: with "flash", fewer new queries than this take the reference
             path (``AttentionConfig``); default 1.
+        scale: the factor on Q K^T; None (default) means 1 / sqrt(d_head).
+        qk_norm: an RMSNorm over each head's q and k before RoPE (``AttentionConfig``),
+            with layer_norm_eps and norm_gain; default False.
+        norm_gain: how every RMSNorm's gain w applies, "w" (default) or "1+w" (Gemma);
+            "1+w" needs norm="rms".
+        sandwich_norm: one more norm on the attention's output and one on the
+            feed-forward's output, before each is added back (Gemma 2 and 3):
+            x = x + N3(Attn(N1(x))); x = x + N4(FFN(N2(x))). Pre-LN only; default False.
 
     Raises:
-        ConfigError: n_layers, d_ff or max_len is not a positive integer, the activation or
-            norm is unknown, layer_norm_eps <= 0, norm_first or causal is not a bool, or
-            the attention part is invalid (see ``AttentionConfig``).
+        ConfigError: n_layers, d_ff or max_len is not a positive integer, the activation,
+            norm or norm gain is unknown, "1+w" comes without RMSNorm, sandwich_norm
+            without pre-LN, layer_norm_eps <= 0, norm_first, causal, qk_norm or
+            sandwich_norm is not a bool, or the attention part is invalid (see
+            ``AttentionConfig``).
     """
 
     d_model: int
@@ -234,9 +281,17 @@ class TransformerConfig:
     rope_scaling: Llama3RopeScaling | None = None
     sliding_window: int | None = None
     flash_min_queries: int = 1
+    scale: float | None = None
+    qk_norm: bool = False
+    norm_gain: str = "w"
+    sandwich_norm: bool = False
 
     def __post_init__(self) -> None:
         _positive_int("n_layers", self.n_layers)
+        if self.norm_gain not in NORM_GAINS:
+            raise ConfigError(f"unknown norm gain {self.norm_gain!r}: choose one of {', '.join(NORM_GAINS)}")
+        if self.norm_gain != "w" and self.norm != "rms":
+            raise ConfigError(f"norm_gain {self.norm_gain!r} is a gain of RMSNorm: give norm='rms' with it")
         if self.norm not in NORMS:
             raise ConfigError(f"unknown norm {self.norm!r}: choose one of {', '.join(NORMS)}")
         if self.attention_bias is not None and not isinstance(self.attention_bias, bool):
@@ -247,9 +302,11 @@ class TransformerConfig:
             raise ConfigError(f"unknown activation {self.activation!r}: choose one of {', '.join(ACTIVATIONS)}")
         if not isinstance(self.layer_norm_eps, (int, float)) or self.layer_norm_eps <= 0:
             raise ConfigError(f"layer_norm_eps must be a positive number, got {self.layer_norm_eps!r}")
-        for name in ("norm_first", "causal"):
+        for name in ("norm_first", "causal", "sandwich_norm"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if self.sandwich_norm and not self.norm_first:
+            raise ConfigError("sandwich_norm adds norms to a pre-LN block: give norm_first=True with it")
         self.attention  # validates the attention part
 
     @property
@@ -270,6 +327,10 @@ class TransformerConfig:
             sliding_window=self.sliding_window,
             out_bias=self.out_bias,
             flash_min_queries=self.flash_min_queries,
+            scale=self.scale,
+            qk_norm=self.qk_norm,
+            qk_norm_eps=self.layer_norm_eps,
+            qk_norm_gain=self.norm_gain,
         )
 
     @property

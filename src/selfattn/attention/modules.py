@@ -1,7 +1,9 @@
 """``MultiHeadAttention``: it owns the projection weights, positions and cache, and looks its path up.
 
     Q = X W_q,  K = X_kv W_k,  V = X_kv W_v          (batch, heads, seq, d_head)
-    head_h = softmax(Q_h K_g(h)^T / sqrt(d_head) + mask) V_g(h),   g(h) = h // group
+    [Q = RMSNorm(Q), K = RMSNorm(K) over each head's features, with qk_norm (Qwen3, Gemma 3)]
+    [Q, K turned by RoPE]
+    head_h = softmax(s Q_h K_g(h)^T + mask) V_g(h),   g(h) = h // group,  s = 1 / sqrt(d_head) or the config's scale
     Y = concat(head_0 .. head_(H-1)) W_o              (batch, q_len, d_model)
 
 No module computes scores or softmax itself: ``forward`` runs the first path of
@@ -22,6 +24,7 @@ from torch import nn
 from selfattn.attention.config import AttentionConfig
 from selfattn.attention.functional import AttentionSteps, attention_steps
 from selfattn.attention.kv_cache import KVCache
+from selfattn.attention.layers import RMSNorm
 from selfattn.attention.paths import AttentionCall, PathChoice, choose_path, merge_heads
 from selfattn.attention.torch_weights import copy_torch_weights, torch_settings
 from selfattn.checks import check_width
@@ -34,14 +37,14 @@ from selfattn.positional.rope import RopeRotation, rotate_pairs
 class MultiHeadSteps(NamedTuple):
     """The intermediates of one multi-head attention call (for tracing; see ``MultiHeadAttention.steps``)."""
 
-    q: torch.Tensor  # (batch, H, q_len, d_head), after RoPE if any
+    q: torch.Tensor  # (batch, H, q_len, d_head), after the q norm and RoPE if any
     k: torch.Tensor  # (batch, Hkv, kv_len, d_head), cached keys included
     v: torch.Tensor  # (batch, Hkv, kv_len, d_head)
     mask: torch.Tensor | None  # what was added to / masked out of the scores (bool or float)
     attention: AttentionSteps  # scores, softmax and per-head outputs, heads (batch, H, ...)
     concat: torch.Tensor  # (batch, q_len, H * d_head)
     output: torch.Tensor  # (batch, q_len, d_model): concat W_o
-    q_plain: torch.Tensor | None = None  # (batch, H, q_len, d_head) before RoPE; None without RoPE
+    q_plain: torch.Tensor | None = None  # (batch, H, q_len, d_head) before RoPE (after the q norm); None without RoPE
     k_plain: torch.Tensor | None = None  # (batch, Hkv, new_len, d_head): this call's keys before RoPE
 
 
@@ -50,8 +53,9 @@ class MultiHeadAttention(nn.Module):
 
     (batch, q_len, d_model) [, (batch, kv_len, kdim), (batch, kv_len, vdim)] -> (batch, q_len, d_model).
     Unbatched (seq, d_model) inputs work too. Dropout acts on the weights in training only.
-    The parameters are ``w_q``, ``w_k``, ``w_v`` and ``w_o`` (``nn.Linear``); the settings
-    are kept, validated, as ``config`` (an ``AttentionConfig``).
+    The parameters are ``w_q``, ``w_k``, ``w_v`` and ``w_o`` (``nn.Linear``), and with
+    config.qk_norm ``q_norm`` and ``k_norm`` (``RMSNorm`` over d_head; else None); the
+    settings are kept, validated, as ``config`` (an ``AttentionConfig``).
 
     Args:
         d_model: width of the query input and of the output.
@@ -122,6 +126,8 @@ class MultiHeadAttention(nn.Module):
         self.w_k = nn.Linear(c.kdim or c.d_model, c.kv_heads * c.d_head, bias=c.bias)
         self.w_v = nn.Linear(c.vdim or c.d_model, c.kv_heads * c.d_head, bias=c.bias)
         self.w_o = nn.Linear(c.n_heads * c.d_head, c.d_model, bias=c.output_bias)
+        self.q_norm = RMSNorm(c.d_head, c.qk_norm_eps, c.qk_norm_gain) if c.qk_norm else None
+        self.k_norm = RMSNorm(c.d_head, c.qk_norm_eps, c.qk_norm_gain) if c.qk_norm else None
 
     @classmethod
     def from_config(cls, config: AttentionConfig) -> MultiHeadAttention:
@@ -165,7 +171,8 @@ class MultiHeadAttention(nn.Module):
     ):
         """Y, or (Y, weights (batch, H, q_len, kv_len)) with need_weights=True (no batch axis if unbatched).
 
-        Y = concat(head_0 .. head_(H-1)) W_o, head_h = softmax(Q_h K_g(h)^T / sqrt(d_head) + mask) V_g(h).
+        Y = concat(head_0 .. head_(H-1)) W_o, head_h = softmax(s Q_h K_g(h)^T + mask) V_g(h),
+        s = config.score_scale (1 / sqrt(d_head) unless the config gives a scale).
 
         Args:
             query: (batch, q_len, d_model), or (q_len, d_model) without a batch axis.
@@ -271,8 +278,9 @@ class MultiHeadAttention(nn.Module):
 
         Returns:
             ``MultiHeadSteps(q, k, v, mask, attention, concat, output, q_plain, k_plain)``:
-                q (batch, H, q_len, d_head) after RoPE (q_plain and k_plain: before it, None
-                without RoPE); k, v (batch, Hkv, kv_len, d_head), cached keys
+                q (batch, H, q_len, d_head) after the q norm (with qk_norm) and RoPE
+                (q_plain and k_plain: after the norm, before RoPE; None without RoPE);
+                k, v (batch, Hkv, kv_len, d_head), cached keys
                 included; the one mask applied (bool, float or None); the ``AttentionSteps``
                 of the heads (batch, H, ...); concat (batch, q_len, H * d_head); output
                 (batch, q_len, d_model). For unbatched input only concat and output drop
@@ -283,7 +291,8 @@ class MultiHeadAttention(nn.Module):
         """
         heads = self.project_heads(query, key, value, attn_mask, is_causal, cache, positions)
         steps = attention_steps(
-            heads.q, heads.k, heads.v, attn_mask=heads.mask, dropout_p=self.dropout_p, enable_gqa=self.grouped
+            heads.q, heads.k, heads.v, attn_mask=heads.mask, dropout_p=self.dropout_p, scale=heads.scale,
+            enable_gqa=self.grouped,
         )  # heads: (batch, H, q_len, d_head)
         concat = merge_heads(steps.output)  # (batch, q_len, H * d_head)
         output = self.w_o(concat)  # (batch, q_len, d_model)
@@ -315,13 +324,13 @@ class MultiHeadAttention(nn.Module):
     def project_heads(
         self, query, key, value, attn_mask, is_causal: bool, cache: KVCache | None, positions=None, fast: bool = False
     ) -> Heads:
-        """Project the inputs into heads, apply RoPE and the cache, and build the one mask.
+        """Project the inputs into heads, normalise q and k (qk_norm), apply RoPE and the cache, build the one mask.
 
         What every attention path starts from (``attention.paths``): the module owns the
-        projections, the positions and the cache; a path only attends. With ``fast``
-        (``forward``, not ``steps``) self-attention may take the stacked projection, whose
-        queries come out already multiplied by 1 / sqrt(d_head); ``scale`` then says
-        what is left to apply (1.0).
+        projections, the norms, the positions and the cache; a path only attends. With
+        ``fast`` (``forward``, not ``steps``) self-attention may take the stacked
+        projection, whose queries come out already multiplied by the score scale when no
+        q norm follows; ``scale`` then says what is left to apply (1.0).
 
         Args:
             query: (batch, q_len, d_model) or (q_len, d_model).
@@ -335,9 +344,10 @@ class MultiHeadAttention(nn.Module):
 
         Returns:
             ``Heads(q, k, v, mask, unbatched, scale, q_plain, k_plain)``: q (batch, H,
-                q_len, d_head) after RoPE, k and v (batch, Hkv, kv_len, d_head) with the
-                cache, the one mask (or None), whether the input had no batch axis, the
-                scale left to apply (None: 1 / sqrt(d_head)), and q and k before RoPE.
+                q_len, d_head) after the norm and RoPE, k and v (batch, Hkv, kv_len,
+                d_head) with the cache, the one mask (or None), whether the input had no
+                batch axis, the scale left to apply (None: 1 / sqrt(d_head)), and q and k
+                after the norm and before RoPE.
 
         Raises:
             ShapeError: the inputs, the mask or the cache do not fit (as in ``forward``).
@@ -364,6 +374,8 @@ class MultiHeadAttention(nn.Module):
         q = _split_heads(q, c.n_heads)  # (batch, H, q_len, d_head)
         k = _split_heads(k, c.kv_heads)  # (batch, Hkv, new_len, d_head)
         v = _split_heads(v, c.kv_heads)  # (batch, Hkv, new_len, d_head)
+        if c.qk_norm:  # each head's features, before RoPE (Qwen3, Gemma 3)
+            q, k = self.q_norm(q), self.k_norm(k)  # (batch, H or Hkv, seq, d_head)
         if positions is not None and (c.positional != "rope" or key is not query):
             raise ShapeError("positions are RoPE's positions of self-attention's new tokens: give them only with RoPE and no key")
         q_plain, k_plain = (q, k) if c.positional == "rope" else (None, None)
@@ -390,19 +402,22 @@ class MultiHeadAttention(nn.Module):
         return Heads(q, k, v, self._mask(attn_mask, is_causal, q_len, kv_len, q), unbatched, scale, q_plain, k_plain)
 
     def _project(self, query, key, value, fast: bool):
-        """Q = X W_q, K = X W_k, V = X W_v, and the scale still to apply to Q K^T (None: the default).
+        """Q = X W_q, K = X W_k, V = X W_v, and the scale still to apply to Q K^T (None: 1 / sqrt(d_head)).
 
         (batch, seq, d) -> (batch, seq, H * d_head), (batch, seq, Hkv * d_head) x 2.
         Self-attention in ``forward`` without gradients does the three products as one,
-        with the weights stacked [W_q / sqrt(d_head); W_k; W_v]: one larger matrix
+        with the weights stacked [s W_q; W_k; W_v], s the score scale: one larger matrix
         product keeps the CPU busier than three small ones (about 20% faster at 256 tokens
-        x 384 wide), and folding the 1 / sqrt(d_head) into W_q saves a pass over Q.
+        x 384 wide), and folding s into W_q saves a pass over Q. With a q norm after the
+        projection s cannot be folded (the norm would undo it): the stack is [W_q; W_k; W_v]
+        and s is left to apply.
         The stack is rebuilt whenever a weight changes (tracked by tensor version and address)
         and after every forward with gradients and every ``train``/``eval``: fused optimisers
         (``AdamW(fused=True)``) update weights in place without bumping their version.
         """
+        scale = self.config.scale  # None: the default, 1 / sqrt(d_head)
         if not (fast and query is key is value):
-            return self.w_q(query), self.w_k(key), self.w_v(value), None
+            return self.w_q(query), self.w_k(key), self.w_v(value), scale
         widths = [self.w_q.out_features, self.w_k.out_features, self.w_v.out_features]
         params = [self.w_q.weight, self.w_k.weight, self.w_v.weight]
         if torch.is_grad_enabled() and any(p.requires_grad for p in params):
@@ -410,9 +425,10 @@ class MultiHeadAttention(nn.Module):
             self.forget_stack()
             weight = torch.cat(params)
             bias = torch.cat([self.w_q.bias, self.w_k.bias, self.w_v.bias]) if self.config.bias else None
-            scale = None  # unscaled
         else:
-            (weight, bias), scale = self._stacked_qkv(), 1.0  # W_q already scaled
+            weight, bias = self._stacked_qkv()
+            if self.folds_scale:
+                scale = 1.0  # W_q already scaled
         q, k, v = F.linear(query, weight, bias).split(widths, dim=-1)  # (batch, seq, sum of widths) -> 3 views
         return q, k, v, scale
 
@@ -420,6 +436,11 @@ class MultiHeadAttention(nn.Module):
         """``nn.Module.train``; it also drops the stacked inference weights (see ``_project``)."""
         self.forget_stack()
         return super().train(mode)
+
+    @property
+    def folds_scale(self) -> bool:
+        """Whether the stacked inference weights carry the score scale in W_q (not with a q norm after it)."""
+        return not self.config.qk_norm
 
     def forget_stack(self) -> None:
         """Drop the stacked inference weights; the next call without gradients builds them again."""
@@ -431,7 +452,7 @@ class MultiHeadAttention(nn.Module):
         stamp = tuple((t.data_ptr(), t._version, t.dtype) for t in tensors)
         cached = getattr(self, "_qkv_cache", None)
         if cached is None or cached[0] != stamp:
-            scale = self.config.d_head ** -0.5
+            scale = self.config.score_scale if self.folds_scale else 1.0
             with torch.no_grad():
                 weight = torch.cat([self.w_q.weight * scale, self.w_k.weight, self.w_v.weight])  # ((H + 2 Hkv) d_head, d)
                 bias = torch.cat([self.w_q.bias * scale, self.w_k.bias, self.w_v.bias]) if self.config.bias else None
@@ -464,7 +485,7 @@ class Heads(NamedTuple):
     mask: torch.Tensor | None
     unbatched: bool
     scale: float | None  # what is left to multiply Q K^T by; None: 1 / sqrt(d_head)
-    q_plain: torch.Tensor | None = None  # before RoPE
+    q_plain: torch.Tensor | None = None  # after the q norm, before RoPE
     k_plain: torch.Tensor | None = None
 
 

@@ -162,7 +162,7 @@ def _flash_run(module, call: AttentionCall):
 
 def _packed_declines(module, call: AttentionCall) -> str | None:
     """Training self-attention only: gradients wanted, no mask but the causal rule, no cache,
-    RoPE, ALiBi, window, dropout, grouped heads or returned weights."""
+    RoPE, ALiBi, window, q/k norm, dropout, grouped heads or returned weights."""
     c = module.config
     reasons = [
         (call.need_weights, "the call asks for the weights"),
@@ -170,6 +170,7 @@ def _packed_declines(module, call: AttentionCall) -> str | None:
         (call.cache is not None, "the call extends a KV cache"),
         (call.positions is not None or c.positional != "none", f"the module's positional setting is {c.positional!r}"),
         (c.sliding_window is not None, "the module has a sliding window"),
+        (c.qk_norm, "the module normalises each head's q and k (qk_norm)"),
         (module.grouped, "the module has grouped key/value heads"),
         (module.dropout_p != 0, "dropout is on"),
         (not ((call.key is None or call.key is call.query) and (call.value is None or call.value is call.query)),
@@ -191,12 +192,20 @@ def _packed_declines(module, call: AttentionCall) -> str | None:
 
 def _packed_run(module, call: AttentionCall):
     """Y for training self-attention through ``packed_self_attention``: the same math as the
-    reference path, with no head copied on its way to the batched products."""
+    reference path, with no head copied on its way to the batched products. It scales the
+    scores by 1 / sqrt(d_head); a config's own scale s reaches it through W_q (and b_q)
+    multiplied by s sqrt(d_head), inside the graph so that the gradients see it."""
     module.forget_stack()  # the optimiser step that follows may not bump the weights' versions
     c = module.config
     linears = (module.w_q, module.w_k, module.w_v)
-    biases = tuple(lin.bias for lin in linears) if c.bias else None
-    concat = packed_self_attention(call.query, tuple(lin.weight for lin in linears), biases, c.n_heads, call.is_causal)
+    weights = [lin.weight for lin in linears]
+    biases = [lin.bias for lin in linears] if c.bias else None
+    if c.scale is not None:
+        factor = c.scale * c.d_head ** 0.5
+        weights[0] = weights[0] * factor
+        if biases is not None:
+            biases[0] = biases[0] * factor
+    concat = packed_self_attention(call.query, tuple(weights), biases and tuple(biases), c.n_heads, call.is_causal)
     return module.w_o(concat)  # (batch, seq, H d_head) -> (batch, seq, d_model)
 
 

@@ -7,8 +7,10 @@ layer norm, and the layer is repeated N times. Two orders of "add" and "normalis
 
     pre-LN  (norm_first=True):   x = x + Drop(Attn(LN1(x)));   x = x + Drop(FFN(LN2(x)))
     post-LN (norm_first=False):  x = LN1(x + Drop(Attn(x)));   x = LN2(x + Drop(FFN(x)))
+    sandwich (Gemma 2 and 3):    x = x + Drop(LN3(Attn(LN1(x))));   x = x + Drop(LN4(FFN(LN2(x))))
 
     FFN(x) = act(x W_1 + b_1) W_2 + b_2,   act = GELU (exact, erf) or ReLU
+    gated:   FFN(x) = (act(x W_gate) * x W_up) W_down   (``GatedFeedForward``)
 
 Post-LN is the original paper's order (and BERT's); pre-LN keeps a clean residual path
 and is what GPT-2 and most later models use, with one more LN after the last layer.
@@ -26,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from selfattn.attention.config import TransformerConfig
+from selfattn.attention.config import GATED_ACTIVATIONS, TransformerConfig
 from selfattn.attention.kv_cache import KVCache
 from selfattn.attention.modules import MultiHeadAttention, MultiHeadSteps
 from selfattn.checks import check_width
@@ -66,7 +68,7 @@ class FeedForward(nn.Module):
         super().__init__()
         TransformerConfig(d_model, 1, d_ff=d_ff, activation=activation, dropout=dropout, bias=bias)  # validates
         if activation not in _ACTIVATIONS:
-            raise ConfigError(f"FeedForward takes {', '.join(_ACTIVATIONS)}; 'swiglu' is GatedFeedForward")
+            raise ConfigError(f"FeedForward takes {', '.join(_ACTIVATIONS)}; {', '.join(GATED_ACTIVATIONS)} are GatedFeedForward's")
         self.activation = activation
         self.linear1 = nn.Linear(d_model, d_ff, bias=bias)
         self.dropout = nn.Dropout(dropout)
@@ -100,8 +102,10 @@ class TransformerBlock(nn.Module):
     (batch, seq, d_model) -> (batch, seq, d_model), or (seq, d_model) -> (seq, d_model).
     Pre-LN:  x = x + Drop(Attn(LN1(x))); x = x + Drop(FFN(LN2(x))).
     Post-LN: x = LN1(x + Drop(Attn(x))); x = LN2(x + Drop(FFN(x))).
+    With sandwich_norm (pre-LN): x = x + Drop(LN3(Attn(LN1(x)))); x = x + Drop(LN4(FFN(LN2(x)))).
     The parts are ``attention`` (``MultiHeadAttention``), ``feed_forward``, ``norm1``,
-    ``norm2``, ``dropout1`` and ``dropout2``.
+    ``norm2``, ``dropout1`` and ``dropout2``; with sandwich_norm also
+    ``post_attention_norm`` (LN3) and ``post_feedforward_norm`` (LN4), else None.
 
     Args:
         config: the block's settings; norm_first picks pre-LN or post-LN.
@@ -113,12 +117,14 @@ class TransformerBlock(nn.Module):
         self.config = config
         d = config.d_model
         self.attention = MultiHeadAttention.from_config(config.attention)
-        if config.activation == "swiglu":
-            self.feed_forward = GatedFeedForward(d, config.ff_size, config.bias)
+        if config.activation in GATED_ACTIVATIONS:
+            self.feed_forward = GatedFeedForward(d, config.ff_size, config.bias, config.activation)
         else:
             self.feed_forward = FeedForward(d, config.ff_size, config.activation, config.dropout, config.bias)
         self.norm1 = make_norm(config)
         self.norm2 = make_norm(config)
+        self.post_attention_norm = make_norm(config) if config.sandwich_norm else None
+        self.post_feedforward_norm = make_norm(config) if config.sandwich_norm else None
         self.dropout1 = nn.Dropout(config.dropout)
         self.dropout2 = nn.Dropout(config.dropout)
 
@@ -159,15 +165,21 @@ class TransformerBlock(nn.Module):
 
         def attend(h: torch.Tensor):
             options = dict(attn_mask=attn_mask, is_causal=causal, cache=cache, positions=positions)
-            if not need_weights:
-                return _dropped(self.dropout1, self.attention(h, **options)), None
-            out, weights = self.attention(h, **options, need_weights=True)
-            return _dropped(self.dropout1, out), weights  # (..., seq, d_model), (batch, H, q_len, kv_len)
+            if need_weights:
+                out, weights = self.attention(h, **options, need_weights=True)  # weights (batch, H, q_len, kv_len)
+            else:
+                out, weights = self.attention(h, **options), None
+            if self.post_attention_norm is not None:
+                out = self.post_attention_norm(out)  # (..., seq, d_model)
+            return _dropped(self.dropout1, out), weights
 
         if self.config.norm_first:
             attended, weights = attend(self.norm1(x))
             x = x + attended
-            x = x + _dropped(self.dropout2, self.feed_forward(self.norm2(x)))
+            transformed = self.feed_forward(self.norm2(x))  # (..., seq, d_model)
+            if self.post_feedforward_norm is not None:
+                transformed = self.post_feedforward_norm(transformed)
+            x = x + _dropped(self.dropout2, transformed)
         else:
             attended, weights = attend(x)
             x = self.norm1(x + attended)

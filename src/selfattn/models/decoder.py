@@ -1,13 +1,16 @@
-"""A decoder-only language model (GPT-2, Llama, Mistral, Qwen2) built from our own modules.
+"""A decoder-only language model (GPT-2, Llama, Mistral, Qwen2, Qwen3, Gemma 3) built from our own modules.
 
     X0   = E_tok[ids] (+ E_pos[positions] for GPT-2's learned positions)      (batch, seq, d)
+           (times sqrt(d) where the family scales its embeddings: Gemma)
     X_l  = PreLN-Block_l(X_{l-1}),  l = 1 .. L      causal attention (RoPE / window / GQA per config)
     logits = Norm(X_L) W_out^T                     W_out = E_tok when the embeddings are tied
 
 Every block is our ``TransformerBlock``: ``MultiHeadAttention`` (causal, grouped-query,
-RoPE with the checkpoint's frequencies, the sliding window of its layer), LayerNorm or
-RMSNorm, and GELU or SwiGLU. What differs between families is only data: the
-``DecoderConfig`` each family reads from its config.json, and its weight-name table.
+RoPE with the checkpoint's frequencies and its layer's base, the sliding window of its
+layer, q/k norms and the score scale where the family has them), LayerNorm or RMSNorm
+(gain w or 1 + w, sandwich norms around attention and feed-forward for Gemma), and GELU,
+SwiGLU or GeGLU. What differs between families is only data: the ``DecoderConfig`` each
+family reads from its config.json, and its weight-name table.
 
 Padding: a batch is padded on the left (``TextTokenizer(padding_side="left")``) and each
 row's positions count from its first real token (cumsum of the attention mask), so a
@@ -26,7 +29,7 @@ from selfattn.attention.config import TransformerConfig, renamed_keyword
 from selfattn.attention.kv_cache import KVCache
 from selfattn.attention.layers import make_norm
 from selfattn.attention.transformer import TransformerBlock
-from selfattn.errors import ModelError, SentenceError, ShapeError
+from selfattn.errors import ConfigError, ModelError, SentenceError, ShapeError
 from selfattn.models.description import AttentionInfo, EmbeddingPart, EmbeddingStep, attention_info
 from selfattn.models.output import ModelOutput
 from selfattn.models.tokenizer import Encoded, TextTokenizer, as_text_list
@@ -65,6 +68,8 @@ class DecoderConfig:
         rope_pairs: which features RoPE turns together: "half" (feature i with
             i + d_head/2, the Hugging Face layout) or "interleaved" (2i with 2i + 1, as
             llama2.c's checkpoints were trained).
+        rope_bases: per layer, RoPE's base; () (default): rope_base on every layer. Gemma 3
+            turns its sliding and its full layers with different bases.
         windows: per layer, None (full causal attention) or the sliding window W.
         bias: biases in the feed-forward layers and the norms.
         attention_bias: biases on W_q, W_k, W_v.
@@ -77,6 +82,11 @@ class DecoderConfig:
             ``AttentionConfig``); calls that ask for the weights take the reference path,
             and with "flash" so do inputs of fewer than ``FLASH_MIN_QUERIES`` new tokens
             (decoding steps). ``load_pretrained`` chooses "flash".
+        scale: the factor on q . k; None (default): 1 / sqrt(d_head).
+        qk_norm: an RMSNorm over each head's q and k, before RoPE (Qwen3, Gemma 3).
+        norm_gain: every RMSNorm's gain: "w" (default) or "1+w" (Gemma).
+        sandwich_norm: norms after attention and after the feed-forward too (Gemma).
+        scale_embeddings: X0 = E_tok[id] * sqrt(d_model) (Gemma); default False.
     """
 
     model_type: str
@@ -104,6 +114,18 @@ class DecoderConfig:
     eos_ids: tuple[int, ...] = ()
     pad_id: int = 0
     attn_impl: str = field(default="reference", compare=False)
+    rope_bases: tuple[float, ...] = ()
+    scale: float | None = None
+    qk_norm: bool = False
+    norm_gain: str = "w"
+    sandwich_norm: bool = False
+    scale_embeddings: bool = False
+
+    def __post_init__(self) -> None:
+        if self.rope_bases and len(self.rope_bases) != self.n_layers:
+            raise ConfigError(f"rope_bases lists {len(self.rope_bases)} bases for {self.n_layers} layers")
+        if self.windows and len(self.windows) != self.n_layers:
+            raise ConfigError(f"windows lists {len(self.windows)} layers of {self.n_layers}")
 
     def block(self, layer: int) -> TransformerConfig:
         """The ``TransformerConfig`` of one block: pre-LN, causal, its own window.
@@ -128,19 +150,28 @@ class DecoderConfig:
             activation=self.activation,
             layer_norm_eps=self.norm_eps,
             positional="rope" if self.positions == "rope" else "none",
-            rope_base=self.rope_base,
+            rope_base=self.layer_rope_bases[layer],
             rope_pairs=self.rope_pairs,
             rope_scaling=self.rope_scaling,
             sliding_window=self.windows[layer] if self.windows else None,
             causal=True,
             attn_impl=self.attn_impl,
             flash_min_queries=FLASH_MIN_QUERIES,
+            scale=self.scale,
+            qk_norm=self.qk_norm,
+            norm_gain=self.norm_gain,
+            sandwich_norm=self.sandwich_norm,
         )
 
     @property
     def sliding_layers(self) -> list[int]:
         """The layers whose attention has a window."""
         return [i for i, w in enumerate(self.windows) if w is not None]
+
+    @property
+    def layer_rope_bases(self) -> tuple[float, ...]:
+        """RoPE's base of each layer: rope_bases, or rope_base on every layer."""
+        return tuple(self.rope_bases) if self.rope_bases else (self.rope_base,) * self.n_layers
 
 
 renamed_keyword(DecoderConfig, "head_dim", "d_head")
@@ -192,15 +223,19 @@ class DecoderModel(nn.Module):
         """
         n = input_ids.shape[1]
         parts = [EmbeddingPart("word", "E_tok[id]", self.embed(input_ids)[0])]
+        scaled, d = self.config.scale_embeddings, self.config.d_model
+        word = f"E_tok[id] · √{d}" if scaled else "E_tok[id]"
+        times = (f"each token's vector is multiplied by √{d} = {d ** 0.5:.4g} (the square root of the model's width) "
+                 "so that it starts about as large as the normalised vectors it is added to; ") if scaled else ""
         if self.position is not None:
             parts.append(EmbeddingPart("position", "E_pos[i]", self.position(torch.arange(n))))
-            note = "a learned position vector is added to each token; each block normalises its own input (pre-LN)"
-            return EmbeddingStep(tuple(parts), "E_tok[id] + E_pos[i]", False, note)
-        note = (
+            note = times + "a learned position vector is added to each token; each block normalises its own input (pre-LN)"
+            return EmbeddingStep(tuple(parts), f"{word} + E_pos[i]", False, note)
+        note = times + (
             "no position vector is added: RoPE turns every head's queries and keys by the token's position "
             "inside each attention layer"
         )
-        return EmbeddingStep(tuple(parts), "E_tok[id]", False, note)
+        return EmbeddingStep(tuple(parts), word, False, note)
 
     def attention_info(self, layer: int) -> AttentionInfo:
         """Layer ``layer``'s attention described for the trace (pre-LN, causal, RoPE or not, its window).
@@ -335,19 +370,22 @@ class DecoderModel(nn.Module):
                 f"at most {self.config.max_positions} tokens, the prompt and what is generated together"
             )
         x = self.embed(ids)  # (batch, seq, d)
+        if self.config.scale_embeddings:
+            # sqrt(d) as a float32 number first, then in x's dtype: as the checkpoints were trained.
+            x = x * torch.tensor(self.config.d_model ** 0.5, dtype=torch.float32).to(x.dtype)
         if self.position is not None:
             x = x + self.position(positions)  # (batch, seq, d)
-        rope_positions = None
-        if self.config.positions == "rope":  # cos and sin once per call, shared by every layer
-            c = self.config
-            rope_positions = rope_rotation(positions, c.d_head, c.rope_base, c.rope_scaling, x.dtype)
+        c, rotations = self.config, {}
+        if c.positions == "rope":  # cos and sin once per call and base, shared by the layers of that base
+            rotations = {base: rope_rotation(positions, c.d_head, base, c.rope_scaling, x.dtype)
+                         for base in set(c.layer_rope_bases)}
         # One new token is the newest position: the causal rule (bottom-right) hides no key
         # from it, so a decoding step skips building that mask in every layer.
         causal = seq > 1
         hidden_states, attentions = [x], []
         for i, layer in enumerate(self.layers):
             cache = None if caches is None else caches[i]
-            options = dict(attn_mask=mask, is_causal=causal, cache=cache, positions=rope_positions)
+            options = dict(attn_mask=mask, is_causal=causal, cache=cache, positions=rotations.get(c.layer_rope_bases[i]))
             if output_attentions:
                 x, weights = layer(x, **options, need_weights=True)
                 attentions.append(weights)  # (batch, H, seq, past + seq)
@@ -377,13 +415,14 @@ class DecoderModel(nn.Module):
         """Continue each input: greedy at temperature 0, sampled otherwise, on our KVCache.
 
         A row stops after its first end-of-sequence token (config.eos_ids, from
-        config.json and generation_config.json); the batch, padded on the left, stops
+        config.json and generation_config.json; BOS for a llama2.c model); the batch, padded on the left, stops
         when every row has or after max_new_tokens.
 
         Args:
             texts_or_ids: a string, a list of strings, or token ids (as ``forward``).
-            max_new_tokens: the most tokens to add, 1 to what the model's positions leave
-                after the longest prompt (default 20).
+            max_new_tokens: the most tokens to add, 1 to 10000 (default 20). Past the
+                model's positions the window slides: the oldest tokens drop off and the
+                model sees the most recent ones (see ``selfattn.models.generation``).
             temperature: 0 (default): the most likely token each step; above 0: a draw
                 from softmax(logits / temperature).
             top_k: draw only among the k most likely tokens (None: all).
@@ -395,12 +434,14 @@ class DecoderModel(nn.Module):
 
         Returns:
             A ``Generation``: ``ids`` (each input's new token ids, a list of lists),
-                ``text`` (each input's new text), the prompts' ids, the new tokens, and per
-                step the five most likely next tokens.
+                ``text`` (each input's new text), the prompts' ids, the new tokens, per
+                step the five most likely next tokens, ``window_slid_at`` (the first step
+                chosen after the window slid, or None) and ``window_starts`` (where each
+                step's window began). A llama2.c model's empty prompt "" is BOS alone.
 
         Raises:
             OptionError: an option is out of range (the message gives the range).
-            SentenceError: a prompt is not valid input, or too long for the positions.
+            SentenceError: a prompt is not valid input, or longer than the model's positions.
         """
         from selfattn.models.generation import generate
 
@@ -467,6 +508,10 @@ class _IdPadder:
 
     def decode(self, ids: list[int]) -> str:
         """No vocabulary, so no text: generated ids stay ids."""
+        return ""
+
+    def continuation(self, prompt_ids: list[int], new_ids: list[int]) -> str:
+        """No vocabulary, so no text."""
         return ""
 
     pad = TextTokenizer.pad

@@ -5,8 +5,8 @@ explorer read these records and never ask which family they have:
 
     EmbeddingStep   which vectors are summed into the first hidden state, under what formula
     AttentionInfo   one layer's attention: causal or not, how positions enter (learned table
-                    or RoPE), grouped-query heads, the sliding window, the block's norm and
-                    feed-forward
+                    or RoPE, and its base), grouped-query heads, the sliding window, the
+                    factor on q . k, q/k norms, the block's norms and feed-forward
 """
 
 from __future__ import annotations
@@ -70,7 +70,14 @@ class AttentionInfo:
         window: this layer's sliding window W (a query sees its W newest keys), or None.
         norm: "layer" or "rms".
         norm_first: pre-LN (the attention reads LN(x)) or post-LN.
-        feed_forward: "gelu", "gelu_tanh" or "swiglu".
+        feed_forward: "gelu", "relu", "gelu_tanh", "swiglu" or "geglu_tanh".
+        scale: the factor on q . k before the softmax: 1 / sqrt(d_head) unless the
+            family sets its own (Gemma: 1 / sqrt(query_pre_attn_scalar)).
+        qk_norm: each head's q and k pass an RMSNorm (over its d_head features) before
+            RoPE, so their lengths are set by learned gains and not by the input.
+        norm_gain: an RMSNorm's gain: "w", or "1+w" (Gemma stores the gain minus 1).
+        sandwich_norm: the attention's and the feed-forward's outputs are normalised
+            too, before each is added back to the residual stream.
     """
 
     family: str
@@ -84,6 +91,10 @@ class AttentionInfo:
     norm: str
     norm_first: bool
     feed_forward: str
+    scale: float | None = None
+    qk_norm: bool = False
+    norm_gain: str = "w"
+    sandwich_norm: bool = False
 
     @property
     def group_size(self) -> int:
@@ -117,4 +128,8 @@ def attention_info(family: str, block_config, layer_window: int | None = None) -
         norm=block_config.norm,
         norm_first=block_config.norm_first,
         feed_forward=block_config.activation,
+        scale=a.score_scale,
+        qk_norm=a.qk_norm,
+        norm_gain=block_config.norm_gain,
+        sandwich_norm=block_config.sandwich_norm,
     )

@@ -1,6 +1,6 @@
 """The Llama layout, shared by every Llama-shaped family: its config reader and its weight table.
 
-Pre-RMSNorm blocks, SwiGLU feed-forwards, grouped-query attention with RoPE pairing
+Pre-RMSNorm blocks, gated feed-forwards, grouped-query attention with RoPE pairing
 feature i with i + d_head/2, and the tensor names ``model.layers.{i}.self_attn.q_proj``
 and so on. The families built on it differ only in data, stated in their own files as a
 ``LlamaShape``:
@@ -9,6 +9,15 @@ and so on. The families built on it differ only in data, stated in their own fil
     out_bias      None: as q, k and v; False: never on o
     reads_mlp_bias  whether the config's mlp_bias is read (else no feed-forward biases)
     windows       how the config's sliding windows are read: which layers, how wide
+    rope          how RoPE's base (one, or one per layer) and scaling are read
+    qk_norm       q_norm / k_norm: an RMSNorm over each head's q and k before RoPE
+    activation_field, activations   the config field naming the gated unit, and the
+                  names it may hold
+    norm_gain, sandwich_norm, scale_embeddings, scale_field   Gemma's differences: gains
+                  1 + w, norms after attention and feed-forward as well (then the names
+                  pre_feedforward_layernorm and post_feedforward_layernorm join, and
+                  post_attention_layernorm is the norm after attention), embeddings times
+                  sqrt(d), scores scaled by 1 / sqrt(config[scale_field])
 
 Both spellings of RoPE's settings are read: rope_theta / rope_scaling (the checkpoints on
 the hub) and rope_parameters (what transformers 5 writes); the Llama 3 rescaling
@@ -40,6 +49,8 @@ REFUSED = {
 
 # (config.json, its reader, layers) -> per layer the sliding window or None; () for none.
 Windows = Callable[[dict, ConfigReader, int], tuple[int | None, ...]]
+# (config.json, its reader, layers) -> (RoPE's base, its scaling or None, per layer the base or ()).
+RopeReader = Callable[[dict, ConfigReader, int], tuple[float, Llama3RopeScaling | None, tuple[float, ...]]]
 
 
 def no_windows(data: dict, read: ConfigReader, layers: int) -> tuple[int | None, ...]:
@@ -78,6 +89,46 @@ def windows_from_layer_types(data: dict, window: int, layers: int) -> tuple[int 
     return tuple(window if t == "sliding_attention" else None for t in types)
 
 
+def one_rope(data: dict, read: ConfigReader, layers: int) -> tuple[float, Llama3RopeScaling | None, tuple[float, ...]]:
+    """One RoPE base and scaling for every layer, from rope_parameters or rope_theta / rope_scaling.
+
+    Args:
+        data: the parsed config.json.
+        read: its field reader.
+        layers: the number of layers.
+
+    Returns:
+        (base, scaling or None, ()): no base per layer.
+
+    Raises:
+        ModelError: the fields are malformed, or ask for a scaling other than "llama3".
+    """
+    base, scaling = rope_settings(data)
+    return base, scaling, ()
+
+
+def windows_from_max_window_layers(data: dict, read: ConfigReader, layers: int) -> tuple[int | None, ...]:
+    """Qwen's windows: layer_types, else use_sliding_window with max_window_layers (layers from it on slide).
+
+    Args:
+        data: the parsed config.json.
+        read: its field reader.
+        layers: the number of layers.
+
+    Returns:
+        Per layer, sliding_window or None; () when no layer slides (sliding_window null).
+    """
+    if data.get("sliding_window") is None:
+        return ()
+    window = read.int("sliding_window")
+    if data.get("layer_types") is not None:
+        return windows_from_layer_types(data, window, layers)
+    if not data.get("use_sliding_window", False):
+        return ()
+    first = read.int("max_window_layers", default=layers, minimum=0)
+    return tuple(window if i >= first else None for i in range(layers))
+
+
 @dataclass(frozen=True)
 class LlamaShape:
     """How one Llama-shaped family differs from the shared layout (see the module docstring).
@@ -93,6 +144,17 @@ class LlamaShape:
         windows: (config, its reader, layers) -> per layer the sliding window or None;
             () for full attention everywhere.
         refused: config.json field -> what it asks for that our blocks do not compute.
+        rope: (config, its reader, layers) -> (base, scaling, per-layer bases or ());
+            default ``one_rope``.
+        qk_norm: the checkpoint has q_norm and k_norm, per-head RMSNorms before RoPE.
+        activation_field: the config field that names the feed-forward's activation.
+        activations: the names it may hold -> our gated activation; the first is the
+            default when the field is absent.
+        norm_gain: every RMSNorm's gain, "w" or "1+w".
+        sandwich_norm: norms after attention and feed-forward too (Gemma's layout).
+        scale_embeddings: the token embeddings are multiplied by sqrt(hidden_size).
+        scale_field: None (scores times 1 / sqrt(head_dim)), or the config field q
+            whose 1 / sqrt(q) scales the scores instead.
     """
 
     model_type: str
@@ -102,6 +164,14 @@ class LlamaShape:
     reads_mlp_bias: bool = False
     windows: Windows = no_windows
     refused: Mapping[str, str] = field(default_factory=lambda: dict(REFUSED), compare=False)
+    rope: RopeReader = one_rope
+    qk_norm: bool = False
+    activation_field: str = "hidden_act"
+    activations: Mapping[str, str] = field(default_factory=lambda: {"silu": "swiglu"})
+    norm_gain: str = "w"
+    sandwich_norm: bool = False
+    scale_embeddings: bool = False
+    scale_field: str | None = None
 
     def read_config(self, data: dict) -> DecoderConfig:
         """A config.json of this family -> ``DecoderConfig``.
@@ -115,14 +185,15 @@ class LlamaShape:
         Raises:
             ModelError: a required field is missing or mistyped, or the config asks for
                 what these blocks do not compute (another rope scaling, partial rotation,
-                a mixture of experts, attention sinks, another activation), naming the field.
+                a mixture of experts, attention sinks, another activation, what the
+                family's ``refused`` lists), naming the field.
         """
         read = ConfigReader(data, self.model_type)
         for name, what in self.refused.items():
             read.refuse_true(name, what)
         if data.get("partial_rotary_factor", 1.0) != 1.0:
             raise ModelError("config.json field 'partial_rotary_factor' asks for a partial rotation, which selfattn does not compute")
-        read.choice("hidden_act", {"silu": "silu"}, default="silu")
+        activation = read.choice(self.activation_field, self.activations, default=next(iter(self.activations)))
         d = read.int("hidden_size")
         heads = read.int("num_attention_heads")
         layers = read.int("num_hidden_layers")
@@ -130,7 +201,7 @@ class LlamaShape:
         if heads % kv_heads:
             raise ModelError(f"config.json: num_attention_heads ({heads}) is not divisible by num_key_value_heads ({kv_heads})")
         d_head = read.int("head_dim", default=read.divide(d, heads, "hidden_size", "num_attention_heads"), allow_null=True)
-        base, scaling = _rope(data)
+        base, scaling, bases = self.rope(data, read, layers)
         attention_bias = self.qkv_bias if self.qkv_bias is not None else read.bool("attention_bias", default=False)
         eos = read.ids("eos_token_id")
         return DecoderConfig(
@@ -142,7 +213,7 @@ class LlamaShape:
             n_kv_heads=kv_heads,
             d_head=d_head,
             d_ff=read.int("intermediate_size"),
-            activation="swiglu",
+            activation=activation,
             norm="rms",
             norm_eps=read.number("rms_norm_eps", default=1e-6),
             positions="rope",
@@ -157,6 +228,12 @@ class LlamaShape:
             bos_id=read.optional_id("bos_token_id"),
             eos_ids=eos,
             pad_id=read.optional_id("pad_token_id") or (eos[0] if eos else 0),
+            rope_bases=bases,
+            scale=None if self.scale_field is None else read.number(self.scale_field) ** -0.5,
+            qk_norm=self.qk_norm,
+            norm_gain=self.norm_gain,
+            sandwich_norm=self.sandwich_norm,
+            scale_embeddings=self.scale_embeddings,
         )
 
 
@@ -180,8 +257,18 @@ def llama_family(shape: LlamaShape) -> Family:
     )
 
 
-def _rope(data: dict) -> tuple[float, Llama3RopeScaling | None]:
-    """RoPE's base and scaling from rope_parameters (transformers 5) or rope_theta / rope_scaling."""
+def rope_settings(data: dict) -> tuple[float, Llama3RopeScaling | None]:
+    """RoPE's base and scaling from rope_parameters (transformers 5) or rope_theta / rope_scaling.
+
+    Args:
+        data: the parsed config.json, or a part of it holding these fields.
+
+    Returns:
+        (base, scaling): rope_theta (default 10000), and None or the "llama3" scaling.
+
+    Raises:
+        ModelError: the fields are malformed, or ask for another rope_type, naming the field.
+    """
     params = data.get("rope_parameters")
     field_name = "rope_parameters"
     if params is None:
@@ -235,12 +322,20 @@ def weight_rules(config: DecoderConfig) -> list[WeightRule]:
             rules.append(rule(f"{theirs}self_attn.{name}.weight", f"{ours}attention.{mine}.weight"))
             if config.attention_bias if mine != "w_o" else config.out_bias:
                 rules.append(rule(f"{theirs}self_attn.{name}.bias", f"{ours}attention.{mine}.bias"))
+        if config.qk_norm:
+            rules.append(rule(f"{theirs}self_attn.q_norm.weight", f"{ours}attention.q_norm.weight"))
+            rules.append(rule(f"{theirs}self_attn.k_norm.weight", f"{ours}attention.k_norm.weight"))
         for name in ("gate", "up", "down"):
             rules.append(rule(f"{theirs}mlp.{name}_proj.weight", f"{ours}feed_forward.{name}.weight"))
             if config.bias:
                 rules.append(rule(f"{theirs}mlp.{name}_proj.bias", f"{ours}feed_forward.{name}.bias"))
         rules.append(rule(f"{theirs}input_layernorm.weight", f"{ours}norm1.weight"))
-        rules.append(rule(f"{theirs}post_attention_layernorm.weight", f"{ours}norm2.weight"))
+        if config.sandwich_norm:  # post_attention_layernorm is then the norm AFTER attention
+            rules.append(rule(f"{theirs}post_attention_layernorm.weight", f"{ours}post_attention_norm.weight"))
+            rules.append(rule(f"{theirs}pre_feedforward_layernorm.weight", f"{ours}norm2.weight"))
+            rules.append(rule(f"{theirs}post_feedforward_layernorm.weight", f"{ours}post_feedforward_norm.weight"))
+        else:  # the norm before the feed-forward, named for where it sits: after the attention's residual sum
+            rules.append(rule(f"{theirs}post_attention_layernorm.weight", f"{ours}norm2.weight"))
     rules.append(rule("model.norm.weight", "norm.weight"))
     if not config.tie_embeddings:
         rules.append(rule("lm_head.weight", "lm_head.weight"))
