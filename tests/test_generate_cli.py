@@ -8,6 +8,8 @@ import json
 import pytest
 import torch
 
+from selfattn.models.registry import family_names
+
 from tiny_models import reference_model, reference_tokenizer, tiny_checkpoint
 
 pytest.importorskip("transformers")
@@ -110,12 +112,12 @@ def _broken(folders, tmp_path, what: str):
     "argv, message",
     [
         (lambda f, t: ["--model", _broken(f, t, "no-config")], "no config.json"),
-        (lambda f, t: ["--model", _broken(f, t, "other-type")], "bert, gpt2, llama, mistral, qwen2"),
+        (lambda f, t: ["--model", _broken(f, t, "other-type")], ", ".join(family_names())),
         (lambda f, t: ["--model", _broken(f, t, "missing-tensor")], "model.norm.weight"),
         (lambda f, t: ["--model", "someone/absent-model"], "models--someone--absent-model"),
         (lambda f, t: ["--model", str(f["bert"])], "encoder"),
         (lambda f, t: ["--model", str(f["llama"]), "--max-new-tokens", "0"], "max_new_tokens"),
-        (lambda f, t: ["--model", str(f["llama"]), "--max-new-tokens", "64"], "at most"),
+        (lambda f, t: ["--model", str(f["llama"]), "--max-new-tokens", "10001"], "from 1 to 10000"),
         (lambda f, t: ["--model", str(f["llama"]), "--temperature", "-1"], "temperature"),
         (lambda f, t: ["--model", str(f["llama"]), "--top-p", "2"], "top_p"),
         (lambda f, t: ["--model", str(f["llama"]), "--top-k", "0"], "top_k"),

@@ -10,6 +10,8 @@ from safetensors.torch import load_file, save_file
 
 from tiny_models import tiny_checkpoint
 
+from selfattn.models.registry import family_names
+
 pytest.importorskip("transformers")
 
 import selfattn as sa  # noqa: E402
@@ -43,7 +45,7 @@ def _copy(folder, target, config_change=None, weights_change=None):
 @pytest.mark.parametrize(
     "change, message",
     [
-        (lambda c: c.update(model_type="gpt_neox"), r"model_type 'gpt_neox'.*bert, gpt2, llama, mistral, qwen2"),
+        (lambda c: c.update(model_type="gpt_neox"), r"model_type 'gpt_neox'.*" + ", ".join(family_names())),
         (lambda c: c["rope_parameters"].update(rope_type="yarn"), r"'rope_parameters'.*'yarn'"),
         (lambda c: c.update(num_local_experts=8), r"'num_local_experts'.*mixture of experts"),
         (lambda c: c.update(partial_rotary_factor=0.5), r"'partial_rotary_factor'"),
@@ -96,8 +98,10 @@ def test_prompts_and_generation_options_out_of_range(llama):
     limit = llama.config.max_positions
     with pytest.raises(sa.SentenceError, match=f"{limit} positions"):
         llama(list(range(5, 5 + limit + 1)))
-    with pytest.raises(sa.OptionError, match="at most"):
-        llama.generate("The cat", max_new_tokens=limit)
+    past = llama.generate("The cat", max_new_tokens=limit)  # past the positions the window slides
+    assert len(past.ids[0]) == limit or past.ids[0][-1] in llama.config.eos_ids
+    with pytest.raises(sa.OptionError, match="from 1 to 10000"):
+        llama.generate("The cat", max_new_tokens=10_001)
     for options, name in [
         (dict(max_new_tokens=0), "max_new_tokens"),
         (dict(max_new_tokens=2.5), "max_new_tokens"),

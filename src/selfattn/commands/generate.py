@@ -1,14 +1,20 @@
-"""``selfattn generate``: a decoder continues a prompt; ``explain.generation`` writes what it chose."""
+"""``selfattn generate``: a decoder continues a prompt; ``explain.generation`` writes what it chose.
+
+The text (or JSON) goes to ``stream``, stdout in the CLI; a note that the context window
+slid goes to ``notes``, stderr unless given, after the text, so ``> out.txt`` holds only the
+prompt and its continuation.
+"""
 
 from __future__ import annotations
 
 import json
+import sys
 from typing import TextIO
 
 from selfattn.errors import ModelError
-from selfattn.explain.generation import Streamer, generation_to_dict
-from selfattn.models.generation import check_options
+from selfattn.explain.generation import Streamer, generation_to_dict, window_note
 from selfattn.models.decoder import DecoderModel
+from selfattn.models.generation import check_options
 from selfattn.models.loading import shared_model
 from selfattn.models.registry import decoder_names, one_of
 
@@ -23,8 +29,13 @@ def generate_command(
     seed: int | None,
     output_format: str,
     stream: TextIO,
+    notes: TextIO | None = None,
 ) -> None:
-    """Run one generation and write it to ``stream``; options are checked before the model loads."""
+    """Run one generation and write it to ``stream``; options are checked before the model loads.
+
+    With text output, a generation that passed the model's positions adds one note line on
+    ``notes`` (None: ``sys.stderr``); JSON says it in ``window_slid_at``.
+    """
     check_options(max_new_tokens, temperature, top_k, top_p, seed)
     model = shared_model(model_name)
     if not isinstance(model, DecoderModel):
@@ -36,7 +47,7 @@ def generate_command(
     if live:
         stream.write(prompt)
         stream.flush()
-    printer = Streamer(model, stream) if live else None
+    printer = Streamer(model, stream, model.tokenize(prompt).input_ids[0].tolist()) if live else None
     result = model.generate(
         prompt, max_new_tokens, temperature, top_k, top_p, seed, on_token=printer.add if printer else None
     )
@@ -46,3 +57,7 @@ def generate_command(
         stream.write(result.text[0][len(printer.shown):] + "\n")  # whatever the stream held back
     else:
         stream.write(prompt + result.text[0] + "\n")
+    note = window_note(model, result) if output_format == "text" else None
+    if note is not None:
+        stream.flush()  # the text first, when both go to one terminal
+        print(note, file=notes if notes is not None else sys.stderr)
