@@ -8,6 +8,8 @@ from ``decoder_roles.induction_probe_score``.
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass
 
 from selfattn.analysis.decoder_roles import induction_probe
@@ -92,5 +94,7 @@ def induction_probe_for(model, length: int, seed: int) -> Probe:
     vocab = model.config.vocab_size if tokenizer is None else min(model.config.vocab_size, tokenizer.vocab_size)
     specials = () if tokenizer is None else (tokenizer.token_to_id(t) for t in tokenizer.special_tokens)
     avoid = {i for i in specials if i is not None and i < vocab}
+    if tokenizer is not None:  # byte-fallback tokens (<0x0A> ...) show as bytes, not text: draw real pieces
+        avoid |= {i for i in range(vocab) if re.fullmatch(r"<0x[0-9A-Fa-f]{2}>", tokenizer.token(i))}
     ids = induction_probe(vocab, length, seed, first_id=bos if adds_bos else None, avoid=avoid)
     return Probe("induction", length, seed, ids.tolist(), offset)
