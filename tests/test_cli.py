@@ -1,6 +1,7 @@
 """The `selfattn explain` command end to end: formats, options and every user error."""
 
 import json
+import re
 import math
 import os
 import subprocess
@@ -141,15 +142,19 @@ def test_naive_overflow_is_explained_and_json_stays_valid(run_cli):
     _check_against_sdpa(data)
 
 
-def test_long_sentences_need_json(run_cli):
+def test_long_sentences_run_in_every_format_up_to_the_toy_positions(run_cli):
     sentence = " ".join(f"w{i}" for i in range(30))
     status, out, err = run_cli("explain", sentence)
-    assert status == 2 and out == ""
-    assert "30 tokens" in err and "at most 24" in err and "--format json" in err
+    assert status == 0 and err == ""
+    # 30 keys are more than a text matrix shows: its first and last columns, and a line saying so.
+    cut = re.findall(r"… left out: (\d+) columns \(tokens (\d+)-(\d+)\); --format json has them all\.", out)
+    assert len(cut) == 2 and all(int(count) == int(last) - int(first) + 1 for count, first, last in cut), cut
     status, out, _ = run_cli("explain", sentence, "--format", "json")
     assert status == 0 and len(json.loads(out)["tokens"]) == 30
-    status, _, err = run_cli("explain", " ".join(["w"] * 600), "--format", "json")
-    assert status == 2 and "at most 512" in err
+    for output in ("text", "json", "markdown"):
+        status, out, err = run_cli("explain", " ".join(["w"] * 600), "--format", output)
+        assert status == 2 and out == "" and err.count("\n") == 1
+        assert "600 tokens" in err and "at most 512" in err and "every format" in err
 
 
 def _write(path, text):
@@ -183,7 +188,9 @@ def bad_inputs(tmp_path):
         (["--dim", "three"], "invalid int value"),
         (["--embed", "seed", "--dim", "4"], "3-dimensional"),
         (["--embeddings", "x.csv", "--embed", "random"], "exclude each other"),
-        ([" ".join(["w"] * 25)], "at most 24"),
+        ([" ".join(["w"] * 513)], "at most 512"),
+        (["--query", "-8"], "positions 0 to 6, or -7 to -1 from the end"),
+        (["--query", "7"], "positions 0 to 6, or -7 to -1 from the end"),
     ]
 
 

@@ -45,11 +45,11 @@ def test_config_is_frozen():
         config.precision = 2  # type: ignore[misc]
 
 
-def test_too_long_for_text_but_fine_for_json():
-    sentence = " ".join(["w"] * 25)
-    with pytest.raises(SentenceError, match="at most 24"):
-        build_trace(ExplainConfig(sentence=sentence))
-    assert len(build_trace(ExplainConfig(sentence=sentence, format="json")).tokens) == 25
+def test_every_format_takes_the_toy_positions_and_no_more():
+    for output in ("text", "markdown", "json", "html", "plot"):
+        assert len(build_trace(ExplainConfig(sentence=" ".join(["w"] * 512), format=output)).tokens) == 512
+        with pytest.raises(SentenceError, match="513 tokens.*at most 512"):
+            build_trace(ExplainConfig(sentence=" ".join(["w"] * 513), format=output))
 
 
 @settings(max_examples=40, deadline=None)

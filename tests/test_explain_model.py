@@ -174,7 +174,9 @@ LONG = " ".join(["word"] * 50)  # 52 tokens with [CLS] and [SEP]
         ([SENTENCE, "--variant", "scaled"], "--variant does not apply with --model"),
         ([SENTENCE, "--embeddings", "table.json"], "--embeddings does not apply with --model"),
         ([SENTENCE, "--dim", "4"], "--dim does not apply with --model"),
-        ([LONG], "52 tokens"),
+        ([" ".join(["word"] * 520)], "522 tokens"),  # past the model's 512 positions, in any format
+        ([SENTENCE, "--query", "-10"], "positions 0 to 8, or -9 to -1 from the end"),
+        ([SENTENCE, "--query", "9"], "positions 0 to 8, or -9 to -1 from the end"),
     ],
 )
 def test_user_errors_are_one_line(run_cli, args, message):

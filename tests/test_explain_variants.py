@@ -197,7 +197,7 @@ def test_text_shows_each_extra_step(run_cli, args, words):
         (["--variant", "qkv", "--positional", "rope", "--d-k", "3"], "even"),
         (["--variant", "scaled", "--positional", "rope", "--embed", "random", "--dim", "1"], "at least 2"),
         (["--variant", "multihead", "--heads", "16", "--embed", "random", "--dim", "2", "--format", "json",
-          " ".join(["w"] * 200)], "at most"),
+          " ".join(["w"] * 513)], "at most 512"),
     ],
 )
 def test_bad_variant_options_are_one_line_exit_2(run_cli, args, message):

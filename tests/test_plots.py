@@ -124,8 +124,6 @@ def test_heatmap_of_256_tokens_thins_labels_and_renders(tmp_path):
         (lambda: plots.heatmap_figure([[0.5, 0.5], [1.0]], ["a", "b"]), ShapeError),
         (lambda: plots.heatmap_figure(WEIGHTS, "cat"), ShapeError),
         (lambda: plots.heatmap_figure([[1.5, -0.5], [0.5, 0.5]], ["a", "b"]), OptionError),
-        (lambda: plots.heatmap_figure(np.full((61, 61), 1 / 61), [str(i) for i in range(61)], values=True),
-         OptionError),
         (lambda: plots.arrows_figure(TOKENS, [0.5, 0.5], 0), ShapeError),
         (lambda: plots.arrows_figure(TOKENS, WEIGHTS[0], "dog"), QueryError),
         (lambda: plots.arrows_figure(TOKENS, WEIGHTS[0], 3), QueryError),

@@ -74,7 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
         "none. Default: the variant's own mask",
     )
     plot.add_argument("--tile", type=int, metavar="N",
-                      help="for --kind mask: tiles of N x N in the block map (skipped / full / partial), default 2; "
+                      help="for --kind mask: tiles of N x N in the block map (skipped / full / partial), default 2 (for more than "
+                      "64 tokens the power of two that keeps the map to 32 tiles a side); "
                       "with --length, the block size of the map, default 128")
     plot.add_argument("--length", type=int, metavar="LEN",
                       help="for --kind mask: draw the block map of --mask or --mask-mod over LEN positions (1 to "

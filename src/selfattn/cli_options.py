@@ -19,15 +19,16 @@ EXIT_USAGE = 2
 QUERY_HELP = (
     "the query token, case-sensitive ('The' and 'the' differ). A repeated token picks its first "
     "occurrence; to pick another, give its 0-based position instead (in 'the cat saw the dog', "
-    "--query 3 is the second 'the'). A number is read as a position unless the sentence contains it "
-    "as a word. Default: the token at position 1, as the seed picks 'cat'"
+    "--query 3 is the second 'the'); a negative position counts from the end (--query -1 is the last token). "
+    "A number is read as a position unless the sentence contains it as a word. Default: the token at "
+    "position 1, as the seed picks 'cat'"
 )
 
 COMPARE_QUERY_HELP = (
     "the query token, looked up in each sentence on its own (required). Case-sensitive for the toy variants; "
     "with --model one of the model's WordPiece tokens, in any case ([CLS] is 0); a word the model cuts into "
     "pieces is refused with the pieces named. A repeated token picks its first occurrence; a 0-based "
-    "position picks that position in both sentences"
+    "position picks that position in both sentences, and a negative one counts from the end of each (-1: the last token)"
 )
 
 

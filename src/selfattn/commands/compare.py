@@ -20,6 +20,7 @@ from selfattn.models.loading import shared_model
 from selfattn.models.queries import model_finder, model_query_piece
 from selfattn.pipeline.embeddings import SEED_TABLE
 from selfattn.pipeline.tokenize import check_text, find_query, missing_tokens, quote_tokens, read_position
+from selfattn.trace.model import find_position
 
 
 def compare(sentence_a: str, sentence_b: str, query: str | int, model: str | None = None, **options) -> Comparison:
@@ -37,7 +38,8 @@ def compare(sentence_a: str, sentence_b: str, query: str | int, model: str | Non
             the toy variants; for a model one of its tokens as written ('Ġcat') or as it
             reads ('cat'), in any case when nothing matches exactly) picks its first
             occurrence, and a 0-based position (an int, or a string of digits that is
-            not a token of that sentence) picks that position in both. A model's special
+            not a token of that sentence) picks that position in both; a negative one
+            counts from the end of each (-1: each sentence's last token). A model's special
             tokens count ([CLS] or <s> is 0), and a word the model cuts into several
             pieces is refused with the pieces named: give one of them.
         model: a pretrained model ("all-MiniLM-L6-v2", or a folder of any supported
@@ -129,7 +131,7 @@ def _locate(tokens: list[str], query: str | int, label: str, find, shown: str | 
             readable: list[str] | None = None) -> int:
     """The query's position in one sentence; a query that is not there names the sentence (and ``shown``, as given)."""
     try:
-        return find(tokens, query)
+        return find_position(find, tokens, query)
     except QueryError as error:
         if isinstance(query, str) and read_position(query) is None:
             listed = tokens if readable is None else [r.strip() or t for t, r in zip(tokens, readable)]

@@ -17,11 +17,14 @@ from selfattn.positional import POSITIONAL_NAMES
 from selfattn.trace.variants import MULTI_HEAD, PROJECTED, VARIANTS, default_heads
 
 FORMATS = ("text", "json", "markdown", "html", "plot")  # html: the explorer; plot: a picture
-MAX_TEXT_TOKENS = 24  # wider matrices stop being readable as text
-MAX_JSON_TOKENS = 512  # three 512 x 512 matrices are already ~15 MB of JSON
-MAX_TOKENS = {"text": MAX_TEXT_TOKENS, "markdown": MAX_TEXT_TOKENS, "json": MAX_JSON_TOKENS, "html": 512, "plot": 256}
+# The toy variants' positions, as many as all-MiniLM-L6-v2 has: a sentence of up to this many
+# tokens runs in every format (text summarises the wide matrices, JSON holds every number).
+# A pretrained model takes as many tokens as its own positions allow.
+MAX_TOKENS = 512
+# Every head keeps a dozen n x n steps, all of them in the JSON (about 45 MB per head at 512
+# tokens): heads x tokens^2 stays within this, 512 tokens with up to 4 heads, 256 with 16.
+MAX_HEAD_CELLS = 1 << 20
 MAX_HEADS = 16  # one table per head; more stop being readable
-MAX_JSON_HEAD_CELLS = 1 << 18  # heads x n x n per matrix in JSON: 512 tokens x 1 head, 128 x 16
 MAX_D_K = 256
 
 
@@ -44,8 +47,9 @@ class ExplainConfig:
         dim: the width of random embeddings, 1 to 1024. None: 3 for random embeddings.
         seed: seeds the random embeddings and every untrained weight (projections,
             learned position table); default 0.
-        query: the query token, or its 0-based position. None: position 1 ("cat" in the
-            seed), or 0 for a one-token sentence.
+        query: the query token, or its 0-based position; a negative position counts
+            from the end (-1: the last token). None: position 1 ("cat" in the seed), or 0
+            for a one-token sentence.
         precision: digits after the decimal point in the output, 0 to 10 (default 4).
         format: "text" (default), "json", "markdown", "html" (the explorer) or "plot".
         variant: the attention variant, one of ``VARIANTS``; "simple" (default) is the
@@ -84,7 +88,7 @@ class ExplainConfig:
     embed: str = "auto"  # auto | seed | random
     dim: int | None = None  # width of random embeddings
     seed: int = 0
-    query: str | int | None = None  # a token or a 0-based position
+    query: str | int | None = None  # a token or a 0-based position (negative: from the end)
     precision: int = 4
     format: str = "text"
     variant: str = "simple"  # one of VARIANTS
@@ -180,11 +184,17 @@ def check_variant_options(variant: str, heads, kv_heads, d_k, positional: str, b
             )
 
 
-def check_length(n_tokens: int, output_format: str) -> None:
-    """Refuse sentences too long to be worth printing in the chosen format."""
-    limit = MAX_TOKENS[output_format]
-    if n_tokens > limit:
-        hint = f" (use --format json for up to {MAX_JSON_TOKENS})" if limit == MAX_TEXT_TOKENS else ""
+def check_length(n_tokens: int, heads: int = 1) -> None:
+    """Refuse a sentence longer than the toy variants take, in any format: ``MAX_TOKENS``, and
+    ``heads`` x tokens^2 within ``MAX_HEAD_CELLS``."""
+    if n_tokens > MAX_TOKENS:
         raise SentenceError(
-            f"the sentence has {n_tokens} tokens; {output_format} output shows at most {limit}{hint}"
+            f"the sentence has {n_tokens} tokens; without --model a sentence takes at most {MAX_TOKENS} "
+            "(the toy variants' positions), in every format"
+        )
+    if heads * n_tokens**2 > MAX_HEAD_CELLS:
+        most = int((MAX_HEAD_CELLS / heads) ** 0.5)
+        raise SentenceError(
+            f"the sentence has {n_tokens} tokens; with {heads} heads the toy variants take at most {most} "
+            f"(every head's n × n steps are kept: heads × tokens² at most {MAX_HEAD_CELLS}), in every format"
         )

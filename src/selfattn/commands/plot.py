@@ -145,7 +145,7 @@ def plot(
     else:
         allowed, rows, columns, title = mask_picture(mask, trace)
         label = "masked" if mask is not None or not is_model(trace) else label
-        figure = plots.mask_figure(allowed, rows, columns, title=title, block_size=tile or DEFAULT_TILE,
+        figure = plots.mask_figure(allowed, rows, columns, title=title, block_size=tile or default_tile(len(columns)),
                                    hidden_label=label)
     return plots.save_figure(figure, target)
 
@@ -337,5 +337,15 @@ def _positional_figure(config: ExplainConfig, dim: int | None):
     return positional_plots.positional_figure(table, title=title)
 
 
-# Tiles of the block map in `plot --kind mask`: a sentence is short, so small tiles.
+# Tiles of the block map in `plot --kind mask`: a short sentence gets small tiles; a long one
+# tiles big enough that the map has at most MAX_DEFAULT_TILES per axis, as a kernel's blocks would.
 DEFAULT_TILE = 2
+MAX_DEFAULT_TILES = 32
+
+
+def default_tile(n: int) -> int:
+    """The block map's tile for n keys: DEFAULT_TILE, or the power of two that keeps the tiles to MAX_DEFAULT_TILES."""
+    tile = DEFAULT_TILE
+    while -(-n // tile) > MAX_DEFAULT_TILES:
+        tile *= 2
+    return tile

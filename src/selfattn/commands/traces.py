@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from selfattn.commands.options import MAX_JSON_HEAD_CELLS, ExplainConfig, check_length
-from selfattn.errors import OptionError, SentenceError
+from selfattn.commands.options import ExplainConfig, check_length
+from selfattn.errors import OptionError
 from selfattn.pipeline.embeddings import SEED_SENTENCE, resolve_embeddings
+from selfattn.pipeline.tokenize import find_query
+from selfattn.trace.model import find_position
 from selfattn.trace.seed import Trace, trace_self_attention
 from selfattn.trace.variants import PROJECTED, VariantTrace, default_d_k, trace_variant
 
@@ -33,10 +35,11 @@ def build_trace(config: ExplainConfig) -> Trace | VariantTrace | ModelTrace:
         The record for the renderers: ``Trace``, ``VariantTrace`` or ``ModelTrace``.
 
     Raises:
-        SentenceError: the sentence is empty or has more tokens than ``config.format``
-            shows (without a model: 24 for text and markdown, 512 for json and html,
-            256 for plot; fewer for json and html with several heads).
-        QueryError: the query is not a token of the sentence or out of range.
+        SentenceError: the sentence is empty or longer than the positions: without a
+            model 512 tokens (``MAX_TOKENS``; fewer with more than 4 heads, heads x
+            tokens² at most ``MAX_HEAD_CELLS``), with one the model's own; in every format.
+        QueryError: the query is not a token of the sentence, or a position out of range
+            (-n to n - 1: a negative one counts from the end).
         EmbeddingError: the embeddings cannot be built for these tokens or their dot
             products overflow.
         OptionError: RoPE meets an odd d_k, or (with a model) the layer or head is out
@@ -65,23 +68,17 @@ def build_trace(config: ExplainConfig) -> Trace | VariantTrace | ModelTrace:
             layer=0 if config.layer is None else config.layer,
             head=0 if config.head is None else config.head,
             query=config.query,
-            output_format=config.format,
             source=config.model,
         )
     tokens = config.tokens
-    check_length(len(tokens), config.format)
+    check_length(len(tokens), config.query_heads)
+    # A negative position counts from the end; the trace records the position from 0.
+    query = find_position(find_query, tokens, config.query)
     x, source = resolve_embeddings(
         tokens, config.embed, path=config.embeddings, dim=config.dim, seed=config.seed
     )
     if config.variant == "simple" and config.positional == "none":
-        return trace_self_attention(tokens, x, config.query, source)
-    n_heads = config.query_heads
-    if config.format in ("json", "html") and n_heads * len(tokens) ** 2 > MAX_JSON_HEAD_CELLS:
-        most = int((MAX_JSON_HEAD_CELLS / n_heads) ** 0.5)
-        raise SentenceError(
-            f"the sentence has {len(tokens)} tokens; {config.format.upper()} output with {n_heads} heads shows "
-            f"at most {most} (each head's score and weight matrices are written out)"
-        )
+        return trace_self_attention(tokens, x, query, source)
     d = int(x.shape[1])
     d_k = config.d_k or (default_d_k(d, config.query_heads, config.positional) if config.variant in PROJECTED else d)
     # Without projections an odd width turns its leading pairs and leaves the last feature.
@@ -93,7 +90,7 @@ def build_trace(config: ExplainConfig) -> Trace | VariantTrace | ModelTrace:
         tokens,
         x,
         config.variant,
-        query=config.query,
+        query=query,
         heads=config.query_heads,
         kv_heads=config.key_value_heads,
         d_k=d_k if config.variant in PROJECTED else None,

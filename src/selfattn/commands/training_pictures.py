@@ -23,7 +23,9 @@ from selfattn.viz.output import check_output_path, write_text
 from selfattn.viz.training_plot import training_figure
 from selfattn.viz.training_view import PAGE_EXTENSIONS, render_training_page, training_page_data
 
-SHIPPED = tuple(name for name in MODELS if name != DEFAULT_MODEL)  # tiny-induction, tiny-shakespeare
+# The models selfattn trained and ships with their run's records: tiny-induction, tiny-shakespeare
+# (stories260K ships too, but was trained elsewhere and has no run folder).
+SHIPPED = tuple(name for name, spec in MODELS.items() if name != DEFAULT_MODEL and spec.checkpoint is None)
 
 
 def read_run(folder) -> TrainingRun:

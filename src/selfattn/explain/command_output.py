@@ -11,11 +11,12 @@ import json
 from typing import TextIO
 
 from selfattn.errors import OptionError, SentenceError
-from selfattn.explain.document import Document, Heading
+from selfattn.explain.document import Document, Heading, display_token, token_span
 from selfattn.formatting import check_precision, compact_json, plain
 
 FORMATS = ("text", "json", "markdown")
 SHOWN_CHARS = 70  # a longer sentence is cut where it is named
+SHOWN_TOKENS = 48  # a longer token list shows its first and last tokens, and says which it left out
 
 
 def check_output(output_format: str, precision: int) -> None:
@@ -31,6 +32,17 @@ def check_output(output_format: str, precision: int) -> None:
     if output_format not in FORMATS:
         raise OptionError(f"unknown format {output_format!r}: choose one of {', '.join(FORMATS)}")
     check_precision(precision)
+
+
+def shown_tokens(tokens: list[str], separator: str) -> str:
+    """The tokens joined by ``separator``, each made safe to print; past SHOWN_TOKENS the first
+    SHOWN_TOKENS - 4, '…' and the last 3, followed by which tokens were left out."""
+    n = len(tokens)
+    if n <= SHOWN_TOKENS:
+        return separator.join(display_token(t) for t in tokens)
+    first, last = SHOWN_TOKENS - 4, n - 3
+    shown = [display_token(t) for t in tokens[:first]] + ["…"] + [display_token(t) for t in tokens[last:]]
+    return f"{separator.join(shown)} ({token_span(list(range(first, last)))} left out; --format json has them all)"
 
 
 def check_sentence(sentence, name: str = "the sentence") -> None:

@@ -15,14 +15,13 @@ from collections import Counter
 
 
 from selfattn.analysis.probes import PROBE_LENGTH
-from selfattn.explain.command_output import command_lines
+from selfattn.explain.command_output import command_lines, shown_tokens
 from selfattn.explain.document import Document, Heading, Lines, Note, Paragraph, Table, display_token, fmt
 from selfattn.analysis.decoder_roles import (
     DECODER_PATTERNS, DECODER_ROLES, DECODER_THRESHOLD, DUPLICATE_TOKEN, FIRST_TOKEN, INDUCTION, PREVIOUS_TOKEN,
     DecoderHeadRole,
 )
 
-SHOWN_TOKENS = 48  # a longer token list is shortened in the text
 TOP_HEADS = 3  # how many strongest heads the summary names
 SCORE_KEYS = {PREVIOUS_TOKEN: "previous_token", DUPLICATE_TOKEN: "duplicate_token", INDUCTION: "induction",
               FIRST_TOKEN: "first_token"}  # the JSON's names of the four pattern scores
@@ -88,7 +87,6 @@ def decoder_heads_document(data: dict, precision: int, model_arg: str, blind: li
     """
     readable, probe, heads = data["readable"], data.get("probe"), data["heads"]
     n = len(readable)
-    shown = readable if n <= SHOWN_TOKENS else readable[: SHOWN_TOKENS - 4] + ["…"] + readable[-3:]
     doc = Document()
     if probe is None:
         doc.add(Paragraph(f"Sentence: {display_token(data['sentence'])}"))
@@ -98,7 +96,7 @@ def decoder_heads_document(data: dict, precision: int, model_arg: str, blind: li
             f"Probe (induction): {bos}{probe['length']} random tokens (seed {probe['seed']}), then the same "
             f"{probe['length']} again."))
     doc.add(
-        Paragraph(f"{n} tokens: {' | '.join(display_token(t) for t in shown)}"),
+        Paragraph(f"{n} tokens: {shown_tokens(readable, ' | ')}"),
         Heading("How to read the table"),
         Paragraph(
             "In a decoder each token gives a row of weights, adding up to 1, to itself and the tokens before "

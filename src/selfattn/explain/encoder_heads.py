@@ -14,11 +14,10 @@ import shlex
 from collections import Counter
 
 
-from selfattn.explain.command_output import command_lines
+from selfattn.explain.command_output import command_lines, shown_tokens
 from selfattn.explain.document import Document, Heading, Lines, Note, Paragraph, Table, display_token, fmt
 from selfattn.analysis.head_roles import PARTS, ROLE_THRESHOLD, ROLES, SPREAD, HeadRole
 
-SHOWN_TOKENS = 48  # a longer token list is shortened in the text
 SHOWN_TARGET = 8  # a longer "one token" word is cut, so the role column stays 16 wide
 TOP_HEADS = 3  # how many most focused / most spread heads the summary names
 PART_COLUMNS = {"previous token": "prev", "next token": "next", "self": "self", "[CLS]/[SEP]": "[CLS]/[SEP]",
@@ -72,13 +71,12 @@ def heads_document(
         The Document to render as text or markdown.
     """
     n = len(tokens)
-    shown = tokens if n <= SHOWN_TOKENS else tokens[: SHOWN_TOKENS - 4] + ["…"] + tokens[-3:]
     heads = [(layer, head, r) for layer, row in enumerate(roles) for head, r in enumerate(row)]
     t = f"{ROLE_THRESHOLD:.0%}"
     doc = Document()
     doc.add(
         Paragraph(f"Sentence: {display_token(sentence)}"),
-        Paragraph(f"{n} WordPiece tokens: {' '.join(display_token(t) for t in shown)}"),
+        Paragraph(f"{n} WordPiece tokens: {shown_tokens(tokens, ' ')}"),
         Heading("How to read the table"),
         Paragraph(
             "Each head gives every token a row of weights over all the tokens, adding up to 100%. We read "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from selfattn.explain.document import (
+    Block,
     Document,
     Heading,
     Lines,
@@ -20,6 +21,7 @@ from selfattn.explain.document import (
     component_headers,
     display_token,
     fmt,
+    token_table,
     vector_cells,
 )
 from selfattn.trace.model import ModelTrace
@@ -59,7 +61,8 @@ def token_label(t: ModelTrace, j: int) -> str:
 
 def token_cell(t: ModelTrace, j: int) -> str:
     label, raw = token_label(t, j), display_token(t.tokens[j])
-    return label if label == raw else f"{label} ({raw})"
+    # A vocabulary that spells a space as a space (llama2.c's) spells the token as it reads.
+    return label if label in (raw, display_token(t.tokens[j].replace(" ", SPACE))) else f"{label} ({raw})"
 
 
 def query_label(t: ModelTrace) -> str:
@@ -97,13 +100,15 @@ def key_span(keys: list[int]) -> str:
     return "positions " + ", ".join(map(str, keys))
 
 
-def wide_rows(t: ModelTrace, vectors: torch.Tensor, p: int) -> list[list[str]]:
-    """One row per token: its label, the first and last components, then the length."""
-    return [[token_label(t, j)] + vector_cells(vectors[j].tolist(), p) + [fmt(vector_length(vectors[j]), 2)] for j in range(len(t.tokens))]
+def wide_row(t: ModelTrace, vectors: torch.Tensor, p: int, j: int) -> list[str]:
+    """Token j's row: its label, the first and last components, then the length."""
+    return [token_label(t, j)] + vector_cells(vectors[j].tolist(), p) + [fmt(vector_length(vectors[j]), 2)]
 
 
-def wide_table(t: ModelTrace, vectors: torch.Tensor, p: int, title: str) -> Table:
-    return Table(["token"] + component_headers(vectors.shape[-1], "x") + ["|x|"], wide_rows(t, vectors, p), title=title, highlight_row=t.query_index)
+def wide_table(t: ModelTrace, vectors: torch.Tensor, p: int, title: str) -> list[Block]:
+    """One row per token (cut past ``SHOWN_ROWS``, with a line saying so), the query's highlighted."""
+    return token_table(["token"] + component_headers(vectors.shape[-1], "x") + ["|x|"], len(t.tokens), t.query_index,
+                       lambda j: wide_row(t, vectors, p, j), title=title)
 
 
 def rope_base_text(value: float) -> str:
@@ -142,6 +147,11 @@ def intro_step(doc: Document, t: ModelTrace) -> None:
         "meaning close together), unlike the seed's hand-made table or the variants' random weights. So the "
         "patterns below are what a real model does, not arithmetic on made-up numbers."
         if t.default_model else
+        "Every weight here was learned by Andrej Karpathy's training for llama2.c on TinyStories, short "
+        "stories in simple English, about 260 thousand parameters in all; selfattn reads his checkpoint as "
+        "published. So the patterns below are what a real (small) language model learned, not arithmetic on "
+        "random numbers."
+        if t.builtin and t.model_name == "stories260K" else
         "Every weight here was learned by selfattn's own training (selfattn train): tiny-induction on random "
         "symbols repeated, so it learned to continue a repeat; tiny-shakespeare on Shakespeare's plays, one "
         "character at a time. So the patterns below are learned behaviour, not arithmetic on random numbers."
@@ -277,7 +287,7 @@ def embeddings_step(doc: Document, t: ModelTrace, p: int) -> None:
         doc.add(Table([query_label(t)] + component_headers(d, "x") + ["|x|"], [[name] + vector_cells(v.tolist(), p) + [fmt(vector_length(v), 2)] for name, v in parts],
                       title=f"The parts of {query_label(t)}"))
     doc.add(
-        wide_table(t, t.embeddings, p, "X₀: every token after LayerNorm" if e.normalised else "X₀: every token's first vector"),
+        *wide_table(t, t.embeddings, p, "X₀: every token after LayerNorm" if e.normalised else "X₀: every token's first vector"),
         Paragraph(
             "These vectors are what layer 0 reads"
             + (", the layer this walkthrough follows." if t.layer == 0 else f"; {layers_before(t.layer)} {'changes' if t.layer == 1 else 'change'} them before layer {t.layer} sees them.")

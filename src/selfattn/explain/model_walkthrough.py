@@ -62,7 +62,7 @@ def _layer_input(doc: Document, t: ModelTrace, p: int, step: int) -> None:
                 f"feed-forward network), so a token's vector now carries some of its context. This is {x}, "
                 f"still {len(t.tokens)} × {t.d_model}."
             ),
-            wide_table(t, t.layer_input, p, f"{x}: the hidden states entering layer {layer}"),
+            *wide_table(t, t.layer_input, p, f"{x}: the hidden states entering layer {layer}"),
         )
     else:
         doc.add(Heading(f"Step {step} · What the attention of layer 0 reads: {norm}(X₀)"))
@@ -73,7 +73,7 @@ def _layer_input(doc: Document, t: ModelTrace, p: int, step: int) -> None:
                 f"{norm}({x}), not {x} itself, and its output is added back to {x} unnormalised (the residual "
                 f"connection). {NORM_TEXT.get(a.norm, '')}"
             ),
-            wide_table(t, t.attention_input, p, f"{norm}({x}): what the attention of layer {layer} reads"),
+            *wide_table(t, t.attention_input, p, f"{norm}({x}): what the attention of layer {layer} reads"),
         )
 
 

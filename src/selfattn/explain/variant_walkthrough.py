@@ -23,6 +23,10 @@ from selfattn.explain.document import (
     display_token,
     fmt,
     fmt_vector,
+    left_out_line,
+    token_lines,
+    token_matrix,
+    token_table,
     vector_cells,
 )
 from selfattn.explain.variant_notes import entropy, scaling_section, untrained_note
@@ -66,10 +70,13 @@ def positional_step(doc: Document, t: VariantTrace, p: int, step: int) -> None:
                 "Attention by itself does not know the order of the tokens: shuffle them and every token gets "
                 f"the same context vector as before. Adding a position vector to each embedding fixes that. P is {what}."
             ),
-            Table(["position"] + component_headers(d, "p"), [[str(i)] + vector_cells(t.encoding[i].tolist(), p) for i in range(len(t.tokens))], highlight_row=q),
-            Table(["token"] + component_headers(d, "x+p"), [[_label(t, i)] + vector_cells(t.inputs[i].tolist(), p) for i in range(len(t.tokens))], title="What attention reads: X + P", highlight_row=q),
+            *token_table(["position"] + component_headers(d, "p"), len(t.tokens), q, lambda i: [str(i)] + vector_cells(t.encoding[i].tolist(), p)),
+            *token_table(["token"] + component_headers(d, "x+p"), len(t.tokens), q, lambda i: [_label(t, i)] + vector_cells(t.inputs[i].tolist(), p), title="What attention reads: X + P"),
         )
     elif t.positional == "rope":
+        n = len(t.tokens)
+        keys = [token_lines(n, q, lambda j: f"k of '{_label(t, j)}' (position {j}), key head {g}: {fmt_vector(t.k_unrotated[g, j].tolist(), p)} → {fmt_vector(t.k[g, j].tolist(), p)}")
+                for g in range(t.n_kv_heads)]
         doc.add(
             Heading(f"Step {step} · Rotary positions (RoPE): turn q and k"),
             Paragraph(
@@ -84,12 +91,14 @@ def positional_step(doc: Document, t: VariantTrace, p: int, step: int) -> None:
                     else ""
                 )
             ),
-            Table(["position"] + [f"pair {i}" for i in range(t.rope_angles.shape[1])], [[str(i)] + [fmt(a, p) for a in t.rope_angles[i].tolist()] for i in range(len(t.tokens))], title="Angles in radians", highlight_row=q),
+            *token_table(["position"] + [f"pair {i}" for i in range(t.rope_angles.shape[1])], n, q, lambda i: [str(i)] + [fmt(a, p) for a in t.rope_angles[i].tolist()], title="Angles in radians"),
             Lines(
                 [f"q of '{_label(t, q)}', head {h}: {fmt_vector(t.q_unrotated[h, q].tolist(), p)} → {fmt_vector(t.q[h, q].tolist(), p)}" for h in range(t.n_heads)]
-                + [f"k of '{_label(t, j)}' (position {j}), key head {g}: {fmt_vector(t.k_unrotated[g, j].tolist(), p)} → {fmt_vector(t.k[g, j].tolist(), p)}" for g in range(t.n_kv_heads) for j in range(len(t.tokens))]
+                + [line for lines, _ in keys for line in lines]
             ),
         )
+        if keys[0][1]:
+            doc.add(left_out_line(keys[0][1], what="keys"))
         if t.distance_check is not None:
             # Group the trace's records by distance, in the order they come; nothing is recomputed here.
             groups: dict[int, list] = {}
@@ -161,8 +170,11 @@ def projections_step(doc: Document, t: VariantTrace, p: int, step: int) -> None:
     for h, g in enumerate(t.kv_head_of):
         title = f"Head {h}" + (f" (key/value head {g})" if t.n_kv_heads != t.n_heads else "")
         # Before any rotation: RoPE is the next step.
-        rows = [[_label(t, j), fmt_vector(t.q_unrotated[h, j].tolist(), p), fmt_vector(t.k_unrotated[g, j].tolist(), p), fmt_vector(t.v[g, j].tolist(), p)] for j in range(len(t.tokens))]
-        doc.add(Table(["token", "q", "k", "v"], rows, title=title, highlight_row=t.query_index))
+        doc.add(*token_table(
+            ["token", "q", "k", "v"], len(t.tokens), t.query_index,
+            lambda j: [_label(t, j), fmt_vector(t.q_unrotated[h, j].tolist(), p), fmt_vector(t.k_unrotated[g, j].tolist(), p), fmt_vector(t.v[g, j].tolist(), p)],
+            title=title,
+        ))
     if t.n_kv_heads != t.n_heads:
         doc.add(
             Paragraph(
@@ -182,8 +194,12 @@ def mask_step(doc: Document, t: VariantTrace, p: int, step: int) -> None:
             "lets the token at position i attend to positions 0..i only: every later score is set to -inf before the softmax, and "
             "exp(-inf) = 0, so those tokens get exactly zero weight. The rows still add up to 1."
         ),
-        Table(["may attend"] + labels, [[labels[i]] + ["✓" if ok else "·" for ok in t.mask[i].tolist()] for i in range(len(labels))], highlight_row=t.query_index),
-        Table(["scores"] + labels, [[labels[i]] + [fmt(s, p) for s in t.masked_scores[0, i].tolist()] for i in range(len(labels))], title=f"Scores{' of head 0' if t.n_heads > 1 else ''} (scaled by 1/√d_k, see the next step) after the mask", highlight_row=t.query_index),
+    )
+    allowed, scores = t.mask.tolist(), t.masked_scores[0].tolist()
+    doc.add(
+        *token_matrix("may attend", labels, lambda i, j: "✓" if allowed[i][j] else "·", t.query_index),
+        *token_matrix("scores", labels, lambda i, j: fmt(scores[i][j], p), t.query_index,
+                      title=f"Scores{' of head 0' if t.n_heads > 1 else ''} (scaled by 1/√d_k, see the next step) after the mask"),
     )
 
 
@@ -238,7 +254,8 @@ def output_step(doc: Document, t: VariantTrace, p: int, step: int) -> None:
     doc.add(Heading(f"Step {step} · Every token as the query, all at once"))
     for h in range(t.n_heads):
         name = "A" if t.n_heads == 1 else f"A head {h}"
-        doc.add(Table([name] + labels, [[labels[i]] + [fmt(w, p) for w in t.weights[h, i].tolist()] for i in range(n)], title=f"Weights ({n} × {n}); every row adds up to 1", highlight_row=q))
+        weights = t.weights[h].tolist()
+        doc.add(*token_matrix(name, labels, lambda i, j: fmt(weights[i][j], p), q, title=f"Weights ({n} × {n}); every row adds up to 1"))
     if t.projected:
         doc.add(*untrained_note(t))
     if t.concat is not None:
@@ -258,7 +275,7 @@ def output_step(doc: Document, t: VariantTrace, p: int, step: int) -> None:
         )
     width = t.output.shape[-1]
     doc.add(
-        Table(["Z"] + component_headers(width, "z"), [[labels[i]] + vector_cells(t.output[i].tolist(), p) for i in range(n)], title=f"Outputs ({n} × {width})", highlight_row=q),
+        *token_table(["Z"] + component_headers(width, "z"), n, q, lambda i: [labels[i]] + vector_cells(t.output[i].tolist(), p), title=f"Outputs ({n} × {width})"),
         Heading("Summary: each token before and after attention", level=2),
-        Table(["token", "input", "output"], [[labels[i], fmt_vector(t.inputs[i].tolist(), p), fmt_vector(t.output[i].tolist(), p)] for i in range(n)], highlight_row=q, numeric_from=3),
+        *token_table(["token", "input", "output"], n, q, lambda i: [labels[i], fmt_vector(t.inputs[i].tolist(), p), fmt_vector(t.output[i].tolist(), p)], numeric_from=3),
     )

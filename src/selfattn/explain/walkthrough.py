@@ -16,6 +16,8 @@ from selfattn.explain.document import (
     display_token,
     fmt,
     fmt_vector,
+    token_matrix,
+    token_table,
     vector_cells,
 )
 from selfattn.trace.seed import Trace
@@ -96,11 +98,11 @@ def embeddings_step(doc: Document, tokens: list[str], x, source, q: int, p: int,
             )
         )
     if not math_notation:
-        rows = [[display_token(tokens[i])] + vector_cells(x[i].tolist(), p) for i in range(n)]
-        doc.add(Table(["token"] + component_headers(d), rows, highlight_row=q))
+        doc.add(*token_table(["token"] + component_headers(d), n, q,
+                             lambda i: [display_token(tokens[i])] + vector_cells(x[i].tolist(), p)))
         return
-    rows = [[display_token(tokens[i]), _math(i)] + vector_cells(x[i].tolist(), p) for i in range(n)]
-    doc.add(Table(["token", ""] + component_headers(d), rows, highlight_row=q, numeric_from=2))
+    doc.add(*token_table(["token", ""] + component_headers(d), n, q,
+                         lambda i: [display_token(tokens[i]), _math(i)] + vector_cells(x[i].tolist(), p), numeric_from=2))
 
 
 def _query_scores(doc: Document, trace: Trace, p: int) -> None:
@@ -260,35 +262,18 @@ def _all_at_once(doc: Document, trace: Trace, p: int) -> None:
             "vectors are Z = A X. In code that is three lines: scores = X @ X.T; "
             "weights = softmax(scores, dim=-1); Z = weights @ X."
         ),
-        Table(
-            ["Ω = X Xᵀ"] + labels,
-            [[labels[i]] + [fmt(v, p) for v in trace.scores[i].tolist()] for i in range(n)],
-            title=f"Scores ({n} × {n})",
-            highlight_row=q,
-        ),
-        Table(
-            ["A = softmax(Ω)"] + labels + ["row sum"],
-            [
-                [labels[i]] + [fmt(v, p) for v in trace.weights[i].tolist()] + [fmt(trace.row_sums[i], p)]
-                for i in range(n)
-            ],
-            title=f"Weights ({n} × {n}); every row adds up to 1",
-            highlight_row=q,
-        ),
-        Table(
-            ["Z = A X"] + component_headers(d, "z"),
-            [[labels[i]] + vector_cells(trace.context[i].tolist(), p) for i in range(n)],
-            title=f"Context vectors ({n} × {d}); row {q} is the z^({q + 1}) of step 5",
-            highlight_row=q,
-        ),
+    )
+    scores, weights = trace.scores.tolist(), trace.weights.tolist()
+    doc.add(
+        *token_matrix("Ω = X Xᵀ", labels, lambda i, j: fmt(scores[i][j], p), q, title=f"Scores ({n} × {n})"),
+        *token_matrix("A = softmax(Ω)", labels, lambda i, j: fmt(weights[i][j], p), q,
+                      title=f"Weights ({n} × {n}); every row adds up to 1",
+                      extra=[("row sum", lambda i: fmt(trace.row_sums[i], p))]),
+        *token_table(["Z = A X"] + component_headers(d, "z"), n, q,
+                     lambda i: [labels[i]] + vector_cells(trace.context[i].tolist(), p),
+                     title=f"Context vectors ({n} × {d}); row {q} is the z^({q + 1}) of step 5"),
         Heading("Summary: each token before and after attention", level=2),
-        Table(
-            ["token", "embedding x", "context z"],
-            [
-                [labels[i], fmt_vector(trace.embeddings[i].tolist(), p), fmt_vector(trace.context[i].tolist(), p)]
-                for i in range(n)
-            ],
-            highlight_row=q,
-            numeric_from=3,
-        ),
+        *token_table(["token", "embedding x", "context z"], n, q,
+                     lambda i: [labels[i], fmt_vector(trace.embeddings[i].tolist(), p), fmt_vector(trace.context[i].tolist(), p)],
+                     numeric_from=3),
     )

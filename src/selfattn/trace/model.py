@@ -15,16 +15,13 @@ from dataclasses import dataclass
 
 import torch
 
-from selfattn.errors import OptionError, SentenceError
+from selfattn.errors import OptionError, QueryError, SentenceError
 from selfattn.models.description import AttentionInfo, EmbeddingStep
 from selfattn.models.files import DEFAULT_MODEL, MODELS
 from selfattn.pipeline.steps import attention_scores
 from selfattn.models.queries import find_model_query
+from selfattn.pipeline.tokenize import read_position
 from selfattn.trace.record import AttentionTrace, LayerSteps, Query
-
-# Longest input each output shows (tokens, [CLS] and [SEP] included). Text shows one
-# query row and short vectors, so it goes further than the toy walkthrough's 24.
-MAX_MODEL_TOKENS = {"text": 48, "markdown": 48, "json": 512, "html": 512, "plot": 256}
 
 
 @dataclass(frozen=True)
@@ -177,6 +174,34 @@ class ModelTrace:
         return self.tokens[index] in self.special_tokens
 
 
+def find_position(find, tokens: list[str], query: str | int | None) -> int:
+    """The query's 0-based position, where a negative position counts from the end (-1: the last token).
+
+    ``find(tokens, query)`` looks the query up as a token or a position from 0; a query it
+    does not find that reads as a whole number (an int, or a string like "-1" that is not a
+    token) is a position: -n to -1 count back from the end, like Python's indexing.
+
+    Raises:
+        QueryError: ``find``'s own error for a token that is not there; for a position out
+            of range in either direction, one that names both ranges.
+    """
+    try:
+        return find(tokens, query)
+    except QueryError:
+        if isinstance(query, bool) or not isinstance(query, (int, str)):
+            raise
+        position = query if isinstance(query, int) else read_position(query)
+        if position is None:
+            raise
+    n = len(tokens)
+    if -n <= position < 0:
+        return n + position
+    ranges = "position 0, or -1 from the end" if n == 1 else f"positions 0 to {n - 1}, or -{n} to -1 from the end"
+    raise QueryError(
+        f"query position {position} is out of range: the sentence has {n} token{'s' if n != 1 else ''} ({ranges})"
+    ) from None
+
+
 def check_layer_head(layer: int, head: int, n_layers: int, n_heads: int) -> None:
     for flag, value, count in (("--layer", layer, n_layers), ("--head", head, n_heads)):
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < count:
@@ -190,7 +215,6 @@ def trace_model(
     layer: int = 0,
     head: int = 0,
     query: str | int | None = None,
-    output_format: str = "text",
     source: str | os.PathLike | None = None,
 ) -> ModelTrace:
     """Run a loaded model on ``sentence`` and record layer ``layer``, head ``head`` for the query.
@@ -205,13 +229,18 @@ def trace_model(
         model: a loaded ``BertModel`` or ``DecoderModel`` (``load_pretrained``).
         layer: the layer to explain, from 0.
         head: the head to explain, from 0.
-        query: the query token or its 0-based position; None: the model's default.
-        output_format: what the trace is for ("text", "markdown", "json", "html", "plot"):
-            sets the longest input.
+        query: the query token or its 0-based position, a negative one counted from the end
+            (-1: the last token); None: the model's default.
         source: what the model was loaded from, recorded in the trace (default: its name).
 
     Returns:
         The ``ModelTrace``.
+
+    Raises:
+        SentenceError: the sentence is empty, or has more tokens than the model has
+            positions (the model's own tokenizer says so); any length within them is traced.
+        QueryError: the query is not one of the model's tokens, or out of range.
+        OptionError: the layer or head is out of range.
     """
     if not isinstance(sentence, str) or not sentence.strip():
         raise SentenceError("the sentence is empty: give at least one word")
@@ -219,17 +248,10 @@ def trace_model(
     check_layer_head(layer, head, n_layers, n_heads)
     encoded = model.tokenize(sentence)
     tokens = encoded.tokens[0]
-    limit = MAX_MODEL_TOKENS.get(output_format, 512)
-    if len(tokens) > limit:
-        hint = f" (use --format json for up to {MAX_MODEL_TOKENS['json']})" if limit < MAX_MODEL_TOKENS["json"] else ""
-        raise SentenceError(
-            f"the sentence has {len(tokens)} tokens (special tokens included); "
-            f"{output_format} output shows at most {limit}{hint}"
-        )
     ids = encoded.input_ids  # (1, n)
     special = model.tokenizer.special_tokens
     readable = model.tokenizer.readable(ids[0].tolist())
-    query_index = find_model_query(tokens, query, readable, special)
+    query_index = find_position(lambda words, q: find_model_query(words, q, readable, special), tokens, query)
     with torch.no_grad():
         out = model.run(encoded, output_attentions=True, output_hidden_states=True)
         # Every layer's steps from its own block: the forward pass takes a fused path that rounds

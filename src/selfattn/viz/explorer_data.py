@@ -16,7 +16,10 @@ from selfattn.formatting import rounded
 from selfattn.trace.model import ModelTrace
 from selfattn.trace.record import AttentionTrace, record_of
 from selfattn.trace.variants import UNSCALED
-from selfattn.viz.model_data import model_page_data, trace_page
+from selfattn.viz.model_data import (
+    PAGE_DATA_BUDGET, STEP_MATRICES, VECTOR_PREVIEW, json_size, mask_entry, model_page_data, rows_note, rows_that_fit,
+    trace_page,
+)
 
 EXPLORER_DATA_DOC = """
 {
@@ -48,12 +51,15 @@ EXPLORER_DATA_DOC = """
       "weights": [[num]],           n x n, row = query, column = key
       "steps": null | {             the step panel's numbers (may be left out for big inputs)
           "score_label": str, "scale": num | null,
-          "scores": [[num]],        raw dot products
-          "scaled": [[num]] | null, scores x scale
-          "softmax_input": [[num | "-inf"]] | null,   after the mask / bias; null when
+          "scores": [[num] | null], raw dot products
+          "scaled": [[num] | null] | null, scores x scale
+          "softmax_input": [[num | "-inf"] | null] | null,   after the mask / bias; null when
                                     nothing changed the scaled (or raw) scores
-          "max": [num], "exp": [[num]], "exp_sum": [num],
-          "context": [[num]]        this head's output for every query
+          "max": [num], "exp": [[num] | null], "exp_sum": [num],
+          "context": [[num]],       this head's output for every query
+          "rows": [int, int]        optional: a long input's page holds the rows of the four
+                                    n x n steps above only for queries start..end-1 (the
+                                    others are null), a window around the selected query
       }}]}],
   "selected": {"layer": int, "head": int},   indexes into layers and that layer's heads
   "steps_note": str,                optional: what the page says where a head has no steps
@@ -69,11 +75,15 @@ EXPLORER_DATA_DOC = """
     "output": [[num]],              n x d_v: flash_attention's output (acc / l)
     "plain_output": [[num]],        n x d_v: the plain softmax's output
     "lse": [num],                   per query row: m + log l
-    "weights_from_lse": [[num]]     n x n: exp(s - lse)
+    "weights_from_lse": [[num] | null],   n x n: exp(s - lse); null rows as in the steps
+    "rows": [int, int]              optional: as the steps' "rows"
   }
 }
 A pretrained model's page (``model_data``) holds every layer's heads when they fit the
 size budget, else only the selected layer or head; the names say which ones they are.
+A toy page over the budget (PAGE_DATA_BUDGET, a few hundred tokens) is made to fit it, in
+this order: its mask as ranges, its vectors cut to their first VECTOR_PREVIEW numbers, the
+selected head only, and a window of that head's step rows around the selected query.
 """
 
 STEP_NUMBER_BUDGET = 400_000  # step numbers embedded for every head below this; else for the selected head only
@@ -110,7 +120,46 @@ def explorer_data(trace, precision: int = 4, *, title: str | None = None, head: 
     data["title"] = title or f"selfattn · {data['variant']} · {' '.join(data['tokens'][:12])}" + (" …" if n > 12 else "")
     data["precision"] = precision
     data["selected"] = {"layer": 0, "head": selected}
-    return rounded(data, precision)
+    return _fit_budget(rounded(data, precision))
+
+
+def _fit_budget(data: dict[str, Any]) -> dict[str, Any]:
+    """A toy page within PAGE_DATA_BUDGET bytes of JSON; one that fits already is left as it is.
+
+    What goes, in order, until it fits: the n x n mask (each row's keys as a range
+    instead), the vectors' numbers past VECTOR_PREVIEW, every head but the selected one,
+    and the rows of the selected head's n x n steps (and flash's weights from lse) outside
+    a window of queries around the selected one.
+    """
+    if json_size(data) <= PAGE_DATA_BUDGET:
+        return data
+    layer = data["layers"][0]
+    if data["mask"] is not None:
+        ranges = mask_entry(torch.tensor(data["mask"]))
+        if "mask_ranges" in ranges:
+            layer.update(ranges)
+            data["mask"] = None
+    width = len(data["output"][0])
+    if width > VECTOR_PREVIEW:
+        data["vector_width"] = width
+        for key in ("input", "output"):
+            data[key] = [row[:VECTOR_PREVIEW] for row in data[key]]
+    heads, chosen = layer["heads"], data["selected"]["head"]
+    if len(heads) > 1 and json_size(data) > PAGE_DATA_BUDGET:
+        layer["heads"] = [heads[chosen]]
+        data["selected"]["head"] = 0
+        data["description"] += (f" To keep the page small it holds {heads[chosen]['name']} only; choose another "
+                                "with --head (head= in Python).")
+    head = layer["heads"][data["selected"]["head"]]
+    groups = [] if head["steps"] is None else [(head["steps"], STEP_MATRICES)]
+    if "flash" in data:
+        groups.append((data["flash"], ("weights_from_lse",)))
+    matrices = [values[key] for values, keys in groups for key in keys if values.get(key) is not None]
+    room = PAGE_DATA_BUDGET - json_size(data) + sum(json_size(m) for m in matrices)  # all but the matrices
+    window = rows_that_fit(groups, data["query"], room - 300)  # room for the sentence below
+    if window:
+        data["description"] += " " + rows_note(window, len(data["tokens"]))
+    return data
 
 
 def _from_toy(record: AttentionTrace) -> dict[str, Any]:

@@ -76,27 +76,46 @@ def clamp_value(value: float, low: float, high: float) -> float:
     return max(low, min(high, value))
 
 
-def _tick_font_size(count: int) -> float:
+def tick_font_size(count: int) -> float:
+    """Points for the tick labels of an axis of ``count`` tokens."""
     return 9 if count <= CELL_VALUE_LIMIT else 7 if count <= MAX_TICK_LABELS else 5
 
 
-def _set_ticks(axis, labels: list[str] | None, *, rotate: bool = False) -> None:
-    """Label every position, or every k-th beyond MAX_TICK_LABELS; None hides the ticks."""
+def label_step(count: int, limit: int = MAX_TICK_LABELS) -> int:
+    """k: every k-th of ``count`` positions is labelled, so that at most ``limit`` labels are drawn."""
+    return max(1, math.ceil(count / max(1, limit)))
+
+
+def thinned_note(count: int, step: int) -> str:
+    """What an axis label adds when only every k-th token is labelled ("" when every one is)."""
+    return "" if step == 1 else f" (one token in {step} labelled, of {count})"
+
+
+def _set_ticks(axis, labels: list[str] | None, *, rotate: bool = False, limit: int = MAX_TICK_LABELS) -> int:
+    """Label every position, or every k-th beyond ``limit``; None hides the ticks. -> k"""
     if labels is None:
         axis.set_ticks([])
-        return
-    step = math.ceil(len(labels) / MAX_TICK_LABELS)
+        return 1
+    step = label_step(len(labels), limit)
     positions = list(range(0, len(labels), step))
-    axis.set_ticks(positions, labels=[labels[i] for i in positions], fontsize=_tick_font_size(len(labels)),
+    axis.set_ticks(positions, labels=[labels[i] for i in positions], fontsize=tick_font_size(len(labels)),
                    rotation=90 if rotate else 0, parse_math=False)
+    return step
 
 
 def draw_matrix(ax, data, row_labels, col_labels, *, cmap, vmin, vmax, aspect="equal", title=None, xlabel=None,
-                 ylabel=None):
-    """Draw a (rows, cols) matrix as an image, row 0 at the top, with its labels as plain text."""
+                 ylabel=None, max_labels: int = MAX_TICK_LABELS, say_thinned: bool = False):
+    """Draw a (rows, cols) matrix as an image, row 0 at the top, with its labels as plain text.
+
+    At most ``max_labels`` labels per axis (every k-th past that); with ``say_thinned`` the
+    axis's own label says so, e.g. "key (one token in 9 labelled, of 512)".
+    """
     image = ax.imshow(data, cmap=cmap, vmin=vmin, vmax=vmax, aspect=aspect, interpolation="nearest")
-    _set_ticks(ax.xaxis, col_labels, rotate=True)
-    _set_ticks(ax.yaxis, row_labels)
+    x_step = _set_ticks(ax.xaxis, col_labels, rotate=True, limit=max_labels)
+    y_step = _set_ticks(ax.yaxis, row_labels, limit=max_labels)
+    if say_thinned:
+        xlabel = xlabel and xlabel + thinned_note(len(col_labels or ()), x_step)
+        ylabel = ylabel and ylabel + thinned_note(len(row_labels or ()), y_step)
     if title:
         # About 9 characters of title per inch of figure; longer titles wrap instead of being cut.
         title = textwrap.fill(title, width=max(20, int(ax.figure.get_figwidth() * 9)))

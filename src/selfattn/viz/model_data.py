@@ -3,11 +3,14 @@
 A model page carries far more numbers than a toy one: all-MiniLM-L6-v2 has 6 layers of
 12 heads, each an n x n matrix. What goes in, largest first while it fits:
   weights   every layer's heads; else the selected layer's heads; else the selected head.
-  steps     (scores, scaled scores, exp, context) the selected head always; then every
-            embedded head if they all fit, else the selected layer's heads if they fit.
+  steps     (scores, scaled scores, exp, context) the selected head always, whole when it
+            fits, else its n x n rows for a window of queries around the selected one
+            (``rows_that_fit``); then every embedded head if they all fit, else the
+            selected layer's heads if they fit.
   vectors   each layer's output hidden state, first VECTOR_PREVIEW of its d numbers.
 Sizes are measured as the page's JSON: the selected head's numbers exactly, the rest
-estimated from it, so a 64-token sentence with all 6 x 12 heads stays under 3 MB.
+estimated from it, so a 64-token sentence with all 6 x 12 heads stays under 3 MB, and a
+512-token one (one head's weights, a window of its step rows) about as much.
 
 Every head's steps come from the trace, which keeps each block's own ``attention_steps``
 and every head's raw q . k; nothing here computes attention or loads the model. Every family reads the same records: each layer's mask (causal,
@@ -33,6 +36,7 @@ from selfattn.viz.token_labels import token_labels
 PAGE_DATA_BUDGET = 2_800_000  # bytes of JSON; the page's script and style add about 20 kB
 WEIGHT_BUDGET = 2_500_000  # bytes of weights; the rest is left for step numbers
 VECTOR_PREVIEW = 16  # numbers shown of each 384-wide hidden state
+STEP_MATRICES = ("scores", "scaled", "softmax_input", "exp")  # a head's (n, n) steps: one row per query
 
 
 @dataclass(frozen=True)
@@ -70,7 +74,8 @@ def model_page_data(
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < count:
             raise OptionError(f"the {name} must be from 0 to {count - 1} for {page.model_name}, got {value!r}")
     weights = _weights_that_fit(page, precision, layer, head)
-    steps = _steps_that_fit(page, precision, layer, head, weights)
+    previews = [_preview(v, precision) for v in page.layer_outputs] + [_preview(page.layer_inputs[layer], precision)]
+    steps = _steps_that_fit(page, precision, layer, head, weights, sum(json_size(p) for p in previews))
     shown: dict[int, list[int]] = {}
     for l, h in weights:  # in order: layer by layer, head by head
         shown.setdefault(l, []).append(h)
@@ -81,7 +86,7 @@ def model_page_data(
         if page.layer_outputs[l] is not None:
             entry["output"] = _preview(page.layer_outputs[l], precision)
         if page.masks is not None:
-            entry.update(_mask_entry(page.masks.get(l)))
+            entry.update(mask_entry(page.masks.get(l)))
             if page.attention is not None:
                 entry["mask_label"] = hidden_label(page.attention[l])
         for h in heads:
@@ -109,7 +114,39 @@ def model_page_data(
     return data
 
 
-def _mask_entry(allowed: torch.Tensor | None) -> dict[str, Any]:
+def rows_that_fit(groups: list[tuple[dict, tuple[str, ...]]], query: int, room: int) -> list[int] | None:
+    """Null the rows of (n, n) matrices outside a window of queries around ``query``, so that they fit ``room`` bytes.
+
+    Each group is a dict and the keys of its (n, n) matrices (rounded lists; a None value
+    is skipped); one window [start, end) serves them all, as wide as ``room`` allows (at
+    least the query's own row), and each dict gets "rows": [start, end]. Nothing changes
+    when every row fits.
+
+    Returns:
+        [start, end), or None when every row fits.
+    """
+    matrices = [(values, key) for values, keys in groups for key in keys if values.get(key) is not None]
+    if not matrices or sum(json_size(values[key]) for values, key in matrices) <= room:
+        return None
+    n = len(matrices[0][0][matrices[0][1]])
+    per_row = sum(json_size(values[key][query]) + 1 for values, key in matrices)  # a row and its comma
+    nulls = len(matrices) * (n * 5 + 2)  # "null," for every row left out
+    count = max(1, min(n, (room - nulls) // max(1, per_row)))
+    start = max(0, min(query - count // 2, n - count))
+    for values, key in matrices:
+        values[key] = [row if start <= i < start + count else None for i, row in enumerate(values[key])]
+    for values, _ in groups:
+        values["rows"] = [start, start + count]
+    return [start, start + count]
+
+
+def rows_note(window: list[int], n: int) -> str:
+    """The description's sentence on a window of step rows."""
+    return (f"The selected head's scores, scaled scores and exps are here for queries {window[0]} to {window[1] - 1} of {n}, around the "
+            "selected one (--query picks another); the weights are here for every query.")
+
+
+def mask_entry(allowed: torch.Tensor | None) -> dict[str, Any]:
     """A layer's mask for the page: each query's visible keys as [start, end), or the full (n, n) where not a range."""
     if allowed is None:
         return {"mask_ranges": None}
@@ -173,15 +210,19 @@ def _weights_that_fit(page: ModelPage, precision: int, layer: int, head: int) ->
     return {key: selected if key == (layer, head) else rounded(page.head_weights(*key), precision) for key in keys}
 
 
-def _steps_that_fit(page: ModelPage, precision: int, layer: int, head: int, weights: dict) -> dict[tuple[int, int], dict]:
-    """(layer, head) -> rounded steps: the selected head always; then every embedded head, or the selected layer's."""
+def _steps_that_fit(page: ModelPage, precision: int, layer: int, head: int, weights: dict,
+                    reserved: int = 0) -> dict[tuple[int, int], dict]:
+    """(layer, head) -> rounded steps: the selected head always (a window of its rows when it is too big);
+    then every embedded head, or the selected layer's. ``reserved``: bytes the page's vectors take."""
     if page.head_steps is None:
         return {}
     selected = page.head_steps(layer, head)
     if selected is None:  # the page's model could not give them
         return {}
     steps = {(layer, head): rounded(selected, precision)}
-    room = PAGE_DATA_BUDGET - sum(json_size(w) for w in weights.values())
+    room = PAGE_DATA_BUDGET - reserved - sum(json_size(w) for w in weights.values())
+    if rows_that_fit([(steps[(layer, head)], STEP_MATRICES)], page.query, room) is not None:
+        return steps  # not even this head's every row fits: no other head's steps
     per_head = json_size(steps[(layer, head)])
     same_layer = [key for key in weights if key[0] == layer]
     for group in (list(weights), same_layer):
@@ -256,6 +297,9 @@ def _description(page: ModelPage, shown: dict[int, list[int]], steps: dict) -> s
         )
     if steps and len(steps) < embedded:
         parts.append("Step numbers are here for " + ("the selected head" if len(steps) == 1 else "the selected layer") + ".")
+    window = next((s["rows"] for s in steps.values() if "rows" in s), None)
+    if window:
+        parts.append(rows_note(window, len(page.tokens)))
     if width and width > VECTOR_PREVIEW:
         parts.append(f"Hidden states show their first {VECTOR_PREVIEW} of {width} numbers.")
     if page.note:

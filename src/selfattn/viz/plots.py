@@ -13,6 +13,11 @@ positional pictures live in ``positional_plots`` and the pieces every figure sha
 A mask's hidden cells (``hidden``: True where a query may not see a key, e.g. a decoder's
 future tokens) are drawn grey, apart from the weight scale, with a legend line saying what
 hid them; they carry no cell value and no arrow.
+
+Any length draws: past MAX_TICK_LABELS tokens an axis labels every k-th token and says so
+in its label, a grid of heads labels as many as its small panels hold, cell values are
+left out (with a note) where they could not be read, and the arrows picture keeps the
+query and the ARROW_KEYS keys it weighs most, saying how much weight the others hold.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, Patch, Rectangle
 
 from selfattn.errors import OptionError, ShapeError
+from selfattn.trace.model import find_position
 from selfattn.masks.dense_states import states_of_dense
 from selfattn.masks.states import EMPTY, FULL, PARTIAL
 from selfattn.pipeline.tokenize import find_query
@@ -39,8 +45,11 @@ from selfattn.viz.figure_parts import (
     clamp_value,
     draw_matrix,
     axis_labels,
+    label_step,
     new_figure,
     quiet_glyphs,
+    thinned_note,
+    tick_font_size,
 )
 
 SUPPORTED_EXTENSIONS = (".png", ".svg")
@@ -48,6 +57,8 @@ PNG_DPI = 150
 _WEIGHT_CMAP = "viridis"  # perceptually uniform, so equal weight steps look equal
 _MASK_COLOURS = ("#d9d9d9", "#3b75af")  # hidden, allowed
 _HIDDEN_COLOUR = _MASK_COLOURS[0]  # no colour of viridis: a hidden cell never reads as a small weight
+ARROW_KEYS = 60  # the arrows picture draws every key up to this many; past it, the query and the heaviest keys
+PANEL_LABEL_POINTS = 1.2  # a grid of heads leaves this many font sizes per tick label
 
 
 def _hidden_cells(hidden, shape: tuple[int, ...]) -> np.ndarray | None:
@@ -81,8 +92,10 @@ def heatmap_figure(
 
     ``col_labels`` defaults to ``row_labels`` (self-attention). Each cell shows its
     value when ``values`` is True, or by default when both axes have at most
-    CELL_VALUE_LIMIT tokens. ``hidden`` (q_len, kv_len) bool marks the cells a mask
-    hides: grey, no value, and ``hidden_label`` in a legend.
+    CELL_VALUE_LIMIT tokens; past MAX_TICK_LABELS tokens the values could not be read,
+    so they are left out and a note under the picture says so. Past MAX_TICK_LABELS an
+    axis labels every k-th token, and its label says so. ``hidden`` (q_len, kv_len) bool
+    marks the cells a mask hides: grey, no value, and ``hidden_label`` in a legend.
     """
     matrix = as_array(weights, "weights", "(q_len, kv_len)", (2,))
     check_weight_matrix(matrix, "weights")
@@ -93,15 +106,19 @@ def heatmap_figure(
         cols = axis_labels(row_labels, kv_len, "col_labels (row_labels when not given)")
     else:
         cols = axis_labels(col_labels, kv_len, "col_labels")
+    unreadable = bool(values) and max(q_len, kv_len) > MAX_TICK_LABELS
     if values is None:
         values = max(q_len, kv_len) <= CELL_VALUE_LIMIT
-    elif values and max(q_len, kv_len) > MAX_TICK_LABELS:
-        raise OptionError(f"cell values need at most {MAX_TICK_LABELS} tokens per axis; got {q_len} x {kv_len}")
     fig = new_figure(clamp_value(2.4 + 0.42 * kv_len, 4, 16), clamp_value(1.6 + 0.42 * q_len, 3, 16))
     ax = fig.add_subplot()
     shown = matrix if hide is None else np.ma.masked_array(matrix, mask=hide)
     image = draw_matrix(ax, shown, rows, cols, cmap=_weight_cmap(hide), vmin=0.0, vmax=1.0, title=title,
-                         xlabel=xlabel, ylabel=ylabel)
+                         xlabel=xlabel, ylabel=ylabel, say_thinned=True)
+    if unreadable:
+        values = False
+        fig.text(0.5, 0.0, f"Cell values left out: {q_len} x {kv_len} cells are too small to print them "
+                 f"(at most {MAX_TICK_LABELS} tokens per axis).", ha="center", va="bottom", fontsize=8,
+                 parse_math=False)
     fig.colorbar(image, ax=ax, shrink=0.8, label="attention weight")
     if values:
         for (i, j), weight in np.ndenumerate(matrix):
@@ -124,18 +141,22 @@ def arrows_figure(tokens, weights_row, query, *, title=None, hidden=None,
                   hidden_label="hidden by the causal mask") -> Figure:
     """One query's (n,) weights -> the seed's picture: arrows from the query to every token.
 
-    ``query`` is a token or a 0-based position, resolved as the CLI does (``find_query``).
-    An arrow's width (0.5 + 8 w/max w) and opacity (0.15 + 0.85 w/max w) grow with its
-    weight, written after its head to three decimals; the query's own row is bold and boxed.
-    ``hidden`` (n,) bool marks the keys a mask hides from the query: no arrow, a grey
-    token, and ``hidden_label`` where the weight would be.
+    ``query`` is a token or a 0-based position (negative: from the end), resolved as the
+    CLI does. An arrow's width (0.5 + 8 w/max w) and opacity (0.15 + 0.85 w/max w) grow
+    with its weight, written after its head to three decimals; the query's own row is bold
+    and boxed. ``hidden`` (n,) bool marks the keys a mask hides from the query: no arrow, a
+    grey token, and ``hidden_label`` where the weight would be. Past ARROW_KEYS tokens the
+    picture keeps the query and the keys it weighs most, in sentence order and named with
+    their positions, and a line under it says how much weight the keys left out hold.
     """
     weights = as_array(weights_row, "weights_row", "(n,)", (1,))
     labels = axis_labels(tokens, weights.shape[0], "tokens")
     check_weight_matrix(weights, "weights_row")
     hide = _hidden_cells(hidden, weights.shape)
-    index = find_query(labels, query)
-    n = len(labels)
+    index = find_position(find_query, labels, query)
+    keys = _arrow_keys(weights, index, hide)
+    n = len(keys)
+    names = [labels[j] if len(keys) == len(labels) else f"{j}: {labels[j]}" for j in keys]
     top = np.nanmax(weights) if np.nanmax(weights, initial=0.0) > 0 else 1.0  # all zero: thin arrows
     fig = new_figure(6.5, clamp_value(0.42 * n + 1.2, 3, 40))
     ax = fig.add_subplot()
@@ -146,23 +167,42 @@ def arrows_figure(tokens, weights_row, query, *, title=None, hidden=None,
     boxed = {"boxstyle": "round,pad=0.3", "facecolor": "#fff2b3", "edgecolor": "#c9a400"}
     ax.text(0.02, middle, labels[index], ha="left", va="center", fontsize=12, fontweight="bold", bbox=boxed,
             parse_math=False)
-    for j, (token, weight) in enumerate(zip(labels, weights)):
+    for row, (j, token) in enumerate(zip(keys, names)):
+        weight = weights[j]
         if hide is not None and hide[j]:
-            ax.text(0.66, j, "hidden", ha="left", va="center", fontsize=9, color="#999999")
-            ax.text(0.79, j, token, ha="left", va="center", fontsize=11, color="#999999", parse_math=False)
+            ax.text(0.66, row, "hidden", ha="left", va="center", fontsize=9, color="#999999")
+            ax.text(0.79, row, token, ha="left", va="center", fontsize=11, color="#999999", parse_math=False)
             continue
         strength = float(np.nan_to_num(weight)) / top
         width = 0.5 + 8 * strength
-        ax.add_patch(FancyArrowPatch((0.22, middle), (0.64, j), arrowstyle="-|>", mutation_scale=8 + 1.5 * width,
+        ax.add_patch(FancyArrowPatch((0.22, middle), (0.64, row), arrowstyle="-|>", mutation_scale=8 + 1.5 * width,
                                      color="#3b75af", linewidth=width, alpha=0.15 + 0.85 * strength))
-        ax.text(0.66, j, f"{weight:.3f}", ha="left", va="center", fontsize=9, color="#444444")
-        ax.text(0.79, j, token, ha="left", va="center", fontsize=11, fontweight="bold" if j == index else "normal",
+        ax.text(0.66, row, f"{weight:.3f}", ha="left", va="center", fontsize=9, color="#444444")
+        ax.text(0.79, row, token, ha="left", va="center", fontsize=11, fontweight="bold" if j == index else "normal",
                 bbox=boxed if j == index else None, parse_math=False)
     if title:
         ax.set_title(title, parse_math=False)
-    if hide is not None and hide.any():
+    if n < len(labels):
+        left = [j for j in range(len(labels)) if j not in set(keys)]
+        share = float(np.nansum(weights[left]))
+        hidden_count = 0 if hide is None else int(hide[left].sum())
+        masked = f", {hidden_count} of them hidden" if hidden_count else ""
+        fig.text(0.5, 0.0, f"{len(labels)} keys: the query and the {n - 1} keys it weighs most are drawn; the other "
+                 f"{len(left)}{masked} hold {share:.1%} of its weight.", ha="center", va="bottom", fontsize=8,
+                 parse_math=False)
+    if hide is not None and hide[keys].any():
         _hidden_legend(fig, f"grey, no arrow: {hidden_label}")
     return fig
+
+
+def _arrow_keys(weights: np.ndarray, query: int, hide: np.ndarray | None) -> list[int]:
+    """The keys the arrows picture draws: every one up to ARROW_KEYS, else the query and the heaviest, in order."""
+    n = weights.shape[0]
+    if n <= ARROW_KEYS:
+        return list(range(n))
+    visible = [j for j in range(n) if j != query and (hide is None or not hide[j])]
+    heaviest = sorted(visible, key=lambda j: -float(np.nan_to_num(weights[j])))[: ARROW_KEYS - 1]
+    return sorted(heaviest + [query])
 
 
 @quiet_glyphs
@@ -171,7 +211,8 @@ def heads_figure(weights, tokens, *, layer_names=None, head_names=None, title=No
     """(layers, heads, n, n) or (heads, n, n) weights -> a grid of small heatmaps.
 
     One row per layer, one column per head ("head 1", ...; "layer 1", ... as in the
-    explorer). Token labels sit on the outer axes only; cells carry no values.
+    explorer). Token labels sit on the outer axes only, as many as a panel holds (every
+    k-th past that, and the title says so); cells carry no values.
     ``hidden`` (layers, n, n) bool, one mask per layer (or (n, n) for every layer), marks
     the cells a mask hides: grey, with ``hidden_label`` in a legend.
     """
@@ -191,19 +232,23 @@ def heads_figure(weights, tokens, *, layer_names=None, head_names=None, title=No
     layers = axis_labels(layer_names, n_layers, "layer_names", "layer ", start=0)
     show_layers = layer_names is not None or not one_layer
     panel = clamp_value(0.8 + 0.2 * q_len, 1.6, 3.0)
-    fig = new_figure(min(1.8 + n_heads * panel, 32), min(1.2 + n_layers * panel, 32))
+    width, height = min(1.8 + n_heads * panel, 32), min(1.2 + n_layers * panel, 32)
+    fig = new_figure(width, height)
+    side = min((width - 1.8) / n_heads, (height - 1.2) / n_layers)  # inches of one panel
+    most = max(2, int(side * 72 / (tick_font_size(q_len) * PANEL_LABEL_POINTS)))
     axes = fig.subplots(n_layers, n_heads, squeeze=False)
     for (layer, head), ax in np.ndenumerate(axes):
         outer_x, outer_y = layer == n_layers - 1, head == 0
         panel_weights = grid[layer, head] if hide is None else np.ma.masked_array(grid[layer, head], mask=hide[layer])
         image = draw_matrix(ax, panel_weights, labels if outer_y else None, labels if outer_x else None,
                              cmap=_weight_cmap(hide), vmin=0.0, vmax=1.0, title=heads[head] if layer == 0 else None,
-                             ylabel=layers[layer] if outer_y and show_layers else None)
+                             ylabel=layers[layer] if outer_y and show_layers else None, max_labels=most)
     fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight")
     if hide is not None and hide.any():
         _hidden_legend(fig, hidden_label)
-    if title:
-        fig.suptitle(title, parse_math=False)
+    note = thinned_note(q_len, label_step(q_len, most)).strip()
+    if title or note:
+        fig.suptitle(" ".join(part for part in (title, note) if part), parse_math=False)
     return fig
 
 
@@ -226,7 +271,7 @@ def mask_figure(mask, row_labels=None, col_labels=None, *, title=None, allowed_l
     fig = new_figure(clamp_value(2.8 + 0.32 * kv_len, 4, 16), clamp_value(1.6 + 0.32 * q_len, 3, 16))
     ax = fig.add_subplot()
     draw_matrix(ax, array.astype(np.int8), rows, cols, cmap=ListedColormap(_MASK_COLOURS), vmin=0, vmax=1,
-                 title=title, xlabel="key", ylabel="query")
+                 title=title, xlabel="key", ylabel="query", say_thinned=True)
     handles = [Patch(facecolor=_MASK_COLOURS[1], label=allowed_label),
                Patch(facecolor=_MASK_COLOURS[0], label=hidden_label)]
     if block_size is not None:

@@ -445,7 +445,9 @@
       );
     }
 
-    const columns = steps ? stepColumns(steps, i) : [];
+    // A long input's page may hold the n x n step rows only for a window of queries.
+    const rowHere = Boolean(steps) && steps.scores[i] !== null;
+    const columns = rowHere ? stepColumns(steps, i) : [];
     if (!steps) {
       parts.push(
         html(
@@ -455,9 +457,19 @@
             "The detailed numbers of this head were left out to keep the page small; only its weights are shown."
         )
       );
+    } else if (!rowHere) {
+      const [start, end] = steps.rows;
+      parts.push(
+        html(
+          "p",
+          { class: "note", id: "steps-row-left-out" },
+          `The scores of query ${i} were left out to keep the page small: this page holds them for queries ` +
+            `${start} to ${end - 1}. selfattn view --query ${i} makes a page that holds them.`
+        )
+      );
     }
     columns.push({ key: "weight", label: "weight", values: head.weights[i] });
-    if (data.flash) {
+    if (data.flash && data.flash.weights_from_lse[i] !== null) {
       columns.push({ key: "from_lse", label: "exp(s − lse)", values: data.flash.weights_from_lse[i] });
     }
 
