@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import json
 import struct
 from pathlib import Path
 
@@ -293,3 +294,40 @@ def test_the_shipped_model_keeps_its_licence():
     licence = (FOLDER / "LICENSE").read_text()
     assert licence.startswith("MIT License") and "Andrej" in licence
     assert (FOLDER / "README.md").is_file()
+
+
+def test_every_model_command_takes_a_checkpoint_file_and_its_tokenizer(run_cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "story.bin").write_bytes(CHECKPOINT.read_bytes())
+    (tmp_path / "vocab.bin").write_bytes(TOKENIZER.read_bytes())  # not a name found beside it
+    named = ("--model", "story.bin", "--tokenizer", "vocab.bin")
+    status, out, err = run_cli("generate", "Once upon a time", *named, "--max-new-tokens", "8")
+    assert status == 0, err
+    assert out == "Once upon a time, there was a little girl\n"
+    status, out, err = run_cli("explain", *named, "Lily saw a cat. Lily", "--query", "-1", "--format", "json")
+    assert status == 0, err
+    assert json.loads(out)["query"]["index"] == 7
+    for argv in (("heads", *named, "Once upon a time"), ("compare", *named, "The cat sat.", "The dog sat.", "--query", "-1"),
+                 ("plot", "--kind", "heatmap", *named, "The cat", "-o", "p.png"), ("view", *named, "The cat", "-o", "v.html")):
+        status, out, err = run_cli(*argv)
+        assert status == 0 and err == "", (argv, err)
+    assert (tmp_path / "p.png").stat().st_size > 0 and (tmp_path / "v.html").stat().st_size > 0
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (("generate", "Once", "--model", "story.bin"), "no llama2.c tokenizer beside"),
+        (("generate", "Once", "--model", "story.bin", "--tokenizer", "absent.bin"), "absent.bin is not a file"),
+        (("generate", "Once", "--model", "story.bin", "--tokenizer", "story.bin"), "is not a llama2.c tokenizer"),
+        (("explain", "--tokenizer", "vocab.bin"), "--tokenizer goes with a llama2.c checkpoint"),
+        (("explain", "--model", "all-MiniLM-L6-v2", "--tokenizer", "vocab.bin"), "goes with a llama2.c checkpoint"),
+    ],
+)
+def test_a_tokenizer_that_does_not_fit_is_one_line(run_cli, tmp_path, monkeypatch, argv, message):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "story.bin").write_bytes(CHECKPOINT.read_bytes())
+    (tmp_path / "vocab.bin").write_bytes(TOKENIZER.read_bytes())
+    status, out, err = run_cli(*argv)
+    assert status == 2 and out == ""
+    assert message in err and len(err.strip().splitlines()) == 1

@@ -25,6 +25,7 @@ from selfattn.cli_options import (
     Parser,
     add_input_options,
     add_model_option,
+    add_tokenizer_option,
     add_view_options,
 )
 from selfattn.viz import PLOT_KINDS
@@ -166,8 +167,9 @@ def build_parser() -> argparse.ArgumentParser:
     generate.epilog = GENERATE_EXAMPLES
     generate.add_argument("prompt", metavar="PROMPT", help="the text to continue, quoted")
     generate.add_argument("--model", required=True, metavar="MODEL",
-                          help="a decoder: tiny-induction or tiny-shakespeare (shipped), a folder in the Hugging Face "
-                          "layout, or a hub id already in the local cache")
+                          help="a decoder: stories260K, tiny-induction or tiny-shakespeare (shipped), a folder in the "
+                          "Hugging Face layout, a llama2.c checkpoint file (.bin), or a hub id already in the local cache")
+    add_tokenizer_option(generate)
     generate.add_argument("--max-new-tokens", type=int, default=20, metavar="N", help="the most tokens to add (default 20)")
     generate.add_argument("--temperature", type=float, default=0.0, metavar="T",
                           help="0 (default): always the most likely token; above 0: sample, higher is more random")
@@ -397,6 +399,19 @@ def check_text_arguments(args: argparse.Namespace) -> None:
         check_text(args.query, "the query", QueryError)
 
 
+def name_tokenizer(args: argparse.Namespace) -> None:
+    """--tokenizer FILE: load the --model checkpoint with that tokenizer, wherever the command loads it."""
+    tokenizer = getattr(args, "tokenizer", None)
+    if tokenizer is None:
+        return
+    from selfattn.errors import ModelError
+    from selfattn.models.loading import name_tokenizer as use
+
+    if getattr(args, "model", None) is None:
+        raise ModelError("--tokenizer goes with a llama2.c checkpoint given as --model FILE")
+    use(args.model, tokenizer)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -412,6 +427,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.reconfigure(errors="surrogateescape" if utf8 else "replace")
     try:
         check_text_arguments(args)
+        name_tokenizer(args)
         return args.run(args)
     except SelfAttnError as error:
         message = " ".join(str(error).split())

@@ -152,8 +152,23 @@ def add_model_option(command: argparse.ArgumentParser, default: str | None = MOD
     command.add_argument(
         "--model", default=default, metavar="MODEL",
         help=f"a pretrained model: {MODEL_NAME} (installed as a package), tiny-induction or tiny-shakespeare "
-        "(trained by selfattn train, shipped with selfattn), a folder in the Hugging Face "
-        f"layout ({', '.join(family_names())}), or a hub id already in the local cache{note}",
+        "(trained by selfattn train, shipped with selfattn), stories260K (llama2.c's, shipped), a folder in "
+        f"the Hugging Face layout ({', '.join(family_names())}), a llama2.c checkpoint file (.bin), or a hub id "
+        f"already in the local cache{note}",
+    )
+    add_tokenizer_option(command)
+
+
+def add_tokenizer_option(command: argparse.ArgumentParser) -> None:
+    """--tokenizer: a llama2.c checkpoint's tokenizer file, when it is not beside the checkpoint.
+
+    Args:
+        command: the parser or argument group to add it to.
+    """
+    command.add_argument(
+        "--tokenizer", metavar="FILE",
+        help="with a llama2.c checkpoint as --model: its tokenizer file (default: tokenizer.bin or the one "
+        "tok*.bin beside the checkpoint)",
     )
 
 

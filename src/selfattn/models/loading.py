@@ -33,16 +33,31 @@ def model_key(name_or_path) -> str:
     return str(locate(name_or_path).resolve())
 
 
-def shared_model(name_or_path, key: str | None = None, tokenizer=None):
+# The tokenizer file named for a llama2.c checkpoint (the command line's --tokenizer), by model key.
+_named_tokenizers: dict[str, str] = {}
+
+
+def name_tokenizer(name_or_path, tokenizer) -> None:
+    """Use ``tokenizer`` for the model ``name_or_path`` whenever this process loads it.
+
+    The command line's ``--tokenizer FILE``: set once, before a command resolves its model,
+    so that every later ``shared_model(name_or_path)`` loads the checkpoint with it.
+
+    Raises:
+        ModelError: the model cannot be resolved (as ``model_key``).
+    """
+    _named_tokenizers[model_key(name_or_path)] = str(Path(tokenizer).expanduser().resolve())
+
+
+def shared_model(name_or_path, key: str | None = None):
     """The model ``name_or_path``, loaded once per process (frozen, eval mode).
 
     ``key``: its ``model_key``, when the caller has resolved the name already (an
-    ``ExplainConfig`` does when it is built), so that the name is resolved once.
-    ``tokenizer``: a llama2.c checkpoint's tokenizer file, when it is not beside it.
+    ``ExplainConfig`` does when it is built), so that the name is resolved once. A
+    llama2.c checkpoint loads with the tokenizer ``name_tokenizer`` named for it, if any.
     """
     key = model_key(name_or_path) if key is None else key
-    named = None if tokenizer is None else str(Path(tokenizer).expanduser().resolve())
-    return _load(key, os.fspath(name_or_path), named)
+    return _load(key, os.fspath(name_or_path), _named_tokenizers.get(key))
 
 
 @lru_cache(maxsize=2)
