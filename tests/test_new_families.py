@@ -324,3 +324,20 @@ def test_a_folder_asking_for_what_we_do_not_compute_is_refused_in_one_line(famil
     with pytest.raises(ModelError, match=f"'{field}'") as refused:
         sa.load_pretrained(tmp_path)
     assert "\n" not in str(refused.value)
+
+
+def test_the_walkthrough_says_what_gemma_and_qwen3_compute(run_cli, folders):
+    status, out, err = run_cli("explain", "--model", str(folders["gemma3_text"]), "The cat sat on the mat", "--layer", "1")
+    assert status == 0, err
+    text = " ".join(out.split())
+    assert "multiplied by this checkpoint's own scale, 0.2887 = 1/√12, in place of the usual 1/√16" in text
+    assert "s = q · k × 0.2887" in text and "/ √16" not in text
+    assert "q_norm and k_norm, times 1 + g" in text and "GeGLU" in text
+    assert "normalised once more by RMSNorm and added" in text
+    status, data, err = run_cli("explain", "--model", str(folders["gemma3_text"]), "The cat sat on the mat", "--layer", "1",
+                                "--format", "json")
+    record = json.loads(data)
+    assert record["scale"] == pytest.approx(12 ** -0.5)
+    status, out, err = run_cli("explain", "--model", str(folders["qwen3"]), "The cat sat on the mat")
+    text = " ".join(out.split())
+    assert "q_norm and k_norm, times a learned gain g" in text and "divided by √24" in text

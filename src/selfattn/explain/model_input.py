@@ -42,6 +42,8 @@ FEED_FORWARD = {
     "gelu_tanh": "widen, GELU in its tanh form, narrow back",
     "swiglu": "SwiGLU: two widening projections, one passed through SiLU, multiplied component by component, "
     "then narrowed back",
+    "geglu_tanh": "GeGLU: two widening projections, one passed through GELU in its tanh form, multiplied "
+    "component by component, then narrowed back",
 }
 PARTS = {
     "word": "the row of the word table for its id (what the token is)",

@@ -72,6 +72,7 @@ def _layer_input(doc: Document, t: ModelTrace, p: int, step: int) -> None:
                 f"This model normalises before each part of a layer (pre-norm): the attention of layer {layer} reads "
                 f"{norm}({x}), not {x} itself, and its output is added back to {x} unnormalised (the residual "
                 f"connection). {NORM_TEXT.get(a.norm, '')}"
+                + (" This checkpoint stores each gain minus one: its RMSNorm multiplies by 1 + g." if a.norm_gain == "1+w" else "")
             ),
             *wide_table(t, t.attention_input, p, f"{norm}({x}): what the attention of layer {layer} reads"),
         )
@@ -95,6 +96,14 @@ def _heads_text(t: ModelTrace, step: int) -> str:
         )
     else:
         text += " W_k and W_v are cut into heads the same way."
+    if a.qk_norm:
+        gain = "1 + g, the checkpoint storing g" if a.norm_gain == "1+w" else "a learned gain g"
+        text += (
+            f" Right after the projection this model passes every head's q and k through an RMSNorm of their own "
+            f"over the {d_head} numbers (q_norm and k_norm, times {gain}), so every q and k comes out at about the "
+            "same size and how sharp the head's weights are is set by those gains, not by how large x happens to be. "
+            "The q and k below are after that norm."
+        )
     return text + f" In this head every q, k and v has {d_head} numbers; v comes in at step {step + 2}."
 
 
@@ -177,15 +186,31 @@ def _softmax(doc: Document, t: ModelTrace, p: int, step: int) -> None:
     if masked:
         doc.add(Paragraph(_mask_text(t, seen)))
     over = f" over the {len(seen)} key{'s' if len(seen) > 1 else ''} it may see" if masked else ""
-    doc.add(
-        Paragraph(
+    own_scale = t.attention.scale is not None and not math.isclose(t.attention.scale, d_head ** -0.5)
+    if own_scale:  # the checkpoint's scale (Gemma 3's 1 / sqrt(query_pre_attn_scalar))
+        root = 1 / t.attention.scale ** 2
+        shown = f"{root:g}" if math.isclose(root, round(root)) else fmt(root, p)
+        scaling = (
+            f"Before the softmax every score is multiplied by this checkpoint's own scale, {fmt(t.scale, p)} = "
+            f"1/√{shown}, in place of the usual 1/√{d_head}: a sum of {d_head} products spreads about √{d_head} "
+            "times wider than one product, and the model was trained with this factor to keep its scores in "
+            "range."
+        )
+        column = f"s = q · k × {fmt(t.scale, p)}"
+    else:
+        scaling = (
             f"Before the softmax every score is divided by √{d_head} = {fmt(math.sqrt(d_head), p)} (times "
             f"{fmt(t.scale, p)}). A sum of {d_head} products spreads about √{d_head} times wider than one product, "
             "and softmax over widely spread scores hands nearly all the weight to one token, where learning "
-            "stalls. Then the softmax, in its stable form: subtract the largest scaled score m, take exp, and "
+            "stalls."
+        )
+        column = f"s = q · k / √{d_head}"
+    doc.add(
+        Paragraph(
+            f"{scaling} Then the softmax, in its stable form: subtract the largest scaled score m, take exp, and "
             f"divide each by their sum. {add_up}"
         ),
-        Table(["token", "q · k", f"s = q · k / √{d_head}", "exp(s - m)", "α"] + ([""] if masked else []), rows, highlight_row=q),
+        Table(["token", "q · k", column, "exp(s - m)", "α"] + ([""] if masked else []), rows, highlight_row=q),
         Lines([f"m = {fmt(t.row_max[q], p)}   sum of exp(s - m) = {fmt(t.exp_sum[q], p)}   sum of α{over} = {fmt(t.weights[q, seen].sum(), p)}"]),
     )
     order = sorted(seen, key=lambda j: -float(t.weights[q, j]))
@@ -251,7 +276,11 @@ def _rest_of_layer(t: ModelTrace) -> str:
         f"{t.d_head} numbers are laid side by side into {width}, multiplied by W_o ({width} × {t.d_model}) and "
         "added to the layer's input (the residual connection)"
     )
-    if a.norm_first:
+    if a.norm_first and a.sandwich_norm:
+        joined = joined.replace(" and added to the layer's input", f", normalised once more by {norm} and added to the layer's input")
+        rest = (f". Then a feed-forward network reworks each token on its own: it reads {norm} of that sum ({ff}), "
+                f"and its output, normalised by {norm} again, is added to the sum.")
+    elif a.norm_first:
         rest = f". Then a feed-forward network reworks each token on its own: it reads {norm} of that sum ({ff}), and its output is added to the sum again."
     else:
         rest = f", then normalised by {norm}. Then a feed-forward network reworks each token on its own ({ff}), with another residual add and {norm}."
