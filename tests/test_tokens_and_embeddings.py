@@ -33,11 +33,15 @@ def test_query_by_token_position_and_default():
     assert find_query(TOKENS, 6) == 6
     assert find_query(["a", "a", "b"], "a") == 0  # first occurrence
     assert find_query(["1", "2", "3"], "1") == 0  # a token wins over a position
+    assert find_query(TOKENS, -1) == len(TOKENS) - 1  # negative positions count from the end
+    assert find_query(TOKENS, "-7") == 0
+    assert find_query(["-1", "b"], "-1") == 0  # a token wins over a position from the end too
 
 
 @pytest.mark.parametrize("query,match", [("dog", "'dog' is not in the sentence"), ("Cat", "not in the sentence"),
                                          ("7", "position 7 is out of range.*positions 0 to 6"),
-                                         (-1, "out of range"), (99, "out of range")])
+                                         (-8, "position -8 is out of range.*or -7 to -1 from the end"),
+                                         (99, "out of range")])
 def test_bad_queries_are_refused(query, match):
     with pytest.raises(QueryError, match=match):
         find_query(TOKENS, query)

@@ -52,10 +52,11 @@ def find_query(tokens: list[str], query: str | int | None) -> int:
     """Resolve a query given as a token or a 0-based position to its 0-based position.
 
     - None: the default (position 1, as the seed picks "cat").
-    - an int: a 0-based position, 0 <= position < len(tokens).
+    - an int: a 0-based position, 0 <= position < len(tokens); a negative one counts
+      from the end, as Python's indexing does (-1: the last token).
     - a str: an exact, case-sensitive token; a repeated token selects its first
       occurrence. A string of digits that is not a token of the sentence is read as a
-      0-based position, so "3" picks the second "the" of "the cat saw the dog".
+      0-based position, so "3" picks the second "the" of "the cat saw the dog", and "-1" the last.
     """
     if query is None:
         return default_query_index(tokens)
@@ -72,11 +73,12 @@ def find_query(tokens: list[str], query: str | int | None) -> int:
         query = position
     if isinstance(query, bool) or not isinstance(query, int):
         raise QueryError(f"the query must be a token or a 0-based position, not {query!r}")
-    if not 0 <= query < len(tokens):
-        raise QueryError(
-            f"query position {query} is out of range: the sentence has {len(tokens)} "
-            f"token{'s' if len(tokens) != 1 else ''} (positions 0 to {len(tokens) - 1})"
-        )
+    n = len(tokens)
+    if -n <= query < 0:
+        return n + query
+    if not 0 <= query < n:
+        ranges = "position 0, or -1 from the end" if n == 1 else f"positions 0 to {n - 1}, or -{n} to -1 from the end"
+        raise QueryError(f"query position {query} is out of range: the sentence has {n} token{'s' if n != 1 else ''} ({ranges})")
     return query
 
 
