@@ -452,3 +452,21 @@ def test_torch_causal_bias_objects_are_accepted_as_masks(q_len, kv_len):
     query, key, value = qkv(2, 2, 2, q_len, kv_len, 4, 4, dtype=torch.float64)
     for bias in (causal_upper_left(q_len, kv_len), causal_lower_right(q_len, kv_len)):
         assert_matches_torch(query, key, value, attn_mask=bias, torch_kwargs={"attn_mask": bias})
+
+
+@pytest.mark.parametrize("q_len", [1, 3])
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_grouped_heads_without_a_mask_stack_rows_instead_of_copying_keys(q_len, need_weights):
+    from selfattn.attention.functional import attention_forward
+
+    generator = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 8, q_len, 16, generator=generator, dtype=torch.float64) * 2  # far from uniform
+    k = torch.randn(2, 2, 11, 16, generator=generator, dtype=torch.float64) * 2
+    v = torch.randn(2, 2, 11, 5, generator=generator, dtype=torch.float64)
+    out = attention_forward(q, k, v, enable_gqa=True, need_weights=need_weights, scale=0.3)
+    expected = F.scaled_dot_product_attention(q, k, v, enable_gqa=True, scale=0.3)
+    torch.testing.assert_close(out.output, expected, rtol=0, atol=1e-12)
+    if need_weights:
+        weights = torch.softmax(0.3 * q @ k.repeat_interleave(4, dim=1).transpose(-1, -2), dim=-1)
+        torch.testing.assert_close(out.weights, weights, rtol=0, atol=1e-12)
+        assert out.weights.max() > 0.9

@@ -54,10 +54,13 @@ def check_attention_inputs(
     for name, tensor in (("query", query), ("key", key), ("value", value)):
         if not isinstance(tensor, torch.Tensor):
             raise ShapeError(f"{name} must be a tensor, got {type(tensor).__name__}")
-    shapes = f"query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
+
+    def shapes() -> str:  # built only for a message: every attention call passes here
+        return f"query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
+
     for name, tensor in (("query", query), ("key", key), ("value", value)):
         if tensor.dim() < 2:
-            raise ShapeError(f"{name} needs at least 2 dimensions (seq, d): {shapes}")
+            raise ShapeError(f"{name} needs at least 2 dimensions (seq, d): {shapes()}")
         if not tensor.is_floating_point():
             raise ShapeError(f"{name} must be a floating-point tensor, got {tensor.dtype}")
     if not (query.dtype == key.dtype == value.dtype):
@@ -65,25 +68,25 @@ def check_attention_inputs(
             f"query, key and value must share a dtype: {query.dtype}, {key.dtype}, {value.dtype}"
         )
     if query.shape[-1] != key.shape[-1]:
-        raise ShapeError(f"query and key must have the same last dimension d: {shapes}")
+        raise ShapeError(f"query and key must have the same last dimension d: {shapes()}")
     if key.shape[-2] != value.shape[-2]:
-        raise ShapeError(f"key and value must have the same length kv_len: {shapes}")
+        raise ShapeError(f"key and value must have the same length kv_len: {shapes()}")
     if key.shape[:-1] != value.shape[:-1]:
-        raise ShapeError(f"key and value must have the same leading dimensions: {shapes}")
+        raise ShapeError(f"key and value must have the same leading dimensions: {shapes()}")
     if enable_gqa:
         if query.dim() < 3 or key.dim() < 3:
-            raise ShapeError(f"enable_gqa needs a heads dimension (..., heads, seq, d): {shapes}")
+            raise ShapeError(f"enable_gqa needs a heads dimension (..., heads, seq, d): {shapes()}")
         hq, hk = query.shape[-3], key.shape[-3]
         if hk == 0 or hq % hk:
             raise ShapeError(
-                f"query heads ({hq}) must be a multiple of key/value heads ({hk}) for grouped-query attention: {shapes}"
+                f"query heads ({hq}) must be a multiple of key/value heads ({hk}) for grouped-query attention: {shapes()}"
             )
     kv_lead = list(key.shape[:-2])
     if enable_gqa:
         kv_lead[-1] = query.shape[-3]
     lead = broadcast_shape(tuple(query.shape[:-2]), tuple(kv_lead))
     if lead is None:
-        raise ShapeError(f"the batch/head dimensions of query and key/value do not broadcast: {shapes}")
+        raise ShapeError(f"the batch/head dimensions of query and key/value do not broadcast: {shapes()}")
     if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or not 0.0 <= dropout_p < 1.0:
         raise OptionError(f"dropout_p must be a number in [0, 1), got {dropout_p!r}")
     if attn_mask is not None:

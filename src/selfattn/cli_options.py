@@ -166,7 +166,7 @@ def add_tokenizer_option(command: argparse.ArgumentParser) -> None:
         command: the parser or argument group to add it to.
     """
     command.add_argument(
-        "--tokenizer", metavar="FILE",
+        "--tokenizer", metavar="TOKENIZER",
         help="with a llama2.c checkpoint as --model: its tokenizer file (default: tokenizer.bin or the one "
         "tok*.bin beside the checkpoint)",
     )

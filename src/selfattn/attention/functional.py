@@ -203,8 +203,15 @@ def attention_forward(
     """
     attn_mask = from_causal_bias(attn_mask, query)
     check_attention_inputs(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
+    if enable_gqa and attn_mask is None and not is_causal and dropout_p == 0 and query.shape[:-3] == key.shape[:-3]:
+        return _grouped_rows(query, key, value, scale, need_weights)
     if enable_gqa:
         key, value = expand_kv_heads(key, value, query.shape[-3])
+    return _attend(query, key, value, attn_mask, dropout_p, is_causal, scale, need_weights)
+
+
+def _attend(query, key, value, attn_mask, dropout_p: float, is_causal: bool, scale, need_weights: bool) -> AttentionOutput:
+    """``attention_forward`` on inputs already checked, with as many key/value heads as query heads."""
     if scale is None:
         scale = 1.0 / math.sqrt(query.shape[-1])
     tensors = (query, key, value) if attn_mask is None else (query, key, value, attn_mask)
@@ -228,6 +235,23 @@ def attention_forward(
     if dropout_p > 0:
         weights = dropout_weights(weights, dropout_p)
     return AttentionOutput(context_vectors(weights, value), weights)  # (..., Hq, q_len, d_v), weights
+
+
+def _grouped_rows(query, key, value, scale, need_weights: bool) -> AttentionOutput:
+    """Grouped-query attention without copying K and V, when nothing tells the query heads apart.
+
+    With no mask (a decoding step: one new token sees every cached key) the g query heads
+    of a group all score the same keys, so their rows stack into one head's rows:
+    (..., Hk * g, q_len, d) -> (..., Hk, g * q_len, d), attended against the Hk key/value
+    heads as they are, and unstacked after. The same numbers as repeating K and V g times
+    (``expand_kv_heads``), without the copy.
+    """
+    *lead, n_heads, q_len, d = query.shape
+    kv_heads = key.shape[-3]
+    rows = query.reshape(*lead, kv_heads, (n_heads // kv_heads) * q_len, d)  # head h = kv * g + j: rows (j, t)
+    out = _attend(rows, key, value, None, 0.0, False, scale, need_weights)
+    weights = None if out.weights is None else out.weights.reshape(*lead, n_heads, q_len, key.shape[-2])
+    return AttentionOutput(out.output.reshape(*lead, n_heads, q_len, value.shape[-1]), weights)
 
 
 def attention_steps(

@@ -384,21 +384,20 @@ class MultiHeadAttention(nn.Module):
             raise ShapeError(
                 f"the RoPE rotation is for {rotation.cos.shape[-2]} positions, but this call has {k.shape[-2]} new tokens"
             )
-        if c.positional == "rope":
+        if rotation is not None:
+            # The new queries and keys stand at the same positions: one turn for both (a
+            # decoding step of a small model is many small calls, and this saves six).
+            turned = rotate_pairs(torch.cat((q, k), dim=-3), rotation.cos, rotation.sin, c.rope_pairs)
+            q, k = turned.split((q.shape[-3], k.shape[-3]), dim=-3)  # (batch, H, new, d), (batch, Hkv, new, d)
+        elif c.positional == "rope":
             rope = dict(base=c.rope_base, pairs=c.rope_pairs, scaling=c.rope_scaling)
-            if rotation is not None:
-                k = rotate_pairs(k, rotation.cos, rotation.sin, c.rope_pairs)
-            else:
-                k = apply_rope(k, torch.arange(past, past + k.shape[-2], device=k.device) if positions is None else positions, **rope)
+            k = apply_rope(k, torch.arange(past, past + k.shape[-2], device=k.device) if positions is None else positions, **rope)
         if cache is not None:
             k, v = cache.append(k, v)  # (batch, Hkv, past + new_len, d_head)
         q_len, kv_len = q.shape[-2], k.shape[-2]
-        if c.positional == "rope":
+        if c.positional == "rope" and rotation is None:
             # The queries are the newest positions: bottom-right aligned with the keys.
-            if rotation is not None:
-                q = rotate_pairs(q, rotation.cos, rotation.sin, c.rope_pairs)
-            else:
-                q = apply_rope(q, torch.arange(kv_len - q_len, kv_len, device=q.device) if positions is None else positions, **rope)
+            q = apply_rope(q, torch.arange(kv_len - q_len, kv_len, device=q.device) if positions is None else positions, **rope)
         return Heads(q, k, v, self._mask(attn_mask, is_causal, q_len, kv_len, q), unbatched, scale, q_plain, k_plain)
 
     def _project(self, query, key, value, fast: bool):
