@@ -331,3 +331,6 @@ def test_a_tokenizer_that_does_not_fit_is_one_line(run_cli, tmp_path, monkeypatc
     status, out, err = run_cli(*argv)
     assert status == 2 and out == ""
     assert message in err and len(err.strip().splitlines()) == 1
+    from selfattn.models import loading
+
+    assert loading._named_tokenizers == {}  # the next command loads its model as before

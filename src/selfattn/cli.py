@@ -399,17 +399,18 @@ def check_text_arguments(args: argparse.Namespace) -> None:
         check_text(args.query, "the query", QueryError)
 
 
-def name_tokenizer(args: argparse.Namespace) -> None:
-    """--tokenizer FILE: load the --model checkpoint with that tokenizer, wherever the command loads it."""
+def run_command(args: argparse.Namespace) -> int:
+    """The command; with --tokenizer FILE, the --model checkpoint loads with that tokenizer wherever it runs."""
     tokenizer = getattr(args, "tokenizer", None)
     if tokenizer is None:
-        return
+        return args.run(args)
     from selfattn.errors import ModelError
-    from selfattn.models.loading import name_tokenizer as use
+    from selfattn.models.loading import named_tokenizer
 
     if getattr(args, "model", None) is None:
         raise ModelError("--tokenizer goes with a llama2.c checkpoint given as --model FILE")
-    use(args.model, tokenizer)
+    with named_tokenizer(args.model, tokenizer):
+        return args.run(args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -427,8 +428,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.reconfigure(errors="surrogateescape" if utf8 else "replace")
     try:
         check_text_arguments(args)
-        name_tokenizer(args)
-        return args.run(args)
+        return run_command(args)
     except SelfAttnError as error:
         message = " ".join(str(error).split())
         print(f"selfattn: error: {message}", file=sys.stderr)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
@@ -37,16 +38,27 @@ def model_key(name_or_path) -> str:
 _named_tokenizers: dict[str, str] = {}
 
 
-def name_tokenizer(name_or_path, tokenizer) -> None:
-    """Use ``tokenizer`` for the model ``name_or_path`` whenever this process loads it.
+@contextmanager
+def named_tokenizer(name_or_path, tokenizer):
+    """Inside the block, load the model ``name_or_path`` with the tokenizer file ``tokenizer``.
 
-    The command line's ``--tokenizer FILE``: set once, before a command resolves its model,
-    so that every later ``shared_model(name_or_path)`` loads the checkpoint with it.
+    The command line's ``--tokenizer FILE``: set around one command, so that every
+    ``shared_model(name_or_path)`` of that command loads the checkpoint with it; after the
+    block (also after an error) the name loads as before.
 
     Raises:
         ModelError: the model cannot be resolved (as ``model_key``).
     """
-    _named_tokenizers[model_key(name_or_path)] = str(Path(tokenizer).expanduser().resolve())
+    key = model_key(name_or_path)
+    before = _named_tokenizers.get(key)
+    _named_tokenizers[key] = str(Path(tokenizer).expanduser().resolve())
+    try:
+        yield
+    finally:
+        if before is None:
+            _named_tokenizers.pop(key, None)
+        else:
+            _named_tokenizers[key] = before
 
 
 def shared_model(name_or_path, key: str | None = None):
@@ -54,7 +66,7 @@ def shared_model(name_or_path, key: str | None = None):
 
     ``key``: its ``model_key``, when the caller has resolved the name already (an
     ``ExplainConfig`` does when it is built), so that the name is resolved once. A
-    llama2.c checkpoint loads with the tokenizer ``name_tokenizer`` named for it, if any.
+    llama2.c checkpoint loads with the tokenizer ``named_tokenizer`` names for it, if any.
     """
     key = model_key(name_or_path) if key is None else key
     return _load(key, os.fspath(name_or_path), _named_tokenizers.get(key))
