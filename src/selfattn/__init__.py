@@ -27,9 +27,9 @@ Masks                     causal_mask, causal_top_left, causal_bottom_right,
                           rules the kernel skips tiles with: selfattn.masks
 Positions                 sinusoidal_encoding, LearnedPositionalEmbedding, apply_rope,
                           rope_angles, rope_distance_check, alibi_slopes, alibi_bias
-Pretrained models         load_pretrained("all-MiniLM-L6-v2" | FOLDER | "org/name") ->
-                          BertModel | DecoderModel -> ModelOutput; DecoderModel.generate
-                          -> Generation; selfattn.integrations.transformers.register
+Pretrained models         load_pretrained("all-MiniLM-L6-v2" | "stories260K" | FOLDER | FILE.bin
+                          | "org/name") -> BertModel | DecoderModel -> ModelOutput;
+                          DecoderModel.generate -> Generation; integrations.transformers
 Training                  train(task="induction" | "text", ...) -> TrainingRun; the
                           shipped results: load_pretrained("tiny-induction" | "tiny-shakespeare")
 Across processes          ring_attention; sharding helpers in selfattn.distributed
