@@ -334,3 +334,11 @@ def test_a_tokenizer_that_does_not_fit_is_one_line(run_cli, tmp_path, monkeypatc
     from selfattn.models import loading
 
     assert loading._named_tokenizers == {}  # the next command loads its model as before
+
+
+def test_the_walkthrough_says_which_features_rope_pairs(run_cli):
+    status, out, err = run_cli("explain", "--model", "stories260K", "Lily saw a cat. Lily", "--query", "-1")
+    assert status == 0, err
+    assert "form 4 pairs of neighbours (x1 with x2, x3 with x4, …)" in " ".join(out.split())
+    status, out, err = run_cli("explain", "--model", "stories260K", "Lily saw", "--format", "json")
+    assert json.loads(out)["attention"]["rope_pairs"] == "interleaved"

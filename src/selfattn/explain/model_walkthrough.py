@@ -123,7 +123,7 @@ def _rope(doc: Document, t: ModelTrace, p: int) -> None:
     doc.add(
         Paragraph(
             f"Positions enter here, through RoPE: before any score is taken, each query and key is turned by its "
-            f"position. Its {d_head} components form {d_head // 2} pairs, and pair c of the token at position i turns by the "
+            f"position. Its {d_head} components form {d_head // 2} pairs{_pairs_text(a.rope_pairs, d_head)}, and pair c of the token at position i turns by the "
             f"angle i·θ_c, with θ_c = {rope_base_text(a.rope_base)}^(−2c/{d_head}): the first pairs turn fast, the last ones slowly."
             f"{scaling} A turn changes no length, only the direction. The query at position {q} turns by {q}·θ_c and "
             f"the key at position {j} by {j}·θ_c; in their dot product only the difference of the angles is left, "
@@ -134,6 +134,16 @@ def _rope(doc: Document, t: ModelTrace, p: int) -> None:
               title=f"RoPE turns the query {query_label(t)} and the key of '{token_label(t, j)}'"),
         Lines([f"q · k before the turn = {fmt(before, p)}   after the turn = {fmt(t.scores_unscaled[q, j], p)}"]),
     )
+
+
+def _pairs_text(pairs: str | None, d_head: int) -> str:
+    """Which components RoPE turns together, 1-based as the tables count them: ' (x1 with x2, ...)'."""
+    if pairs == "interleaved":
+        return " of neighbours (x1 with x2, x3 with x4, …)"
+    if pairs == "half":
+        half = d_head // 2
+        return f" (x1 with x{half + 1}, x2 with x{half + 2}, …, x{half} with x{d_head})"
+    return ""
 
 
 def _projections(doc: Document, t: ModelTrace, p: int, step: int) -> None:

@@ -78,6 +78,9 @@ class AttentionInfo:
         norm_gain: an RMSNorm's gain: "w", or "1+w" (Gemma stores the gain minus 1).
         sandwich_norm: the attention's and the feed-forward's outputs are normalised
             too, before each is added back to the residual stream.
+        rope_pairs: which features RoPE turns together: "half" (i with i + d_head/2, the
+            Hugging Face layout) or "interleaved" (2i with 2i + 1, llama2.c's); None
+            without RoPE.
     """
 
     family: str
@@ -95,6 +98,7 @@ class AttentionInfo:
     qk_norm: bool = False
     norm_gain: str = "w"
     sandwich_norm: bool = False
+    rope_pairs: str | None = None
 
     @property
     def group_size(self) -> int:
@@ -132,4 +136,5 @@ def attention_info(family: str, block_config, layer_window: int | None = None) -
         qk_norm=a.qk_norm,
         norm_gain=block_config.norm_gain,
         sandwich_norm=block_config.sandwich_norm,
+        rope_pairs=a.rope_pairs if a.positional == "rope" else None,
     )
