@@ -54,11 +54,16 @@ HEADS_EXAMPLES = """examples:
   selfattn heads "my sentence" --format json > heads.json
   selfattn heads "the cat sat, the cat ran" --model ./my-decoder
                                                          a decoder: four pattern scores per head
-  selfattn heads --model ./my-decoder --probe induction  random tokens twice: find induction heads
+  selfattn heads --model stories260K --probe induction  random tokens twice: find induction heads
+  selfattn heads --model ./my-decoder --probe induction
   selfattn heads --model ./my-decoder --probe induction --probe-length 50 --seed 3
 """
 
 GENERATE_EXAMPLES = """examples:
+  selfattn generate "Once upon a time" --model stories260K         a small trained Llama that ships
+  selfattn generate "" --model stories260K --max-new-tokens 200    from BOS alone, as llama2.c starts
+  selfattn generate "Lily" --model stories15M.bin --tokenizer tokenizer.bin
+                                                                   a llama2.c checkpoint and its tokenizer
   selfattn generate "Once upon a time" --model ./my-decoder        a folder in the Hugging Face layout
   selfattn generate "The cat" --model Qwen/Qwen2.5-0.5B --max-new-tokens 40
                                                                    a hub id already in the local cache
