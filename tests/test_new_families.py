@@ -241,10 +241,10 @@ def differences(ours, theirs, mask):
 def test_the_flash_kernel_in_the_model_matches_transformers(family, folders, monkeypatch):
     """load_pretrained runs prompts of 128 tokens and more on the kernel; here every call does."""
     import selfattn as sa
-    import selfattn.models.decoder as decoder
+    import selfattn.models.decoder_config as decoder_config
     from tiny_models import reference_model
 
-    monkeypatch.setattr(decoder, "FLASH_MIN_QUERIES", 1)
+    monkeypatch.setattr(decoder_config, "FLASH_MIN_QUERIES", 1)
     model = sa.load_pretrained(folders[family])
     assert model.layers[0].attention.path_for(torch.randn(1, 3, model.config.d_model)).name == "flash"
     encoded, positions = batch(folders[family])

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from selfattn.errors import ModelError, OptionError
 from selfattn.models.config_fields import ConfigReader
-from selfattn.models.decoder import DecoderConfig
+from selfattn.models.decoder_config import DecoderConfig
 from selfattn.models.family import Family
 from selfattn.models.weights import WeightRule, rule
 from selfattn.positional.rope_scaling import Llama3RopeScaling

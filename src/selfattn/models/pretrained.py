@@ -186,7 +186,7 @@ def load_decoder(folder: Path, data: dict, name: str) -> DecoderModel:
     # Attention through the tiled kernel ("flash"): on a random Llama-shaped model (8 layers,
     # width 512, 8 / 2 heads, bench/models.py) a 512-token forward took about 0.65x the time of
     # the reference path, whose causal mask makes torch's exp run on -inf, a slow path on
-    # CPU. Short inputs (decoding steps) still take the reference path: FLASH_MIN_QUERIES in decoder.py.
+    # CPU. Short inputs (decoding steps) still take the reference path: FLASH_MIN_QUERIES in decoder_config.py.
     config = dataclasses.replace(_with_generation_ids(config, folder), attn_impl="flash")
     tokenizer = TextTokenizer(folder / "tokenizer.json", config.max_positions, config.pad_id, padding_side="left")
     model = DecoderModel(config, tokenizer, name)

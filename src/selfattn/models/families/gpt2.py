@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Collection
 
 from selfattn.models.config_fields import ConfigReader
-from selfattn.models.decoder import DecoderConfig
+from selfattn.models.decoder_config import DecoderConfig
 from selfattn.models.family import Family
 from selfattn.models.weights import WeightRule, rule, split_columns, transposed
 
