@@ -25,7 +25,7 @@ attn_implementation="sdpa")``.
 stories260K (width 64, 5 layers, 8 query / 4 key/value heads of 8, 512 positions, RoPE on
 interleaved pairs) is ``selfattn.load_pretrained("stories260K")`` against
 ``LlamaForCausalLM`` given the same weights (``read_checkpoint``), wq and wk rows turned
-per head from interleaved pairs to halves (tests/test_llama2c.py's ``halves``). Ours stops
+per head from interleaved pairs to halves (tests/tiny_models.py's ``halves``). Ours stops
 at BOS, so here its config has no end-of-sequence id, and transformers gets none either:
 both make exactly N tokens.
 
@@ -135,33 +135,14 @@ def load_both(folder: Path):
 
 def stories_both():
     """(ours, theirs) for stories260K: ours without an end-of-sequence id, transformers' Llama (sdpa) of its weights."""
-    import transformers
-    from test_llama2c import halves
+    from tiny_models import llama2c_as_transformers
 
     from selfattn.models.files import model_folder
-    from selfattn.models.llama2c import read_checkpoint
 
     ours = selfattn.load_pretrained("stories260K")
     ours.config = dataclasses.replace(ours.config, eos_ids=())  # it stops at BOS; here it makes all N tokens
-    header, tensors = read_checkpoint(model_folder("stories260K") / "stories260K.bin")
-    config = transformers.LlamaConfig(  # as tests/test_llama2c.py's reference, without an end-of-sequence id
-        vocab_size=header.vocab_size, hidden_size=header.dim, intermediate_size=header.hidden_dim,
-        num_hidden_layers=header.n_layers, num_attention_heads=header.n_heads, num_key_value_heads=header.n_kv_heads,
-        max_position_embeddings=header.seq_len, rms_norm_eps=1e-5, rope_theta=10000.0,
-        tie_word_embeddings=header.shared_classifier, bos_token_id=1, eos_token_id=None, pad_token_id=0,
-    )
-    config._attn_implementation = "sdpa"
-    heads = {"q_proj": header.n_heads, "k_proj": header.n_kv_heads}  # the rows RoPE turns: to halves, per head
-    state = {}
-    for name, tensor in tensors.items():
-        kind = name.split(".")[-2]  # model.layers.{i}.self_attn.q_proj.weight -> q_proj
-        state[name] = halves(tensor, heads[kind]) if kind in heads else tensor.clone()
-    if header.shared_classifier:
-        state["lm_head.weight"] = state["model.embed_tokens.weight"]
-    theirs = transformers.LlamaForCausalLM(config)
-    missing, unexpected = theirs.load_state_dict(state, strict=False)
-    assert not unexpected and all("rotary" in m for m in missing), (missing, unexpected)
-    return ours, theirs.eval()
+    theirs = llama2c_as_transformers(model_folder("stories260K") / "stories260K.bin", "sdpa", eos_token_id=None)
+    return ours, theirs
 
 
 def interleaved(runs: dict, rounds: int, warmup: int = 1) -> dict[str, list[float]]:

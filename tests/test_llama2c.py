@@ -132,38 +132,12 @@ def test_greedy_from_bos_equals_a_numpy_reading_of_the_file(model):
 # --- reference 3: transformers' Llama -------------------------------------------------------
 
 
-def halves(weight: torch.Tensor, heads: int) -> torch.Tensor:
-    """Rows of wq / wk from interleaved RoPE pairs to transformers' halves, head by head."""
-    out, d_in = weight.shape
-    return weight.view(heads, out // heads // 2, 2, d_in).transpose(1, 2).reshape(out, d_in)
-
-
 @pytest.fixture(scope="module")
 def reference():
-    transformers = pytest.importorskip("transformers")
-    from selfattn.models.llama2c import read_checkpoint
+    pytest.importorskip("transformers")
+    from tiny_models import llama2c_as_transformers
 
-    header, tensors = read_checkpoint(CHECKPOINT)
-    config = transformers.LlamaConfig(
-        vocab_size=header.vocab_size, hidden_size=header.dim, intermediate_size=header.hidden_dim,
-        num_hidden_layers=header.n_layers, num_attention_heads=header.n_heads, num_key_value_heads=header.n_kv_heads,
-        max_position_embeddings=header.seq_len, rms_norm_eps=1e-5, rope_theta=10000.0,
-        tie_word_embeddings=header.shared_classifier, bos_token_id=1, eos_token_id=2,
-    )
-    config._attn_implementation = "eager"
-    state = {}
-    for name, tensor in tensors.items():
-        if name.endswith("q_proj.weight"):
-            tensor = halves(tensor, header.n_heads)
-        elif name.endswith("k_proj.weight"):
-            tensor = halves(tensor, header.n_kv_heads)
-        state[name] = tensor.clone()
-    if header.shared_classifier:
-        state["lm_head.weight"] = state["model.embed_tokens.weight"]
-    llama = transformers.LlamaForCausalLM(config)
-    missing, unexpected = llama.load_state_dict(state, strict=False)
-    assert not unexpected and all("rotary" in m for m in missing), (missing, unexpected)
-    return llama.eval()
+    return llama2c_as_transformers(CHECKPOINT)
 
 
 TEXTS = ["Once upon a time, there was a cat.", "Lily and Ben went to the park to play with a big red ball!"]

@@ -197,3 +197,45 @@ def position_ids(attention_mask):
     """Positions counted over the real tokens only (left padding shifts them), as generate does."""
     positions = attention_mask.long().cumsum(-1) - 1
     return positions.clamp(min=0)
+
+
+def halves(weight, heads: int):
+    """Rows of wq / wk from llama2.c's interleaved RoPE pairs to transformers' halves, head by head.
+
+    Within each head, rows (0, 1), (2, 3), ... are RoPE's pairs in llama2.c; transformers
+    turns row i with row i + d_head/2, so the even rows go first and the odd rows after.
+    """
+    out, d_in = weight.shape
+    return weight.view(heads, out // heads // 2, 2, d_in).transpose(1, 2).reshape(out, d_in)
+
+
+def llama2c_as_transformers(path, attn_implementation: str = "eager", eos_token_id: int | None = 2):
+    """transformers' LlamaForCausalLM holding a llama2.c checkpoint's weights, eval mode.
+
+    The weights come from ``selfattn.models.llama2c.read_checkpoint`` (Llama tensor names,
+    wq / wk rows in llama2.c's order) and go through ``halves``; everything else is copied
+    as it is. RMSNorm eps 1e-5 and RoPE base 10000, as llama2.c's run.c.
+    """
+    import transformers
+
+    from selfattn.models.llama2c import read_checkpoint
+
+    header, tensors = read_checkpoint(path)
+    config = transformers.LlamaConfig(
+        vocab_size=header.vocab_size, hidden_size=header.dim, intermediate_size=header.hidden_dim,
+        num_hidden_layers=header.n_layers, num_attention_heads=header.n_heads, num_key_value_heads=header.n_kv_heads,
+        max_position_embeddings=header.seq_len, rms_norm_eps=1e-5, rope_theta=10000.0,
+        tie_word_embeddings=header.shared_classifier, bos_token_id=1, eos_token_id=eos_token_id, pad_token_id=0,
+    )
+    config._attn_implementation = attn_implementation
+    heads = {"q_proj": header.n_heads, "k_proj": header.n_kv_heads}  # the rows RoPE turns
+    state = {}
+    for name, tensor in tensors.items():
+        kind = name.split(".")[-2]  # model.layers.{i}.self_attn.q_proj.weight -> q_proj
+        state[name] = halves(tensor, heads[kind]) if kind in heads else tensor.clone()
+    if header.shared_classifier:
+        state["lm_head.weight"] = state["model.embed_tokens.weight"]
+    llama = transformers.LlamaForCausalLM(config)
+    missing, unexpected = llama.load_state_dict(state, strict=False)
+    assert not unexpected and all("rotary" in m for m in missing), (missing, unexpected)
+    return llama.eval()
