@@ -20,7 +20,6 @@ from selfattn.models.loading import shared_model
 from selfattn.models.queries import model_finder, model_query_piece
 from selfattn.pipeline.embeddings import SEED_TABLE
 from selfattn.pipeline.tokenize import check_text, find_query, missing_tokens, quote_tokens, read_position
-from selfattn.trace.model import find_position
 
 
 def compare(sentence_a: str, sentence_b: str, query: str | int, model: str | None = None, **options) -> Comparison:
@@ -131,7 +130,7 @@ def _locate(tokens: list[str], query: str | int, label: str, find, shown: str | 
             readable: list[str] | None = None) -> int:
     """The query's position in one sentence; a query that is not there names the sentence (and ``shown``, as given)."""
     try:
-        return find_position(find, tokens, query)
+        return find(tokens, query)
     except QueryError as error:
         if isinstance(query, str) and read_position(query) is None:
             listed = tokens if readable is None else [r.strip() or t for t, r in zip(tokens, readable)]

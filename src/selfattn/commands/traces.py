@@ -13,7 +13,6 @@ from selfattn.commands.options import ExplainConfig, check_length
 from selfattn.errors import OptionError
 from selfattn.pipeline.embeddings import SEED_SENTENCE, resolve_embeddings
 from selfattn.pipeline.tokenize import find_query
-from selfattn.trace.model import find_position
 from selfattn.trace.seed import Trace, trace_self_attention
 from selfattn.trace.variants import PROJECTED, VariantTrace, default_d_k, trace_variant
 
@@ -73,7 +72,7 @@ def build_trace(config: ExplainConfig) -> Trace | VariantTrace | ModelTrace:
     tokens = config.tokens
     check_length(len(tokens), config.query_heads)
     # A negative position counts from the end; the trace records the position from 0.
-    query = find_position(find_query, tokens, config.query)
+    query = find_query(tokens, config.query)
     x, source = resolve_embeddings(
         tokens, config.embed, path=config.embeddings, dim=config.dim, seed=config.seed
     )

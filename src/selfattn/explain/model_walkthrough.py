@@ -196,9 +196,8 @@ def _softmax(doc: Document, t: ModelTrace, p: int, step: int) -> None:
     if masked:
         doc.add(Paragraph(_mask_text(t, seen)))
     over = f" over the {len(seen)} key{'s' if len(seen) > 1 else ''} it may see" if masked else ""
-    own_scale = t.attention.scale is not None and not math.isclose(t.attention.scale, d_head ** -0.5)
-    if own_scale:  # the checkpoint's scale (Gemma 3's 1 / sqrt(query_pre_attn_scalar))
-        root = 1 / t.attention.scale ** 2
+    if not math.isclose(t.scale, d_head ** -0.5):  # the checkpoint's own scale (Gemma 3's 1 / sqrt(query_pre_attn_scalar))
+        root = 1 / t.scale ** 2
         shown = f"{root:g}" if math.isclose(root, round(root)) else fmt(root, p)
         scaling = (
             f"Before the softmax every score is multiplied by this checkpoint's own scale, {fmt(t.scale, p)} = "

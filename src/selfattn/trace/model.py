@@ -15,12 +15,11 @@ from dataclasses import dataclass
 
 import torch
 
-from selfattn.errors import OptionError, QueryError, SentenceError
+from selfattn.errors import OptionError, SentenceError
 from selfattn.models.description import AttentionInfo, EmbeddingStep
 from selfattn.models.files import DEFAULT_MODEL, MODELS
 from selfattn.pipeline.steps import attention_scores
 from selfattn.models.queries import find_model_query
-from selfattn.pipeline.tokenize import read_position
 from selfattn.trace.record import AttentionTrace, LayerSteps, Query
 
 
@@ -116,10 +115,11 @@ class ModelTrace:
                  doc="(n, d_head): the keys of the key/value head this head reads.")
     v = property(lambda self: self._steps.v[self.kv_head], doc="(n, d_head): its values.")
     q_plain = property(lambda self: None if self._steps.q_plain is None else self._steps.q_plain[self.record.head],
-                       doc="(n, d_head): the queries before RoPE; None without RoPE.")
+                       doc="(n, d_head): the queries before RoPE (after a q norm); None without RoPE.")
     k_plain = property(lambda self: None if self._steps.k_plain is None else self._steps.k_plain[self.kv_head],
-                       doc="(n, d_head): the keys before RoPE; None without RoPE.")
-    scale = property(lambda self: self._steps.scale, doc="1 / sqrt(d_head).")
+                       doc="(n, d_head): the keys before RoPE (after a k norm); None without RoPE.")
+    scale = property(lambda self: self._steps.scale,
+                     doc="The factor on q . k: 1 / sqrt(d_head), or the checkpoint's own (Gemma 3's).")
     allowed = property(lambda self: self._steps.allowed,
                        doc="(n, n) bool: which keys each query may see (causal, window); None: all.")
     scores_plain = property(lambda self: None if self._steps.scores_plain is None else self._steps.scores_plain[self.record.head],
@@ -174,34 +174,6 @@ class ModelTrace:
         return self.tokens[index] in self.special_tokens
 
 
-def find_position(find, tokens: list[str], query: str | int | None) -> int:
-    """The query's 0-based position, where a negative position counts from the end (-1: the last token).
-
-    ``find(tokens, query)`` looks the query up as a token or a position from 0; a query it
-    does not find that reads as a whole number (an int, or a string like "-1" that is not a
-    token) is a position: -n to -1 count back from the end, like Python's indexing.
-
-    Raises:
-        QueryError: ``find``'s own error for a token that is not there; for a position out
-            of range in either direction, one that names both ranges.
-    """
-    try:
-        return find(tokens, query)
-    except QueryError:
-        if isinstance(query, bool) or not isinstance(query, (int, str)):
-            raise
-        position = query if isinstance(query, int) else read_position(query)
-        if position is None:
-            raise
-    n = len(tokens)
-    if -n <= position < 0:
-        return n + position
-    ranges = "position 0, or -1 from the end" if n == 1 else f"positions 0 to {n - 1}, or -{n} to -1 from the end"
-    raise QueryError(
-        f"query position {position} is out of range: the sentence has {n} token{'s' if n != 1 else ''} ({ranges})"
-    ) from None
-
-
 def check_layer_head(layer: int, head: int, n_layers: int, n_heads: int) -> None:
     for flag, value, count in (("--layer", layer, n_layers), ("--head", head, n_heads)):
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < count:
@@ -251,7 +223,7 @@ def trace_model(
     ids = encoded.input_ids  # (1, n)
     special = model.tokenizer.special_tokens
     readable = model.tokenizer.readable(ids[0].tolist())
-    query_index = find_position(lambda words, q: find_model_query(words, q, readable, special), tokens, query)
+    query_index = find_model_query(tokens, query, readable, special)
     with torch.no_grad():
         out = model.run(encoded, output_attentions=True, output_hidden_states=True)
         # Every layer's steps from its own block: the forward pass takes a fused path that rounds

@@ -32,7 +32,6 @@ from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, Patch, Rectangle
 
 from selfattn.errors import OptionError, ShapeError
-from selfattn.trace.model import find_position
 from selfattn.masks.dense_states import states_of_dense
 from selfattn.masks.states import EMPTY, FULL, PARTIAL
 from selfattn.pipeline.tokenize import find_query
@@ -153,7 +152,7 @@ def arrows_figure(tokens, weights_row, query, *, title=None, hidden=None,
     labels = axis_labels(tokens, weights.shape[0], "tokens")
     check_weight_matrix(weights, "weights_row")
     hide = _hidden_cells(hidden, weights.shape)
-    index = find_position(find_query, labels, query)
+    index = find_query(labels, query)
     keys = _arrow_keys(weights, index, hide)
     n = len(keys)
     names = [labels[j] if len(keys) == len(labels) else f"{j}: {labels[j]}" for j in keys]
