@@ -37,7 +37,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from selfattn.errors import ModelError, OptionError, SentenceError
+from selfattn.errors import ModelError, OptionError
 from selfattn.models.tokenizer import Encoded, TextTokenizer, as_text_list
 
 UNK_ID, BOS_ID, EOS_ID = 0, 1, 2
@@ -161,6 +161,7 @@ class Llama2cTokenizer:
         self._dummy_prefix = self._piece_ids.get(b" ", FIRST_BYTE_ID + 0x20)
 
     pad = TextTokenizer.pad
+    check_lengths = TextTokenizer.check_lengths
 
     @property
     def vocab_size(self) -> int:
@@ -201,13 +202,7 @@ class Llama2cTokenizer:
         """
         texts = as_text_list(texts)
         rows = [self.encode_ids(text) for text in texts]
-        for index, row in enumerate(rows):
-            if len(row) > self.max_length:
-                which = "the text" if len(texts) == 1 else f"text {index}"
-                raise SentenceError(
-                    f"{which} has {len(row)} tokens{self.specials_note}; this model has "
-                    f"{self.max_length} positions, so at most {self.max_length} tokens: shorten it or split it"
-                )
+        self.check_lengths([len(row) for row in rows])
         return self.pad(rows)
 
     def encode_ids(self, text: str) -> list[int]:

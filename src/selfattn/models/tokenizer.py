@@ -68,14 +68,25 @@ class TextTokenizer:
         """One text or a list of texts -> Encoded (a batch of one for a single text)."""
         texts = as_text_list(texts)
         encodings = self.tokenizer.encode_batch(texts)
-        for index, encoding in enumerate(encodings):
-            if len(encoding.ids) > self.max_length:
-                which = "the text" if len(texts) == 1 else f"text {index}"
+        self.check_lengths([len(e.ids) for e in encodings])
+        return self.pad([list(e.ids) for e in encodings], [list(e.tokens) for e in encodings])
+
+    def check_lengths(self, lengths: list[int]) -> None:
+        """Refuse a text of more tokens than max_length, naming it (when there are several) and its count.
+
+        Args:
+            lengths: each text's token count, specials included.
+
+        Raises:
+            SentenceError: a text is too long for the model's positions.
+        """
+        for index, length in enumerate(lengths):
+            if length > self.max_length:
+                which = "the text" if len(lengths) == 1 else f"text {index}"
                 raise SentenceError(
-                    f"{which} has {len(encoding.ids)} tokens{self.specials_note}; this model has "
+                    f"{which} has {length} tokens{self.specials_note}; this model has "
                     f"{self.max_length} positions, so at most {self.max_length} tokens: shorten it or split it"
                 )
-        return self.pad([list(e.ids) for e in encodings], [list(e.tokens) for e in encodings])
 
     def pad(self, rows: list[list[int]], tokens: list[list[str]] | None = None) -> Encoded:
         """Lists of ids -> one padded batch on this tokenizer's side (tokens looked up if not given)."""
