@@ -28,6 +28,7 @@ sampler stops: when the next token would be BOS.
 
 from __future__ import annotations
 
+import math
 import os
 import struct
 from dataclasses import dataclass
@@ -105,18 +106,7 @@ class Llama2cHeader:
 
     def weight_bytes(self) -> int:
         """The bytes the header's arrays take, 4 per float32."""
-        total = 0
-        for _, shape in self.arrays():
-            count = 1
-            for size in shape:
-                count *= size
-            total += count
-        return 4 * total
-
-
-def is_llama2c(path: str | os.PathLike) -> bool:
-    """Whether ``path`` is a file to read as a llama2.c checkpoint (any file that is not a folder)."""
-    return Path(path).expanduser().is_file()
+        return 4 * sum(math.prod(shape) for _, shape in self.arrays())
 
 
 def read_header(path: Path, data: bytes) -> Llama2cHeader:
@@ -198,9 +188,7 @@ def read_checkpoint(path: str | os.PathLike) -> tuple[Llama2cHeader, dict[str, t
     flat = torch.frombuffer(bytearray(data[header.offset:]), dtype=torch.float32)  # little-endian floats
     tensors, start = {}, 0
     for name, shape in header.arrays():
-        count = 1
-        for size in shape:
-            count *= size
+        count = math.prod(shape)
         block = flat[start:start + count].view(shape)
         start += count
         if name == "rope":
