@@ -374,11 +374,47 @@ def classify_decoder_heads(
         row = []
         for head in range(a.shape[1]):
             values = [float(s) for s in scores[layer, head]]
-            best = max(range(len(values)), key=lambda k: values[k])  # max keeps the first of equals
-            role = DECODER_PATTERNS[best] if values[best] >= threshold else MIXED
+            role = role_of(dict(zip(DECODER_PATTERNS, values)), threshold)
             row.append(DecoderHeadRole(role, *values, float(entropy[layer, head])))
         heads.append(row)
     return heads
+
+
+def role_of(scores: dict[str, float], threshold: float = DECODER_THRESHOLD) -> str:
+    """A head's role from the scores a table shows of it: the highest, if it reaches the threshold.
+
+    The one rule every table uses (``selfattn heads`` on a sentence or the probe, ``train``'s
+    summary, the shipped models' READMEs): role = the pattern of the highest score (the
+    first of equals, in DECODER_PATTERNS order) when that score >= threshold, else "mixed".
+    On the induction probe the induction score given is the probe's
+    (``induction_probe_score``), the number those tables show for it.
+
+    Args:
+        scores: pattern name (one of DECODER_PATTERNS) -> score; patterns a table does not
+            show are left out.
+        threshold: the score a pattern needs to name the head.
+
+    Returns:
+        One of DECODER_ROLES.
+
+    Raises:
+        OptionError: a name that is not a pattern.
+
+    Examples:
+        >>> from selfattn.analysis.decoder_roles import role_of
+        >>> role_of({"previous token": 0.47, "induction": 0.02, "first token": 0.1})
+        'previous token'
+        >>> role_of({"previous token": 0.27, "induction": 0.03, "first token": 0.2})
+        'mixed'
+    """
+    unknown = [name for name in scores if name not in DECODER_PATTERNS]
+    if unknown:
+        raise OptionError(f"unknown pattern {unknown[0]!r}: the patterns are {', '.join(DECODER_PATTERNS)}")
+    ordered = [(name, float(scores[name])) for name in DECODER_PATTERNS if name in scores]
+    if not ordered:
+        return MIXED
+    name, best = max(ordered, key=lambda pair: pair[1])  # max keeps the first of equals
+    return name if best >= threshold else MIXED
 
 
 def check_ids(ids) -> torch.Tensor:

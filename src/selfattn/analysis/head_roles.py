@@ -119,16 +119,31 @@ def classify_head(weights, tokens: list[str]) -> HeadRole:
     rows = torch.nonzero(is_word).flatten() if bool(is_word.any()) else torch.arange(n)  # (r,) query rows read
     shares = part_shares(a, rows, is_word)
     focus = token_focus(a, rows, tokens) if bool(is_word.any()) else None
-    best = max(PATTERNS, key=lambda p: shares[p])  # max keeps the first of equals: ROLES order
-    focused = focus.share if focus else 0.0
     most = math.log2(n)  # uniform rows; 0 for one key, which has nothing to spread over
     entropy = _clamp(float(row_entropy(a[rows]).mean()), most)
     normalized = entropy / most if n > 1 else 0.0
+    role, share = encoder_role(shares, focus.share if focus else 0.0)
+    return HeadRole(role, share, entropy, normalized, shares, focus)
+
+
+def encoder_role(shares: dict[str, float], focus_share: float) -> tuple[str, float]:
+    """The role an encoder head's shares name, and that role's share (the module docstring's rule).
+
+    Args:
+        shares: part -> share, for at least the four PATTERNS.
+        focus_share: the focus word's share (0 without one).
+
+    Returns:
+        (role, share): the largest named part when it reaches ROLE_THRESHOLD (ties to the
+            first in ROLES), else "one token" when the focus share does, else "spread" with
+            the largest of them.
+    """
+    best = max(PATTERNS, key=lambda p: shares[p])  # max keeps the first of equals: ROLES order
     if shares[best] >= ROLE_THRESHOLD:
-        return HeadRole(best, shares[best], entropy, normalized, shares, focus)
-    if focused >= ROLE_THRESHOLD:
-        return HeadRole(ONE_TOKEN, focused, entropy, normalized, shares, focus)
-    return HeadRole(SPREAD, max(shares[best], focused), entropy, normalized, shares, focus)
+        return best, shares[best]
+    if focus_share >= ROLE_THRESHOLD:
+        return ONE_TOKEN, focus_share
+    return SPREAD, max(shares[best], focus_share)
 
 
 def classify_heads(attentions, tokens: list[str]) -> list[list[HeadRole]]:

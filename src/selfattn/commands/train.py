@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from selfattn.errors import TrainingError
 from selfattn.training.loop import train
-from selfattn.training.records import INDUCTION_FORMED, strongest
+from selfattn.training.records import INDUCTION_FORMED, role_line, strongest
 
 EXIT_INTERRUPTED = 130
 
@@ -43,6 +43,7 @@ def summary(run) -> str:
         when = f"formed by step {formed}" if formed is not None else f"not formed (below {INDUCTION_FORMED})"
         lines.append(f"induction head: layer {best['layer']} head {best['head']}, score {best['induction']:.2f}, {when}")
         lines.append(f"previous-token head: layer {previous['layer']} head {previous['head']}, score {previous['previous_token']:.2f}")
+        lines.append(f"heads by role (the highest of its probe scores, when it reaches 0.40): {role_line(final['heads'])}")
     if not run.finished:
         lines.append(f"continue with: selfattn train --out {run.folder} --resume")
     else:

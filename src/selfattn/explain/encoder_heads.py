@@ -190,3 +190,53 @@ def percent(share: float, precision: int) -> str:
 
 
 # ---------------------------------------------------------------- decoders
+
+
+def encoder_texts_to_dict(model_name: str, texts_file: str, texts: list[str], heads: list[dict]) -> dict:
+    """An encoder's heads over a file of texts as plain data: each share's mean and spread.
+
+    Args:
+        model_name: the model's name.
+        texts_file: the file the texts came from.
+        texts: the texts, in order.
+        heads: ``head_runs.encoder_over_texts``'s records (role and share from the means;
+            shares, focus_share and entropy each {"mean", "std"}).
+
+    Returns:
+        A dict with the model, ``texts_file``, ``texts``, the threshold, the head records and
+            the count of each role.
+    """
+    counts = Counter(h["role"] for h in heads)
+    return {"model": model_name, "texts_file": texts_file, "texts": texts, "threshold": ROLE_THRESHOLD,
+            "heads": heads, "roles": {role: counts[role] for role in ROLES}}
+
+
+def encoder_texts_document(data: dict, precision: int) -> Document:
+    """An encoder's heads over several texts: each part's mean share ± its spread, and the role of the means."""
+    t = f"{ROLE_THRESHOLD:.0%}"
+    doc = Document()
+    doc.add(
+        Paragraph(f"{len(data['texts'])} texts from {data['texts_file']}, each run on its own: every number below is "
+                  "the mean over them ± its standard deviation."),
+        Heading("How to read the table"),
+        Paragraph(
+            "For each text, each head's rows of the words (not [CLS] and [SEP]) are split into five parts: the "
+            "weight on the word just before (prev), just after (next), on itself (self), on [CLS] and [SEP], and "
+            f"on every other word (other). The role is read from the means: the largest of prev, next, self and "
+            f"[CLS]/[SEP] when it holds at least {t}; else one token when the other words put at least {t} on one "
+            "word (focus, which may be a different word in each text); else spread. H bits is the mean row "
+            "entropy. Layers and heads count from 0."),
+    )
+
+    def cell(value: dict, as_percent: bool) -> str:
+        show = (lambda v: percent(v, precision)) if as_percent else (lambda v: fmt(v, precision))
+        return f"{show(value['mean'])} ± {show(value['std'])}"
+
+    columns = ["layer", "head", "role", *PART_COLUMNS.values(), "focus", "H bits"]
+    rows = [[str(h["layer"]), str(h["head"]), h["role"], *(cell(h["shares"][p], True) for p in PARTS),
+             cell(h["focus_share"], True), cell(h["entropy"], False)] for h in data["heads"]]
+    doc.add(Table(columns, rows, numeric_from=3))
+    counts = data["roles"]
+    doc.add(Heading("Summary"), Paragraph(
+        "Roles: " + ", ".join(f"{counts[role]} {role}" for role in ROLES) + f" (of {len(data['heads'])} heads)."))
+    return doc

@@ -14,10 +14,43 @@ from typing import NamedTuple
 
 import torch
 
+from selfattn.analysis.decoder_roles import (
+    DECODER_THRESHOLD, FIRST_TOKEN, INDUCTION, MIXED, PREVIOUS_TOKEN, role_of,
+)
 from selfattn.training.config import TrainConfig
 
-INDUCTION_FORMED = 0.4
+INDUCTION_FORMED = DECODER_THRESHOLD
 """A head whose induction score on the probe reaches this has formed (the runs' summaries and pictures)."""
+
+
+def heads_by_role(heads: list[dict]) -> dict[str, list[dict]]:
+    """The head records a run's probe names, by role: the one rule of ``decoder_roles.role_of``.
+
+    A metrics record shows three numbers per head (previous_token, induction on the probe,
+    first_token); the role is the highest when it reaches the threshold (0.4).
+
+    Args:
+        heads: metrics head records, each with layer, head, previous_token, induction and first_token.
+
+    Returns:
+        Role -> its head records, strongest first; "mixed" heads are left out.
+    """
+    named: dict[str, list[dict]] = {}
+    for h in heads:
+        role = role_of({PREVIOUS_TOKEN: h["previous_token"], INDUCTION: h["induction"], FIRST_TOKEN: h["first_token"]})
+        if role != MIXED:
+            named.setdefault(role, []).append(h)
+    keys = {PREVIOUS_TOKEN: "previous_token", INDUCTION: "induction", FIRST_TOKEN: "first_token"}
+    return {role: sorted(found, key=lambda h: -h[keys[role]]) for role, found in named.items()}
+
+
+def role_line(heads: list[dict]) -> str:
+    """One line naming the heads by role, with the score that names them: "induction L1 H0 0.83, ...; previous token ..."."""
+    keys = {PREVIOUS_TOKEN: "previous_token", INDUCTION: "induction", FIRST_TOKEN: "first_token"}
+    named = heads_by_role(heads)
+    parts = [f"{role} " + ", ".join(f"L{h['layer']} H{h['head']} {h[keys[role]]:.2f}" for h in named[role])
+             for role in (INDUCTION, PREVIOUS_TOKEN, FIRST_TOKEN) if role in named]
+    return "; ".join(parts) if parts else "none (no score reaches 0.40)"
 
 
 def strongest(heads: list[dict], score: str) -> dict:

@@ -12,7 +12,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from selfattn.training.records import strongest
+from selfattn.training.records import role_line, strongest
 from selfattn.training.run_files import read_metrics, read_settings
 
 KEPT = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "generation_config.json",
@@ -50,6 +50,7 @@ def ship(run: Path, name: str) -> Path:
         f"- probe loss: {final['probe_loss']['first_copy']:.3f} on the first copy, {final['probe_loss']['second_copy']:.3f} on the repeat",
         f"- best induction head: layer {best['layer']} head {best['head']} (score {best['induction']:.3f})",
         f"- best previous-token head: layer {previous['layer']} head {previous['head']} (score {previous['previous_token']:.3f})",
+        f"- heads by role (the highest of a head's probe scores, when it reaches 0.40): {role_line(final['heads'])}",
         "- time on a quiet 2-core machine: docs/training-bench.md", "",
         "metrics.jsonl holds every logged step; training.json the settings and the vocabulary.", "",
     ]
