@@ -30,6 +30,9 @@ Positions                 sinusoidal_encoding, LearnedPositionalEmbedding, apply
 Pretrained models         load_pretrained("all-MiniLM-L6-v2" | "stories260K" | FOLDER | FILE.bin
                           | "org/name") -> BertModel | DecoderModel -> ModelOutput;
                           DecoderModel.generate -> Generation; integrations.transformers
+Poking the model          ablate(model, heads, mode="zero" | "mean") (a with-block that knocks
+                          heads out), patch_heads(model, clean, corrupted, target) (activation
+                          patching: the fraction each head recovers)
 Training                  train(task="induction" | "text", ...) -> TrainingRun; the
                           shipped results: load_pretrained("tiny-induction" | "tiny-shakespeare")
 Across processes          ring_attention; sharding helpers in selfattn.distributed
@@ -37,7 +40,8 @@ Errors                    SelfAttnError (a ValueError) and its subclasses Config
                           SentenceError, QueryError, EmbeddingError, OptionError,
                           ShapeError, ModelError, DistributedError, TrainingError
 
-The command line: ``selfattn explain | plot | view | heads | similarity | compare | generate | train``.
+The command line: ``selfattn explain | plot | view | heads |
+similarity | compare | generate | ablate | patch | train``.
 """
 
 from __future__ import annotations
@@ -73,6 +77,8 @@ _EXPORTS = {
     "QueryTrace": "selfattn.trace.seed",
     "trace_self_attention": "selfattn.trace.seed",
     "compare": "selfattn.commands.compare",
+    "ablate": "selfattn.analysis.interventions",
+    "patch_heads": "selfattn.analysis.interventions",
     "Comparison": "selfattn.analysis.comparison",
     "HeadComparison": "selfattn.analysis.comparison",
     "scaled_dot_product_attention": "selfattn.attention.functional",

@@ -25,9 +25,11 @@ from selfattn.cli_options import (
     Parser,
     add_input_options,
     add_model_option,
+    add_probe_options,
     add_tokenizer_option,
     add_view_options,
 )
+from selfattn.cli_interventions import add_intervention_commands
 from selfattn.viz import PLOT_KINDS
 
 
@@ -130,14 +132,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_option(heads)
     heads.add_argument("--precision", type=int, default=2, metavar="DIGITS", help="decimals shown, 0 to 10 (default 2)")
     heads.add_argument("--format", choices=["text", "json", "markdown"], default="text", help="output format")
-    probe = heads.add_argument_group("probe (decoders only, instead of a sentence)")
-    probe.add_argument("--probe", choices=["induction"], metavar="KIND",
-                       help="induction: random tokens, then the same tokens again; every head is scored on how much "
-                       "the second copy looks at the token after its first copy")
-    probe.add_argument("--probe-length", type=int, metavar="N",
-                       help="random tokens in each copy, at least 2 (default 20); the probe has 2N tokens, one more "
-                       "with a BOS token, and must fit the model's positions")
-    probe.add_argument("--seed", type=int, metavar="S", help="seed of the probe's random tokens (default 0)")
+    add_probe_options(heads, "probe (decoders only, instead of a sentence)",
+                      "induction: random tokens, then the same tokens again; every head is scored on how much "
+                      "the second copy looks at the token after its first copy")
+    heads.add_argument("--texts", metavar="FILE",
+                       help="a UTF-8 file of texts, one a line: every score is averaged over them, with its spread")
+    heads.add_argument("--ablation", action="store_true",
+                       help="decoders: add each head's loss change when it alone is zeroed (one run per head)")
     heads.set_defaults(run=run_heads)
 
     similarity = commands.add_parser(
@@ -221,6 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--seed", type=int, metavar="S", help="seed of the weights and the batches (default 0)")
     train.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     train.set_defaults(run=run_train)
+    add_intervention_commands(commands)
     return parser
 
 
@@ -341,7 +343,8 @@ def run_heads(args: argparse.Namespace) -> int:
 
     sentence = " ".join(args.sentence) if args.sentence else None
     heads_command(sentence, args.model, args.format, args.precision, sys.stdout,
-                  probe=args.probe, probe_length=args.probe_length, seed=args.seed)
+                  probe=args.probe, probe_length=args.probe_length, seed=args.seed, ablation=args.ablation,
+                  texts_file=args.texts)
     return 0
 
 

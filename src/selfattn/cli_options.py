@@ -246,3 +246,19 @@ def add_view_options(command: argparse.ArgumentParser, default: int | None = 0, 
     command.add_argument("--layer", type=int, default=default, metavar="LAYER",
                          help="the layer to show, from 0 (default 0); needs --model (the variants have one layer)")
     command.add_argument("--head", type=int, default=default, metavar="HEAD", help=f"the head to show, from 0 (default 0); {head_needs}")
+
+
+def add_probe_options(command: argparse.ArgumentParser, title: str, probe_help: str) -> None:
+    """--probe, --probe-length and --seed: the induction probe instead of a text.
+
+    Args:
+        command: the command's parser.
+        title: the group's title in --help.
+        probe_help: what --probe induction does for this command.
+    """
+    probe = command.add_argument_group(title)
+    probe.add_argument("--probe", choices=["induction"], metavar="KIND", help=probe_help)
+    probe.add_argument("--probe-length", type=int, metavar="N",
+                       help="random tokens in each copy, at least 2 (default 20); the probe has 2N tokens, one more "
+                       "with a BOS token, and must fit the model's positions")
+    probe.add_argument("--seed", type=int, metavar="S", help="seed of the probe's random tokens (default 0)")

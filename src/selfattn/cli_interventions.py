@@ -1,0 +1,92 @@
+"""The command line's ``ablate`` and ``patch``: knock heads out of a decoder, patch them in."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from selfattn.cli_options import add_model_option, add_probe_options
+
+ABLATE_EXAMPLES = """examples:
+  selfattn ablate --model tiny-induction --heads 1.0,1.1,1.2,1.3 --probe induction
+                                                   the induction heads out: the repeat's loss jumps
+  selfattn ablate --model tiny-induction --heads 0.2,0.3 --probe induction
+                                                   the previous-token heads out
+  selfattn ablate --model stories260K --heads 1.0 "Once upon a time, there was a little girl"
+  selfattn ablate --model stories260K --heads 1.0 --mode mean --probe induction --format json
+"""
+
+PATCH_EXAMPLES = """examples:
+  selfattn patch "abcdefghijklmnopabcdefghij" "abcdefghijklmnopabcdefghiw" --model tiny-induction --target k
+  selfattn patch "CLEAN" "CORRUPTED" --model stories260K --target TOKEN -o patch.png
+"""
+
+
+def add_intervention_commands(commands) -> None:
+    """Add ``ablate`` and ``patch`` to the subcommands."""
+    ablate = commands.add_parser(
+        "ablate",
+        help="knock heads out of a decoder and see the loss and the next token change",
+        description=(
+            "Run a decoder on a text (or the induction probe) with every head, and again with the named heads "
+            "knocked out: set to zero (--mode zero, the default) or to their mean over the input's positions "
+            "(--mode mean), before the output projection. Prints the mean next-token loss in nats before and "
+            "after (over every predicted token of the text; with the probe, over its second copy), the tokens "
+            "whose loss changed most, and the five most likely next tokens at the end, before and after."),
+    )
+    ablate.epilog = ABLATE_EXAMPLES
+    ablate.add_argument("text", nargs="*", metavar="TEXT", help="the text to score (or give --probe induction)")
+    add_model_option(ablate, default=None)
+    ablate.add_argument("--heads", required=True, metavar="L.H[,L.H...]",
+                        help="the heads to knock out, LAYER.HEAD counted from 0, separated by commas: 1.0,1.3")
+    ablate.add_argument("--mode", default="zero", metavar="MODE", help="zero (default) or mean")
+    ablate.add_argument("--precision", type=int, default=3, metavar="DIGITS", help="decimals shown, 0 to 10 (default 3)")
+    ablate.add_argument("--format", choices=["text", "json", "markdown"], default="text", help="output format")
+    add_probe_options(ablate, "probe (instead of a text)",
+                      "induction: random tokens, then the same again; the loss is read on the second copy")
+    ablate.set_defaults(run=run_ablate)
+
+    patch = commands.add_parser(
+        "patch",
+        help="activation patching: which heads carry the difference between two texts",
+        description=(
+            "Run a decoder on the corrupted text once per head, each time with that head's output taken from "
+            "the clean text's run, and print the share of the target token's log-probability each head brings "
+            "back: (lp_patched - lp_corrupted) / (lp_clean - lp_corrupted). The two texts must have the same "
+            "number of tokens. -o FILE.png draws it as a heatmap."),
+    )
+    patch.epilog = PATCH_EXAMPLES
+    patch.add_argument("clean", metavar="CLEAN", help="the text whose next token is the target, quoted")
+    patch.add_argument("corrupted", metavar="CORRUPTED", help="a text of as many tokens that changes the answer, quoted")
+    add_model_option(patch, default=None)
+    patch.add_argument("--target", required=True, metavar="TOKEN",
+                       help="the next token to read: as the vocabulary writes it (Ġcat, ▁cat) or as text of one token")
+    patch.add_argument("--precision", type=int, default=2, metavar="DIGITS", help="decimals shown, 0 to 10 (default 2)")
+    patch.add_argument("--format", choices=["text", "json", "markdown"], default="text", help="output format")
+    patch.add_argument("-o", "--output", metavar="FILE", help="also draw the heatmap to FILE (.png or .svg)")
+    patch.set_defaults(run=run_patch)
+
+
+def _model(args: argparse.Namespace) -> str:
+    from selfattn.errors import OptionError
+
+    if args.model is None:
+        raise OptionError(f"{args.command} needs a decoder: give --model (stories260K, tiny-induction, a folder or a file)")
+    return args.model
+
+
+def run_ablate(args: argparse.Namespace) -> int:
+    from selfattn.commands.interventions import ablate_command
+
+    text = " ".join(args.text) if args.text else None
+    ablate_command(text, _model(args), args.heads, args.mode, args.format, args.precision, sys.stdout,
+                   probe=args.probe, probe_length=args.probe_length, seed=args.seed)
+    return 0
+
+
+def run_patch(args: argparse.Namespace) -> int:
+    from selfattn.commands.interventions import patch_command
+
+    patch_command(args.clean, args.corrupted, _model(args), args.target, args.format, args.precision, sys.stdout,
+                  args.output)
+    return 0

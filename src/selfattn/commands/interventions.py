@@ -1,0 +1,136 @@
+"""``selfattn ablate`` and ``selfattn patch``: change a decoder's heads and show what follows.
+
+ablate: the loss over a text (or the induction probe's second copy) and the next tokens,
+with every head and with the named heads knocked out (``analysis.interventions.ablate``).
+patch: activation patching, the fraction of the clean answer each head brings back to the
+corrupted input (``patching``), as a table, JSON and a heatmap.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TextIO
+
+from selfattn.analysis.ablation import ablation_report
+from selfattn.analysis.interventions import MODES, patching
+from selfattn.analysis.next_token import probe_positions, text_positions
+from selfattn.analysis.probes import PROBE_LENGTH, PROBE_SEED, check_probe_options, induction_probe_for
+from selfattn.errors import OptionError
+from selfattn.explain.command_output import check_output, check_sentence, write_document, write_json
+from selfattn.explain.interventions import ablation_document, ablation_to_dict, patching_document, patching_to_dict
+from selfattn.models.loading import shared_model
+from selfattn.models.registry import decoder_names
+
+HEAD_PAIR = re.compile(r"\s*(\d+)\.(\d+)\s*")
+
+
+def parse_heads(spec: str) -> list[tuple[int, int]]:
+    """--heads "1.0,1.3" -> [(1, 0), (1, 3)].
+
+    Raises:
+        OptionError: not LAYER.HEAD pairs of whole numbers separated by commas.
+    """
+    pairs = []
+    for part in str(spec).split(","):
+        match = HEAD_PAIR.fullmatch(part)
+        if match is None:
+            raise OptionError(
+                f"--heads takes LAYER.HEAD pairs separated by commas, counted from 0, like 1.0,1.3: {part.strip()!r} "
+                f"in {spec!r} is not one")
+        pairs.append((int(match[1]), int(match[2])))
+    return pairs
+
+
+def decoder_model(model_name: str, command: str):
+    """The model, if it is a decoder.
+
+    Raises:
+        OptionError: it is an encoder (no next-token loss).
+    """
+    model = shared_model(model_name)
+    if not model.attention_info(0).causal:
+        raise OptionError(
+            f"{command} reads the next-token loss, which only a decoder has ({', '.join(decoder_names())}): "
+            f"{model.name} is an encoder")
+    return model
+
+
+def ablate_command(
+    text: str | None, model_name: str, heads: str, mode: str, output_format: str, precision: int, stream: TextIO,
+    probe: str | None = None, probe_length: int | None = None, seed: int | None = None,
+) -> None:
+    """Knock ``heads`` out of a decoder and print the loss and the next tokens before and after.
+
+    Args:
+        text: the text to score; None with a probe.
+        model_name: a decoder's name or folder.
+        heads: "L.H[,L.H...]".
+        mode: "zero" or "mean".
+        output_format: "text", "markdown" or "json".
+        precision: decimals in text and markdown.
+        stream: where to write.
+        probe: None or "induction": score the probe's second copy instead of a text.
+        probe_length: tokens in one copy (default PROBE_LENGTH); needs the probe.
+        seed: the probe's seed (default PROBE_SEED); needs the probe.
+
+    Raises:
+        OptionError: malformed --heads, a head or layer out of range, an unknown mode, a
+            text and a probe together or neither, an encoder.
+        SentenceError: the text is not usable, or has fewer than two tokens.
+    """
+    check_output(output_format, precision)
+    pairs = parse_heads(heads)
+    if mode not in MODES:
+        raise OptionError(f"unknown --mode {mode!r}: choose one of {', '.join(MODES)}")
+    check_probe_options(text, probe, probe_length, seed)
+    if text is None and probe is None:
+        raise OptionError("give a TEXT to score, or --probe induction")
+    if text is not None:
+        check_sentence(text, "the text")
+    model = decoder_model(model_name, "ablate")
+    if probe is not None:
+        made = induction_probe_for(model, PROBE_LENGTH if probe_length is None else probe_length,
+                                   PROBE_SEED if seed is None else seed)
+        encoded, positions = model.tokenize(made.ids), probe_positions(made.length, made.offset)
+    else:
+        made, encoded = None, model.tokenize(text)
+        positions = text_positions(encoded.input_ids.shape[1])
+    report = ablation_report(model, encoded, pairs, mode, positions, made)
+    data = ablation_to_dict(model.name, text, made, report)
+    if output_format == "json":
+        write_json(data, stream)
+        return
+    write_document(ablation_document(data, report, precision), f"Knocking heads out of {model.name}", output_format, stream)
+
+
+def patch_command(
+    clean: str, corrupted: str, model_name: str, target: str, output_format: str, precision: int, stream: TextIO,
+    output_file: str | None = None,
+) -> None:
+    """Activation patching of every head: print the fraction recovered, and draw it with ``output_file``.
+
+    Raises:
+        OptionError: an encoder, a target that is not one token, inputs that give the
+            target the same log-probability, or an output file that cannot be written.
+        SentenceError: an input is not usable, or the two differ in token length.
+    """
+    check_output(output_format, precision)
+    check_sentence(clean, "the clean text")
+    check_sentence(corrupted, "the corrupted text")
+    target_path = None
+    if output_file is not None:
+        from selfattn.viz.plots import check_output_path
+
+        target_path = check_output_path(output_file)
+    model = decoder_model(model_name, "patch")
+    run = patching(model, clean, corrupted, target)
+    data = patching_to_dict(model, clean, corrupted, run)
+    if target_path is not None:
+        from selfattn.viz.patch_plot import patching_figure
+        from selfattn.viz.plots import save_figure
+
+        save_figure(patching_figure(data), target_path)
+    if output_format == "json":
+        write_json(data, stream)
+        return
+    write_document(patching_document(data, precision, output_file), f"Patching heads of {model.name}", output_format, stream)

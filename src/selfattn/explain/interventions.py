@@ -1,0 +1,147 @@
+"""``selfattn ablate`` and ``selfattn patch`` written out: tables, explanations and JSON.
+
+Handed the records of ``analysis.ablation`` and ``analysis.interventions`` by
+``commands.interventions``; nothing here runs the model.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from selfattn.explain.command_output import command_lines, shown_tokens
+from selfattn.explain.document import Document, Heading, Lines, Paragraph, Table, display_token, fmt
+
+CHANGED = 5  # tokens listed where the loss changed most
+STRIPES = 8  # heads listed with their induction score before and after
+
+
+def _chances(chances) -> list[dict]:
+    return [{"token": c.token, "text": c.text, "id": c.id, "p": c.p} for c in chances]
+
+
+def ablation_to_dict(model_name: str, text: str | None, probe, report) -> dict:
+    """An ablation as plain data, for --format json (and for the text, which reads it).
+
+    Returns:
+        model, the text or the probe, heads ([layer, head] pairs), mode, loss {"before",
+        "after"} (mean nats over the scored tokens), scored_tokens (how many), changed (the
+        tokens whose loss changed most: position, token, before, after), top_before and
+        top_after (the five most likely next tokens at the last position: token, text, id, p),
+        probe_induction (on the probe: every head's induction score, {"before", "after"},
+        layers x heads; null on a text).
+    """
+    source = {"text": text} if probe is None else {
+        "probe": {"kind": probe.kind, "length": probe.length, "seed": probe.seed, "ids": probe.ids}}
+    return {
+        "model": model_name, **source,
+        "heads": [[layer, head] for layer, head in report.heads], "mode": report.mode,
+        "loss": {"before": report.loss_before, "after": report.loss_after},
+        "scored_tokens": len(report.tokens),
+        "changed": [{"position": t.position, "token": t.token, "before": t.before, "after": t.after}
+                    for t in report.most_changed(CHANGED)],
+        "top_before": _chances(report.top_before), "top_after": _chances(report.top_after),
+        "probe_induction": None if report.probe_before is None else {
+            "before": [[float(v) for v in row] for row in report.probe_before],
+            "after": [[float(v) for v in row] for row in report.probe_after]},
+    }
+
+
+def ablation_document(data: dict, report, precision: int) -> Document:
+    """The ablation as a Document: what was knocked out, the loss before and after, the tokens, the next token."""
+    heads = ", ".join(f"layer {layer} head {head}" for layer, head in data["heads"]) or "no head"
+    how = ("set to zero" if data["mode"] == "zero" else
+           "replaced by its mean over the input's positions")
+    doc = Document()
+    probe = data.get("probe")
+    if probe is None:
+        doc.add(Paragraph(f"Text: {display_token(data['text'])}"))
+        scored = f"every predicted token of the text ({data['scored_tokens']})"
+    else:
+        doc.add(Paragraph(f"Probe (induction): {probe['length']} random tokens (seed {probe['seed']}), then the same again."))
+        scored = (f"the second copy from its second token on ({data['scored_tokens']} tokens), which only a model that "
+                  "looks back at the first copy can predict")
+    doc.add(
+        Paragraph(f"{len(report.readable)} tokens: {shown_tokens(report.readable, ' | ')}"),
+        Paragraph(
+            f"Knocked out: {heads}, each {how} before the output projection, in every forward pass. The loss is "
+            f"the mean next-token loss in nats over {scored}: -ln p(the token that came | the tokens before it)."),
+        Heading("Loss"),
+        Lines([
+            f"with every head      {fmt(data['loss']['before'], precision)} nats",
+            f"heads knocked out    {fmt(data['loss']['after'], precision)} nats",
+            f"change               {data['loss']['after'] - data['loss']['before']:+.{precision}f} nats",
+        ]),
+        Heading("Where the loss changed most"),
+        Table(["position", "token", "before", "after", "change"],
+              [[str(t["position"]), display_token(t["token"]), fmt(t["before"], precision), fmt(t["after"], precision),
+                f"{t['after'] - t['before']:+.{precision}f}"] for t in data["changed"]], numeric_from=2),
+        Heading("The next token after the last, before and after"),
+        Table(["rank", "with every head", "p", "heads knocked out", "p"],
+              [[str(i + 1), display_token(b["text"]), fmt(b["p"], precision), display_token(a["text"]), fmt(a["p"], precision)]
+               for i, (b, a) in enumerate(zip(data["top_before"], data["top_after"]))], numeric_from=2),
+    )
+    stripes = data.get("probe_induction")
+    if stripes is not None:
+        pairs = [(layer, head) for layer, row in enumerate(stripes["before"]) for head in range(len(row))]
+        shown = sorted(pairs, key=lambda p: (-stripes["before"][p[0]][p[1]], p))[:STRIPES]
+        doc.add(
+            Heading("The induction heads' stripe, before and after"),
+            Paragraph(
+                "Each head's induction score on the probe: its mean weight from a token of the second copy to the "
+                "token after that token's first copy (1 = a perfect induction head). An induction head finds that "
+                "token through what a previous-token head wrote into it; knock the previous-token heads out and the "
+                f"stripe fades. The {len(shown)} heads strongest before:"),
+            Table(["layer", "head", "before", "after"],
+                  [[str(layer), str(head), fmt(stripes["before"][layer][head], precision),
+                    fmt(stripes["after"][layer][head], precision)] for layer, head in shown], numeric_from=2),
+        )
+    return doc
+
+
+def patching_to_dict(model, clean: str, corrupted: str, run) -> dict:
+    """A patching run as plain data: recovered (layers x heads), the target and both log-probabilities."""
+    tokenizer = model.tokenizer
+    readable = (lambda ids: tokenizer.readable(ids)) if tokenizer is not None else (lambda ids: [f"<id {i}>" for i in ids])
+    target = tokenizer.token(run.target) if tokenizer is not None else f"<id {run.target}>"
+    return {
+        "model": model.name, "clean": clean, "corrupted": corrupted,
+        "clean_tokens": readable(run.clean), "corrupted_tokens": readable(run.corrupted),
+        "target": {"token": target, "text": readable([run.target])[0], "id": run.target},
+        "log_prob": {"clean": run.lp_clean, "corrupted": run.lp_corrupted},
+        "recovered": [[float(v) for v in row] for row in run.recovered],
+    }
+
+
+def patching_document(data: dict, precision: int, picture: str | None) -> Document:
+    """The patching table with how to read it."""
+    recovered = data["recovered"]
+    n_heads = len(recovered[0])
+    target = display_token(data["target"]["text"])
+    doc = Document()
+    doc.add(
+        Paragraph(f"Clean:     {shown_tokens(data['clean_tokens'], ' | ')}"),
+        Paragraph(f"Corrupted: {shown_tokens(data['corrupted_tokens'], ' | ')}"),
+        Paragraph(
+            f"Target {target!r} after the last token: log-probability {fmt(data['log_prob']['clean'], precision)} on the "
+            f"clean text, {fmt(data['log_prob']['corrupted'], precision)} on the corrupted one."),
+        Heading("How to read the table"),
+        Paragraph(
+            "For each head alone, the corrupted text is run again with that head's output, at every position, "
+            "taken from the clean run. The cell is the share of the way back to the clean answer: "
+            "(lp_patched - lp_corrupted) / (lp_clean - lp_corrupted), where lp is the target's log-probability. "
+            "1: this head alone carries the difference; 0: it carries none of it; below 0: patching it moves "
+            "the answer further away. Layers and heads count from 0."),
+        Table(["layer", *(f"head {h}" for h in range(n_heads))],
+              [[str(layer), *(fmt(v, precision) for v in row)] for layer, row in enumerate(recovered)], numeric_from=1),
+    )
+    best = max(((v, layer, head) for layer, row in enumerate(recovered) for head, v in enumerate(row)))
+    doc.add(Paragraph(f"Most recovered: layer {best[1]} head {best[2]} ({fmt(best[0], precision)})."))
+    if picture is not None:
+        doc.add(Paragraph(f"Heatmap written to {picture}."))
+    else:
+        quoted = f"{shlex.quote(data['clean'])} {shlex.quote(data['corrupted'])}"
+        doc.add(Paragraph("The same as a heatmap:"))
+        doc.add(Lines(command_lines("selfattn patch",
+                                    f"{quoted} --model {shlex.quote(data['model'])} --target "
+                                    f"{shlex.quote(data['target']['token'])} -o patch.png")))
+    return doc
