@@ -9,22 +9,30 @@ builder in the second: it returns a bool mask, True = may attend (our convention
 padding, sliding windows and cache offsets already in it, or None where the layer's
 ``is_causal`` alone describes the pattern. The function runs ``flash_attention``; it
 rebuilds the exact weights from the kernel's lse only when ``output_attentions`` is
-asked, and hands training with dropout to the reference attention (the kernel has none).
-transformers is imported by ``register()`` only, never by ``import selfattn``.
+asked, and hands weights wanted with autograd or dropout to the reference attention.
+``recording(model)`` keeps, for the forwards inside a with block, each layer's q, k and
+lse (nothing quadratic per head), from which ``probs`` rebuilds the exact weights of the
+rows asked for (``selfattn.integrations.recording``). transformers is imported by
+``register()`` and ``recording()`` only, never by ``import selfattn``.
 
-    from selfattn.integrations.transformers import register
+    from selfattn.integrations.transformers import recording, register
     model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation=register())
+    with recording(model) as rec:
+        model(ids)
+    rec.probs(0, rows=[0, -1])  # (batch, heads, 2, kv_len)
 """
 
 from __future__ import annotations
 
 import re
 import sys
+from contextlib import AbstractContextManager
 
 import torch
 
 from selfattn.attention.functional import attention_forward
 from selfattn.errors import ModelError
+from selfattn.integrations.recording import Recording, record, record_call
 from selfattn.kernels.flash import flash_attention
 from selfattn.kernels.probs_from_lse import attention_probs_from_lse
 from selfattn.masks import causal_mask, to_additive
@@ -82,6 +90,54 @@ def register(name: str = "selfattn") -> str:
     return name
 
 
+def recording(model: torch.nn.Module) -> AbstractContextManager[Recording]:
+    """Record a model's attention calls in a with block, to read exact weights of chosen rows.
+
+    with recording(model) as rec: model(ids)   then   rec.probs(layer, rows, heads) -> (B, len(heads), len(rows), kv_len)
+
+    Each attention layer of ``model`` that calls selfattn's kernel inside the block keeps
+    its query (B, Hq, q_len, d), a copy of its key (B, Hk, kv_len, d), the kernel's lse
+    (B, Hq, q_len) and the mask (held, not copied: the layers share it), is_causal, scale
+    and enable_gqa it ran with: nothing q_len x kv_len per head. ``rec.probs`` rebuilds
+    P_ij = exp(scale q_i . k_j + mask_ij - lse_i) for the rows asked for only, exact for
+    every mask, causal rule and GQA layout the call had; ``rec.layers`` counts the layers
+    recorded, ``rec.call(layer)`` gives what one kept. Layers are numbered by the
+    module's ``layer_idx`` where it has one, else in the order they first call. With
+    several forwards in the block (``generate``), each layer keeps its latest call (in
+    ``generate``, the last decoding step: one query row against the whole cache). When a
+    call takes the reference path (weights wanted while autograd tracks, or with dropout)
+    the kernel runs once more without gradients for the lse; the weights are those before
+    dropout. Nested blocks, also of the same model, each record every call of their model.
+    After the block, also one left by an exception, nothing more is recorded; the record
+    stays readable.
+
+    Args:
+        model: a transformers model whose attention implementation (``config._attn_implementation``)
+            is a name ``register()`` filed, "selfattn" or another.
+
+    Returns:
+        A context manager; ``with`` gives the ``Recording``.
+
+    Raises:
+        ModelError: transformers is not installed, or the model's attention implementation
+            is not one registered to selfattn's kernel (``rec.probs`` raises it too, for a
+            layer, row or head that is not there).
+    """
+    try:
+        from transformers import AttentionInterface
+    except ImportError:
+        raise ModelError(f"recording a transformers model needs transformers: {INSTALL_HINT}") from None
+    name = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    if not isinstance(model, torch.nn.Module) or not isinstance(name, str) or (
+        AttentionInterface().get(name) is not flash_attention_forward
+    ):
+        raise ModelError(
+            f"recording needs a model loaded with attn_implementation=register() (selfattn's kernel); "
+            f"this {type(model).__name__} runs attention implementation {name!r}"
+        )
+    return record(model)
+
+
 def flash_attention_forward(
     module: torch.nn.Module,
     query: torch.Tensor,
@@ -100,7 +156,8 @@ def flash_attention_forward(
     own sdpa path would make it so: no mask, more than one query, and the layer causal
     (``is_causal`` if given, else ``module.is_causal``); the rule is top-left, so a
     prefill into a longer, empty static cache sees only its own keys. A query row that sees
-    no key (a padding position) gets zeros.
+    no key (a padding position) gets zeros. Inside a ``recording`` block of the calling
+    model, the call is also recorded.
 
     Args:
         module: the calling attention layer; its ``training``, ``is_causal`` and (for the
@@ -149,11 +206,13 @@ def flash_attention_forward(
     options = {"attn_mask": mask, "is_causal": causal, "scale": scaling, "enable_gqa": gqa}
     tracked = torch.is_grad_enabled() and (query.requires_grad or key.requires_grad)
     p = dropout if getattr(module, "training", False) else 0.0
+    lse = None
     if wants_weights and (tracked or p > 0):
         output, weights = attention_forward(query, key, value, dropout_p=p, need_weights=True, **options)
     else:
         output, lse = flash_attention(query, key, value, return_lse=True, dropout_p=p, **options)
         weights = attention_probs_from_lse(query, key, lse, **options) if wants_weights else None
+    record_call(module, query, key, value, lse, options)  # nothing unless a recording of this model is open
     return output.transpose(1, 2).contiguous(), weights  # (B, Hq, q_len, d_v) -> (B, q_len, Hq, d_v)
 
 
