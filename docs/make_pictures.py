@@ -1,6 +1,7 @@
 """Regenerate the pictures in docs/: one per plot kind, and screenshots of the explorer.
 
-    .venv/bin/python docs/make_pictures.py
+    .venv/bin/python docs/make_pictures.py                      # every picture
+    .venv/bin/python docs/make_pictures.py plot-heatmap.png     # only the pictures named
 
 The plots come from `selfattn plot`; the explorer screenshots from `selfattn view`,
 opened in Debian's Chromium through Playwright (the same recipe as the browser tests).
@@ -30,6 +31,7 @@ PLOTS = {
     "plot-mask.png": ["--kind", "mask", "--mask", "causal-bottom-right:3"],
     "plot-block-map.png": ["--kind", "mask", "--mask", "sliding-window:256", "--length", "4096"],
     "plot-positional.png": ["--kind", "positional", "--positional", "sinusoidal"],
+    "plot-rope.png": ["--kind", "positional", "--positional", "rope"],
     "plot-rope-distance.png": ["--kind", "rope-distance"],
     "plot-minilm-heads.png": ["--model", "all-MiniLM-L6-v2", "--kind", "heads"],
 }
@@ -54,14 +56,23 @@ def make_tiny_model(folder: Path) -> None:
         os.chdir(here)
 
 
-def main_pictures() -> None:
+def main_pictures(names: list[str] | None = None) -> None:
+    """Write every picture, or only those in ``names`` (file names in docs/)."""
+    unknown = sorted(set(names or ()) - set(PLOTS) - set(EXPLORERS))
+    if unknown:
+        raise SystemExit(f"no such picture: {', '.join(unknown)}; choose from {', '.join([*PLOTS, *EXPLORERS])}")
     for name, args in PLOTS.items():
+        if names and name not in names:
+            continue
         if main(["plot", *args, "-o", str(DOCS / name)]) != 0:
             raise SystemExit(f"plot {name} failed")
+    explorers = {name: value for name, value in EXPLORERS.items() if not names or name in names}
+    if not explorers:
+        return
     scratch = Path(tempfile.mkdtemp())
     make_tiny_model(scratch)
     with chromium() as browser:
-        for name, (args, head, query) in EXPLORERS.items():
+        for name, (args, head, query) in explorers.items():
             page_path = DOCS / "explorer.html"
             args = [str(scratch / TINY) if a == TINY else a for a in args]
             if main(["view", *args, "--head", str(head), "-o", str(page_path)]) != 0:
@@ -76,4 +87,4 @@ def main_pictures() -> None:
 
 
 if __name__ == "__main__":
-    main_pictures()
+    main_pictures(sys.argv[1:])

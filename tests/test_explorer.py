@@ -29,7 +29,8 @@ from selfattn.viz.explorer import (
 from selfattn.formatting import rounded
 from selfattn.viz.explorer_data import explorer_data
 
-# A line's width and opacity, as documented in explorer.js: r = weight / the row's largest weight,
+# A line's width and opacity, as documented in explorer.js: r = weight / the row's largest weight
+# (overlaid heads: r = the weight itself, one scale 0..1 for every head),
 # width = MIN_WIDTH + (MAX_WIDTH - MIN_WIDTH) r px, opacity = MIN_OPACITY + (1 - MIN_OPACITY) r.
 MIN_WIDTH, MAX_WIDTH, MIN_OPACITY = 0.5, 8, 0.15
 VIEWPORT = {"width": 1200, "height": 900}
@@ -64,9 +65,11 @@ def explain_json(cfg: ExplainConfig) -> dict:
 
 
 def fmt(value, precision: int) -> str:
-    """A JSON number as explain prints it at ``precision`` ("-inf" stays a word)."""
+    """A JSON number as explain prints it at ``precision`` ("-inf" stays a word; scientific from 1e10 up, below 1e-10)."""
     if isinstance(value, str):
         return value
+    if abs(value) >= 1e10 or 0 < abs(value) < 1e-10:
+        return f"{value:.{precision}e}"
     text = f"{value:.{precision}f}"
     return text[1:] if text.startswith("-") and float(text) == 0 else text  # no "-0.0000"
 
@@ -92,11 +95,14 @@ def click_query(page, i: int) -> None:
     page.wait_for_selector(f'#head-view[data-query="{i}"]', state="attached")
 
 
-def assert_lines_match(page, weights_row: list[float], precision: int, head: int = 0, query: int | None = None) -> None:
+def assert_lines_match(page, weights_row: list[float], precision: int, head: int = 0, query: int | None = None,
+                       largest: float | None = None) -> None:
+    """The head's lines: one per key with a nonzero weight, scaled to ``largest`` (default: the row's own largest;
+    1.0 for overlaid heads, drawn on 0..1)."""
     drawn = [line for line in lines(page) if line["head"] == head]
     expected = {j: round(w, precision) for j, w in enumerate(weights_row) if round(w, precision) != 0}
     assert sorted(line["key"] for line in drawn) == sorted(expected), "one line per key with nonzero weight"
-    largest = max(expected.values())
+    largest = max(expected.values()) if largest is None else largest
     for line in drawn:
         if query is not None:
             assert line["query"] == query
@@ -260,6 +266,10 @@ def test_switching_heads_and_layers(page):
     page.assert_quiet()
 
 
+LEGEND_SAMPLES_JS = ("els => els.map(e => [Number(e.dataset.relative), Number(e.getAttribute('stroke-width')),"
+                     " Number(e.getAttribute('stroke-opacity'))])")
+
+
 def test_line_width_tells_close_weights_apart(page):
     # A crafted row: 0.11 and 0.20 must not look alike although both are far from 1.
     data = explorer_data(build_trace(config()))
@@ -298,6 +308,20 @@ def test_line_width_tells_close_weights_apart(page):
     page.assert_quiet()
 
 
+def test_page_writes_huge_numbers_as_explain_does(page):
+    """From 1e10 up a number reads 1.0461e+29, as explain's tables write it, not as 30 digits."""
+    data = explorer_data(build_trace(config()))
+    query = data["query"]
+    steps = data["layers"][0]["heads"][0]["steps"]
+    huge = [104606934461309001593761300480.0, 9999999999.0, -2.5e12] + steps["scores"][query][3:]
+    steps["scores"][query] = huge
+    page.load(render_explorer(data))
+    shown = cells(page, "score")
+    assert shown[:3] == ["1.0461e+29", "9999999999.0000", "-2.5000e+12"]
+    assert shown == fmt_all(huge, 4)
+    page.assert_quiet()
+
+
 def test_query_label_says_positions_count_from_zero(page):
     data = explorer_data(build_trace(config()))
     page.load(render_explorer(data))
@@ -316,19 +340,73 @@ def test_all_heads_overlaid(page):
     page.check("#all-heads")
     drawn = lines(page)
     assert len(drawn) == 4 * n
+    # One absolute scale for all heads: each line's r is its weight, on 0..1.
     for h in range(4):
-        assert_lines_match(page, weights_at(data, 0, h, query), 4, head=h, query=query)
+        assert_lines_match(page, weights_at(data, 0, h, query), 4, head=h, query=query, largest=1.0)
+    largest = max(round(w, 4) for h in range(4) for w in weights_at(data, 0, h, query))
+    widest = max(drawn, key=lambda line: line["width"])
+    assert widest["weight"] == pytest.approx(largest)  # the strongest weight of any head draws the widest line
+    assert largest < 0.5 and widest["width"] < 0.5 * MAX_WIDTH  # untrained heads: no line is drawn strong
     colours = {h: {line["stroke"] for line in drawn if line["head"] == h} for h in range(4)}
     assert all(len(c) == 1 for c in colours.values()), "one colour per head"
     assert len(set.union(*colours.values())) == 4, "distinct colours"
     legend = page.eval_on_selector_all("#legend li", "els => els.map(e => e.textContent)")
     assert legend == [head["name"] for head in data["layers"][0]["heads"]]
-    assert "own largest weight" in page.text_content("#line-largest")  # each head scaled to its own row
+    assert page.text_content("#line-legend figcaption") == (
+        "Line width and darkness: the weight itself, on one scale from 0 to 1 shared by every head (1 = full).")
+    assert page.text_content("#line-largest") == (
+        "All heads on one scale from 0 to 1: near-uniform heads draw faint lines. The largest weight of any head "
+        f"for this query is {largest:.4f}.")
+    samples = page.eval_on_selector_all("#line-samples .legend-line", LEGEND_SAMPLES_JS)
+    for relative, width, opacity in samples:  # the key's lines are weights 1, 0.5, 0.25, 0.1 on the same scale
+        assert width == pytest.approx(MIN_WIDTH + (MAX_WIDTH - MIN_WIDTH) * relative)
+    labels = page.eval_on_selector_all("#line-samples text", "els => els.map(e => e.textContent)")
+    assert labels == ["weight 1", "weight 0.5", "weight 0.25", "weight 0.1"]
     click_query(page, 6)
     assert len(lines(page)) == 4 * n
     page.uncheck("#all-heads")
     assert len(lines(page)) == n
     assert page.is_hidden("#legend")
+    assert page.text_content("#line-legend figcaption") == (
+        "Line width and darkness: weight relative to this row's largest (largest = full).")
+    labels = page.eval_on_selector_all("#line-samples text", "els => els.map(e => e.textContent)")
+    assert labels == ["largest", "50%", "25%", "10%"]
+    page.assert_quiet()
+
+
+def test_overlay_draws_every_head_on_one_absolute_scale(page):
+    """An untrained head (weights 0.137-0.149) beside a sure one (0.9): the untrained one's lines are faint.
+
+    Scaled to its own largest, the 0.149 line would be drawn full width, as strong as the 0.9
+    one; on the shared 0..1 scale its r is 0.149, and the 0.9 line is the strongest of all.
+    """
+    data = explorer_data(build_trace(config("multihead", heads=2)))
+    n, query = len(data["tokens"]), data["query"]
+    assert n == 7
+    flat = [0.137, 0.149, 0.142, 0.143, 0.143, 0.143, 0.143]  # adds up to 1: an untrained head
+    sure = [0.9, 0.02, 0.02, 0.02, 0.02, 0.01, 0.01]
+    assert sum(flat) == pytest.approx(1.0) and sum(sure) == pytest.approx(1.0)
+    for h, row in enumerate((flat, sure)):
+        head = data["layers"][0]["heads"][h]
+        head["weights"] = [row if i == query else [1.0 if j == i else 0.0 for j in range(n)] for i in range(n)]
+        head["steps"] = None
+    page.load(render_explorer(data))
+    page.check("#all-heads")
+    drawn = lines(page)
+    assert len(drawn) == 2 * n
+    for h, row in enumerate((flat, sure)):
+        for line in (line for line in drawn if line["head"] == h):
+            r = row[line["key"]]  # the weight itself
+            assert line["width"] == pytest.approx(MIN_WIDTH + (MAX_WIDTH - MIN_WIDTH) * r, abs=1e-6)
+            assert line["opacity"] == pytest.approx(MIN_OPACITY + (1 - MIN_OPACITY) * r, abs=1e-6)
+    widest = max(drawn, key=lambda line: line["width"])
+    assert (widest["head"], widest["key"]) == (1, 0), "the largest weight of all draws the strongest line"
+    assert max(line["width"] for line in drawn if line["head"] == 0) < 0.25 * MAX_WIDTH
+    assert max(line["opacity"] for line in drawn if line["head"] == 0) < 0.3
+    assert "0.9000" in page.text_content("#line-largest")
+    page.uncheck("#all-heads")  # head 0 alone: back on its own row's scale, its 0.149 full
+    alone = {line["key"]: line for line in lines(page)}
+    assert alone[1]["width"] == pytest.approx(MAX_WIDTH)
     page.assert_quiet()
 
 

@@ -59,6 +59,9 @@ def explain_json(run_cli, *args) -> dict:
 
 
 def fmt(value: float, precision: int = 4) -> str:
+    """As the tables print a number: fixed decimals, or scientific from 1e10 up and below 1e-10 (0 aside)."""
+    if abs(value) >= 1e10 or 0 < abs(value) < 1e-10:
+        return f"{value:.{precision}e}"
     text = f"{value:.{precision}f}"
     return text[1:] if text.startswith("-") and float(text) == 0 else text
 

@@ -24,6 +24,9 @@ from selfattn.errors import OptionError, OutputError, QueryError, ShapeError
 from selfattn.viz import plots, positional_plots
 
 TOKENS = ["The", "cat", "sat"]
+SEED_TOKENS = ["The", "cat", "sat", "on", "the", "warm", "mat"]
+SEED_X = [[0.41, 0.12, 0.73], [0.58, 0.91, 0.44], [0.33, 0.76, 0.89], [0.15, 0.42, 0.67],
+          [0.39, 0.14, 0.71], [0.82, 0.53, 0.29], [0.61, 0.85, 0.47]]  # the seed's hand-made table
 # rows sum to 1, as attention weights do; written out so the expected cell texts are known
 WEIGHTS = [[0.5, 0.3, 0.2], [0.192, 0.708, 0.1], [0.0, 0.25, 0.75]]
 CELL_TEXTS = ["0.50", "0.30", "0.20", "0.19", "0.71", "0.10", "0.00", "0.25", "0.75"]
@@ -72,6 +75,76 @@ def test_heatmap_shows_weights_labels_and_cell_values():
     assert_image_equals(ax, WEIGHTS, tolerance=1e-7)  # float32 tensor in
     assert cell_texts(ax) == CELL_TEXTS  # row by row
     assert all(label.get_rotation() == 90 for label in ax.get_xticklabels())
+
+
+def colour_bar_axes(fig):
+    return [ax for ax in fig.axes if not ax.images][-1]  # the colour bar holds no image of its own
+
+
+def test_heatmap_colours_span_the_data_and_the_label_says_so():
+    """Near-uniform weights (an untrained head) get the whole colour map, not one colour of 0-1."""
+    weights = np.array([[0.137, 0.149, 0.142, 0.143, 0.143, 0.143, 0.143]] * 7)
+    assert np.allclose(weights.sum(-1), 1.0)
+    fig = plots.heatmap_figure(weights, [f"t{i}" for i in range(7)])
+    image = fig.axes[0].images[0]
+    assert image.norm.vmin == pytest.approx(0.137, abs=1e-12) and image.norm.vmax == pytest.approx(0.149, abs=1e-12)
+    label = colour_bar_axes(fig).get_ylabel()
+    assert " ".join(label.split()) == "attention weight (colours scaled to this map's 0.137-0.149)"
+    # 0.137 and 0.149 are the two ends of the colour map: as far apart as colours get.
+    assert image.norm(0.137) == pytest.approx(0.0) and image.norm(0.149) == pytest.approx(1.0)
+
+
+def test_heatmap_fixed_scale_spans_0_to_1():
+    weights = np.full((3, 3), 1 / 3)
+    weights[0] = [0.2, 0.3, 0.5]
+    fig = plots.heatmap_figure(weights, TOKENS, fixed_scale=True)
+    assert fig.axes[0].images[0].get_clim() == (0.0, 1.0)
+    assert colour_bar_axes(fig).get_ylabel() == "attention weight (colours span 0-1)"
+    uniform = plots.heatmap_figure(np.ones((2, 2)) / 2, ["a", "b"])  # one value: no span to scale to
+    assert uniform.axes[0].images[0].get_clim() == (0.0, 1.0)
+    assert colour_bar_axes(uniform).get_ylabel() == "attention weight (all 0.500; colours span 0-1)"
+
+
+def test_heatmap_scale_leaves_out_hidden_cells():
+    weights = [[0.9, 0.05, 0.05], [0.4, 0.6, 0.0], [0.3, 0.3, 0.4]]
+    hidden = ~torch.ones(3, 3, dtype=torch.bool).tril()  # above the diagonal: 0.05, 0.05 and 0.0, all hidden
+    fig = plots.heatmap_figure(weights, TOKENS, hidden=hidden)
+    assert fig.axes[0].images[0].get_clim() == pytest.approx((0.3, 0.9))  # the smallest and largest seen
+    assert " ".join(colour_bar_axes(fig).get_ylabel().split()).endswith("0.300-0.900)")
+
+
+def label_clear_of_ticks(fig, dpi) -> float:
+    """Points between a colour bar's tick labels and its label, drawn on the Agg canvas at ``dpi``; asserts no overlap."""
+    fig.set_dpi(dpi)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    bar = colour_bar_axes(fig)
+    label = bar.yaxis.label.get_window_extent(renderer)
+    ticks = [t.get_window_extent(renderer) for t in bar.get_yticklabels() if t.get_text()]
+    assert ticks and label.width > 0
+    for tick in ticks:
+        assert not label.overlaps(tick), (label, tick)
+    return (label.x0 - max(tick.x1 for tick in ticks)) * 72 / dpi
+
+
+SEED_WEIGHTS = torch.softmax(torch.tensor(SEED_X) @ torch.tensor(SEED_X).T, dim=-1)  # the seed's 7 x 7, by torch
+
+
+@pytest.mark.parametrize("dpi", [100, plots.PNG_DPI])
+@pytest.mark.parametrize(
+    "build",
+    [
+        pytest.param(lambda: plots.heads_figure(SEED_WEIGHTS[None], SEED_TOKENS, head_names=["head 0"],
+                                                title="Attention weights of every head (simple)"), id="heads-toy"),
+        pytest.param(lambda: plots.heads_figure(torch.softmax(torch.randn(4, 7, 7, generator=torch.Generator().manual_seed(3)), -1),
+                                                SEED_TOKENS), id="heads-4"),
+        pytest.param(lambda: plots.heatmap_figure(SEED_WEIGHTS, SEED_TOKENS), id="heatmap"),
+    ],
+)
+def test_colour_bar_label_stays_clear_of_its_tick_labels(build, dpi):
+    """The label's box on the canvas overlaps no tick label, with room to spare for an SVG viewer's wider font."""
+    gap = label_clear_of_ticks(build(), dpi)
+    assert gap >= 8, f"only {gap:.1f} pt between the ticks and the label"
 
 
 def test_heatmap_cell_text_contrasts_with_its_colour():
@@ -131,6 +204,8 @@ def test_heatmap_of_256_tokens_thins_labels_and_renders(tmp_path):
         (lambda: plots.heads_figure(torch.ones(2, 3, 3) / 3, TOKENS, head_names=["only one"]), ShapeError),
         (lambda: plots.mask_figure([[1, 0], [1, 1]]), OptionError),
         (lambda: positional_plots.positional_figure(torch.zeros(4)), ShapeError),
+        (lambda: positional_plots.rope_turns_figure(torch.zeros(8, 2, 3), [0, 1], [1.0, 0.1]), ShapeError),
+        (lambda: positional_plots.rope_turns_figure(torch.zeros(8, 2, 2), [0], [1.0, 0.1]), ShapeError),
     ],
 )
 def test_bad_inputs_raise_typed_errors(call, error):

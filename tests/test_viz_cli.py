@@ -2,6 +2,7 @@
 
 import html
 import json
+import math
 import os
 import re
 import struct
@@ -16,7 +17,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from seed_reference import CAT_WEIGHTS, TOKENS
+from seed_reference import ALL_SCORES, CAT_WEIGHTS, TOKENS
 import selfattn as sa
 from selfattn import ExplainConfig, build_trace
 from selfattn.explain.json_out import render_json
@@ -82,6 +83,53 @@ def test_heatmap_svg_prints_the_seeds_weights(run_cli, tmp_path):
     texts = svg_texts(path)
     for weight in CAT_WEIGHTS:
         assert any(t.strip() in (f"{weight:.2f}", f"{weight:.3f}", f"{weight:.4f}") for t in texts), weight
+
+
+def test_heatmap_colours_span_the_seeds_weights(run_cli, drawn, tmp_path):
+    """The colour scale is the seed's smallest to largest weight (softmax of its printed scores), said on the bar."""
+    assert run_cli("plot", "--kind", "heatmap", "-o", str(tmp_path / "w.png"))[0] == 0
+    weights = [[math.exp(s) / sum(math.exp(t) for t in row) for s in row] for row in ALL_SCORES]
+    low, high = min(map(min, weights)), max(map(max, weights))
+    image = drawn[0].axes[0].images[0]
+    assert image.get_clim() == pytest.approx((low, high), abs=1e-4)  # the seed prints 4 decimals
+    assert (round(low, 3), round(high, 3)) == (0.096, 0.204)  # 'cat' to 'the' is the least, 'sat' to itself the most
+    label = " ".join(drawn[0].axes[1].get_ylabel().split())
+    assert label == "attention weight (colours scaled to this map's 0.096-0.204)"
+
+
+def test_plot_command_offers_the_fixed_0_to_1_scale(drawn, tmp_path):
+    from selfattn.commands.plot import plot
+    from selfattn.errors import OptionError
+
+    plot(ExplainConfig(), "heatmap", str(tmp_path / "w.png"), fixed_scale=True)
+    assert drawn[0].axes[0].images[0].get_clim() == (0.0, 1.0)
+    assert drawn[0].axes[1].get_ylabel() == "attention weight (colours span 0-1)"
+    with pytest.raises(OptionError, match="--fixed-scale applies to --kind heatmap"):
+        plot(ExplainConfig(), "heads", str(tmp_path / "h.png"), fixed_scale=True)
+    assert sorted(os.listdir(tmp_path)) == ["w.png"]
+
+
+@pytest.mark.parametrize("dim", [16, 64])
+def test_rope_picture_turns_feature_pairs_by_m_theta(run_cli, drawn, tmp_path, dim):
+    """Each arrow is pair i of a (1, 0, 1, 0, ...) vector at position m: at angle m theta_i, theta_i = 10000^(-2i/d)."""
+    assert run_cli("plot", "--kind", "positional", "--positional", "rope", "--dim", str(dim), "-o", str(tmp_path / "r.png"))[0] == 0
+    panels = drawn[0].axes
+    assert len(panels) == 3 and all(not ax.images for ax in panels)  # arrows, not a table like the sinusoidal one
+    pairs = [int(re.match(r"pair (\d+):", ax.get_title()).group(1)) for ax in panels]
+    assert pairs == [0, dim // 16, dim // 8]  # pairs 0, P/8, P/4 of the P = d/2 pairs
+    for ax, i in zip(panels, pairs):
+        theta = 10000 ** (-2 * i / dim)  # the paper's frequency
+        arrows = ax.collections[0]  # the quiver
+        u, v = np.asarray(arrows.U, dtype=float), np.asarray(arrows.V, dtype=float)
+        assert len(u) == 8
+        np.testing.assert_allclose(np.hypot(u, v), 1.0, atol=1e-12)  # a turn keeps the length
+        turned = np.arctan2(v, u)
+        expected = np.array([m * theta for m in range(8)])
+        wrapped = np.angle(np.exp(1j * (turned - expected)))  # the difference, modulo 2 pi
+        np.testing.assert_allclose(wrapped, 0.0, atol=1e-9)
+        assert f"θ_{i} = {theta:.3g} rad per position" in ax.get_title()
+        assert (ax.get_xlabel(), ax.get_ylabel()) == (f"feature {2 * i}", f"feature {2 * i + 1}")
+    assert "m·θ_i" in drawn[0].get_suptitle()
 
 
 def test_arrows_write_the_querys_weights(run_cli, tmp_path):

@@ -22,6 +22,7 @@ import torch
 from browser import chromium, recorded_page
 
 from selfattn.commands.options import ExplainConfig
+from selfattn.analysis.decoder_roles import DECODER_THRESHOLD
 from selfattn.errors import OptionError, TrainingError
 from selfattn.training import train
 from selfattn.training.probe import read_snapshots
@@ -59,17 +60,23 @@ def first_formed(records) -> int | None:
     return next((r["step"] for r in records if max(h["induction"] for h in r["heads"]) >= INDUCTION_FORMED), None)
 
 
-def copy_with_formed_head(run_dir, tmp_path, layer=1, head=2, from_step=30, score=0.55):
-    """The run, with one head's induction score raised to ``score`` from ``from_step`` on."""
-    folder = tmp_path / "formed"
+def copy_with_formed_head(run_dir, tmp_path, layer=1, head=2, from_step=30, score=0.55, name="induction",
+                          folder="formed"):
+    """The run, with one head's ``name`` score raised to ``score`` from ``from_step`` on."""
+    folder = tmp_path / folder
     shutil.copytree(run_dir, folder)
     records = metrics_of(run_dir)
     for record in records:
         for h in record["heads"]:
             if (h["layer"], h["head"]) == (layer, head) and record["step"] >= from_step:
-                h["induction"] = score
+                h[name] = score
     (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     return folder
+
+
+def final_previous_token_heads(records) -> set[tuple[int, int]]:
+    """The heads whose previous-token score is at least 0.4 at the last step, from the records."""
+    return {(h["layer"], h["head"]) for h in records[-1]["heads"] if h["previous_token"] >= DECODER_THRESHOLD}
 
 
 def page_data(page_html: str) -> dict:
@@ -156,6 +163,81 @@ def test_the_formed_head_is_thick_and_the_step_it_formed_is_marked(run_dir, tmp_
     widths = {line.get_label(): line.get_linewidth() for line in heads_ax.get_lines() if HEAD_LABEL.fullmatch(line.get_label())}
     assert widths.pop("L1 H2") > max(widths.values())
     assert "formed at step 30" in loss_ax.get_title() and "L1 H2" in loss_ax.get_title()
+
+
+def test_a_third_panel_holds_every_heads_previous_token_score(run_dir, tmp_path):
+    """The other half of the circuit: one line per head, its y data the metrics' previous_token."""
+    folder = copy_with_formed_head(run_dir, tmp_path, layer=0, head=1, from_step=40, score=0.47,
+                                   name="previous_token", folder="previous")
+    records = metrics_of(folder)
+    assert final_previous_token_heads(records) == {(0, 1)}
+    figure = training_figure(read_run(folder))
+    assert len(figure.axes) == 3
+    loss_ax, induction_ax, previous_ax = figure.axes
+    assert "previous-token" in previous_ax.get_ylabel() and "induction" in induction_ax.get_ylabel()
+    assert previous_ax.get_shared_x_axes().joined(loss_ax, previous_ax)
+    lines = {line.get_label(): line for line in previous_ax.get_lines() if HEAD_LABEL.fullmatch(line.get_label())}
+    n_layers, n_heads = model_size(folder)
+    assert set(lines) == {f"L{l} H{h}" for l in range(n_layers) for h in range(n_heads)}
+    steps = [r["step"] for r in records]
+    for label, line in lines.items():
+        layer, head = map(int, HEAD_LABEL.fullmatch(label).groups())
+        expected = [next(h["previous_token"] for h in r["heads"] if (h["layer"], h["head"]) == (layer, head))
+                    for r in records]
+        np.testing.assert_array_equal(line.get_xdata(), steps)
+        np.testing.assert_allclose(line.get_ydata(), expected, rtol=0, atol=1e-12)
+    widths = {label: line.get_linewidth() for label, line in lines.items()}
+    assert widths.pop("L0 H1") > max(widths.values()), "the head that ends at 0.4 or above is thick"
+    threshold = [line for line in previous_ax.get_lines() if line.get_label().startswith("threshold")]
+    assert len(threshold) == 1
+    np.testing.assert_allclose(threshold[0].get_ydata(), [DECODER_THRESHOLD, DECODER_THRESHOLD])
+    colour = {label: line.get_color() for label, line in lines.items()}
+    shown = {line.get_label(): line.get_color() for line in induction_ax.get_lines() if line.get_label() in colour}
+    assert shown == colour, "a head keeps its colour in both panels"
+    title = loss_ax.get_title()
+    assert "previous-token heads at step 60, score ≥ 0.4: L0 H1 (first at step 40)" in title
+
+
+def test_no_previous_token_head_says_the_highest_score(run_dir):
+    records = metrics_of(run_dir)
+    assert final_previous_token_heads(records) == set(), "60 tiny steps make no previous-token head"
+    best = max(records[-1]["heads"], key=lambda h: h["previous_token"])
+    title = training_figure(read_run(run_dir)).axes[0].get_title()
+    assert (f"no previous-token head at step 60: the highest previous-token score is "
+            f"L{best['layer']} H{best['head']}'s, {best['previous_token']:.2f}") in title
+    widths = {line.get_linewidth() for line in training_figure(read_run(run_dir)).axes[2].get_lines()
+              if HEAD_LABEL.fullmatch(line.get_label())}
+    assert len(widths) == 1, "no head is drawn thick"
+
+
+def test_the_legends_sit_beside_the_axes_and_cover_no_curve(run_dir, tmp_path):
+    figure = training_figure(read_run(copy_with_formed_head(run_dir, tmp_path)))
+    figure.canvas.draw()
+    renderer = figure.canvas.get_renderer()
+    for ax in figure.axes:
+        legend = ax.get_legend()
+        assert legend is not None
+        box, frame = legend.get_window_extent(renderer), ax.get_window_extent(renderer)
+        assert box.x0 >= frame.x1, f"{ax.get_ylabel()}: the legend starts right of the axes"
+        assert box.x1 <= figure.bbox.x1 + 1, "and stays inside the figure"
+    loss_ax = figure.axes[0]
+    repeat = next(line for line in loss_ax.get_lines() if line.get_label() == "probe: repeated copy")
+    points = loss_ax.transData.transform(np.column_stack([repeat.get_xdata(), repeat.get_ydata()]))
+    legend_box = loss_ax.get_legend().get_window_extent(renderer)
+    assert not any(legend_box.contains(x, y) for x, y in points), "no point of the repeat's curve lies under the legend"
+
+
+def test_the_title_names_the_task_once_when_the_folder_is_named_after_it(run_dir, tmp_path):
+    folder = tmp_path / "induction"
+    shutil.copytree(run_dir, folder)
+    first_line = training_figure(read_run(folder)).axes[0].get_title().splitlines()[0]
+    n_layers, n_heads = model_size(run_dir)
+    assert first_line == f"Training run induction, 60 steps, {n_layers} layers × {n_heads} heads"
+    assert first_line.count("induction") == 1
+    words = re.findall(r"\w+", first_line)
+    assert all(a != b for a, b in zip(words, words[1:])), "no word said twice in a row"
+    other = training_figure(read_run(run_dir)).axes[0].get_title().splitlines()[0]
+    assert other.startswith(f"Training run {run_dir.name}: induction, 60 steps")
 
 
 # ---- the page ------------------------------------------------------------------------------
@@ -277,6 +359,42 @@ def test_slider_keys_and_head_grid_replay_the_stored_attention(browser, run_dir)
         page.wait_for_function("() => document.getElementById('step-label').dataset.step === '30'", timeout=5000)
         page.wait_for_function("() => document.getElementById('step-label').dataset.step === '60'", timeout=10000)
         assert page.text_content("#play") == "▶ play"
+        page.assert_quiet()
+
+
+CHART_TOP, CHART_PLOT_HEIGHT = 22, 150 - 22 - 22  # training.js's CHART: top, height - top - bottom
+
+
+def chart_values(points: str) -> list[float]:
+    """A 0-to-1 chart's polyline points as the values they plot."""
+    return [1 - (float(pair.split(",")[1]) - CHART_TOP) / CHART_PLOT_HEIGHT for pair in points.split()]
+
+
+def test_page_shows_both_halves_of_the_circuit(browser, run_dir, tmp_path):
+    previous = copy_with_formed_head(run_dir, tmp_path, layer=0, head=1, from_step=40, score=0.47,
+                                     name="previous_token", folder="previous")
+    folder = copy_with_formed_head(previous, tmp_path, layer=1, head=2, from_step=30, folder="both")
+    records = metrics_of(folder)
+    data = page_data(training_html(folder, layer=1, head=0))
+    assert data["previous_token_heads"] == [list(h) for h in sorted(final_previous_token_heads(records))] == [[0, 1]]
+    assert data["induction_heads"] == [[1, 2]] and data["role_threshold"] == DECODER_THRESHOLD
+    assert "previous-token heads at step 60, score ≥ 0.4: L0 H1 (first at step 40)" in data["description"]
+    n_layers, n_heads = model_size(folder)
+    with recorded_page(browser, viewport={"width": 1400, "height": 1000}) as page:
+        page.load(training_html(folder, layer=1, head=0))
+        for chart, score, thick in (("#previous-chart", "previous_token", ["L0 H1"]), ("#induction-chart", "induction", ["L1 H2"])):
+            lines = page.eval_on_selector_all(f"{chart} polyline.series", """lines => lines.map(l => ({
+                label: l.dataset.label, points: l.getAttribute('points'), thick: l.classList.contains('thick')}))""")
+            assert sorted(line["label"] for line in lines) == sorted(f"L{l} H{h}" for l in range(n_layers) for h in range(n_heads))
+            assert [line["label"] for line in lines if line["thick"]] == thick
+            for line in lines:
+                layer, head = map(int, HEAD_LABEL.fullmatch(line["label"]).groups())
+                expected = [next(h[score] for h in r["heads"] if (h["layer"], h["head"]) == (layer, head)) for r in records]
+                np.testing.assert_allclose(chart_values(line["points"]), expected, rtol=0, atol=1e-3)
+        thumb = '#head-grid button[data-layer="0"][data-head="1"]'
+        assert page.text_content(f"{thumb} .thumb-previous") == "prev. token 0.470"
+        assert "previous" in page.get_attribute(thumb, "class")
+        assert "previous" in page.get_attribute('#scores tr[data-layer="0"][data-head="1"]', "class")
         page.assert_quiet()
 
 

@@ -30,18 +30,14 @@ Positions                 sinusoidal_encoding, LearnedPositionalEmbedding, apply
 Pretrained models         load_pretrained("all-MiniLM-L6-v2" | "stories260K" | FOLDER | FILE.bin
                           | "org/name") -> BertModel | DecoderModel -> ModelOutput;
                           DecoderModel.generate -> Generation; integrations.transformers
-Poking the model          ablate(model, heads, mode="zero" | "mean") (a with-block that knocks
-                          heads out), patch_heads(model, clean, corrupted, target) (activation
-                          patching: the fraction each head recovers)
-Training                  train(task="induction" | "text", ...) -> TrainingRun; the
-                          shipped results: load_pretrained("tiny-induction" | "tiny-shakespeare")
-Across processes          ring_attention; sharding helpers in selfattn.distributed
+Poking the model          ablate(model, heads, mode) (a with-block), patch_heads(model, ...)
+Training                  train(task="induction" | "text", ...) -> TrainingRun (shipped:
+                          "tiny-induction", "tiny-shakespeare"); across processes: ring_attention
 Errors                    SelfAttnError (a ValueError) and its subclasses ConfigError,
                           SentenceError, QueryError, EmbeddingError, OptionError,
                           ShapeError, ModelError, DistributedError, TrainingError
 
-The command line: ``selfattn explain | plot | view | heads |
-similarity | compare | generate | ablate | patch | train``.
+Commands: ``selfattn explain | plot | view | heads | similarity | compare | generate | ablate | patch | train``.
 """
 
 from __future__ import annotations

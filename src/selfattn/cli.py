@@ -93,6 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
                       "draws its losses and every head's induction score over the steps. The sentence, embedding, "
                       "variant and model options, --query, --layer, --head, --mask, --tile, --length and "
                       "--mask-mod are refused with it")
+    plot.add_argument("--fixed-scale", action="store_true",
+                      help="with --kind heatmap: colours on the fixed 0-1 scale instead of this map's own range")
     plot.set_defaults(run=run_plot)
 
     view = commands.add_parser(
@@ -298,7 +300,8 @@ def run_plot(args: argparse.Namespace) -> int:
         return _run_block_map(args)
     from selfattn.commands.plot import plot
 
-    path = plot(config_from_args(args, "plot"), args.kind, args.output, layer=args.layer, head=args.head, mask=args.mask, dim=args.dim, tile=args.tile)
+    path = plot(config_from_args(args, "plot"), args.kind, args.output, layer=args.layer, head=args.head, mask=args.mask, dim=args.dim, tile=args.tile,
+                fixed_scale=args.fixed_scale)
     print(f"wrote {path}")
     return 0
 

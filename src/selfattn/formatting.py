@@ -1,6 +1,7 @@
 """Numbers as the outputs write them: a leaf below every renderer.
 
-``plain`` turns tensors into nested lists of floats (non-finite ones as the strings
+``number_text`` writes one number for a table (fixed decimals, scientific notation where
+fixed would run past 10 digits before the point or 10 zeros after it), ``plain`` turns tensors into nested lists of floats (non-finite ones as the strings
 "inf", "-inf" and "nan", since JSON has none), ``rounded`` does so at a given number of
 decimals, ``compact_json`` lays JSON out with each row of numbers on one line, and
 ``check_precision`` refuses a number of decimals out of range. The JSON writers, the
@@ -18,6 +19,10 @@ import torch
 from selfattn.errors import OptionError
 
 MIN_PRECISION, MAX_PRECISION = 0, 10
+# A number is written in scientific notation (1.0461e+29) where fixed notation would run
+# wide: from 1e10 up it needs more than 10 digits before the point (exp of a score of 67),
+# and below 1e-10 (not 0) more than 10 zeros after it before its first digit (exp(-69)).
+SCIENTIFIC_FROM, SCIENTIFIC_BELOW = 1e10, 1e-10
 
 
 def check_precision(precision: int) -> None:
@@ -26,6 +31,30 @@ def check_precision(precision: int) -> None:
         raise OptionError(
             f"--precision must be an integer from {MIN_PRECISION} to {MAX_PRECISION}, got {precision!r}"
         )
+
+
+def number_text(value: float, precision: int) -> str:
+    """A number as the tables print it: ``precision`` decimals, or scientific where fixed would run wide.
+
+    Fixed notation from SCIENTIFIC_BELOW (1e-10) up to SCIENTIFIC_FROM (1e10); outside
+    that range (0 aside) a mantissa with ``precision`` decimals and an exponent, so a
+    30-digit integer reads 1.0461e+29 and a weight of 4e-31 is not passed off as 0.
+    Between, a number smaller than the precision shows rounds to 0 as asked. inf and NaN
+    are spelled out, exact zeros stay 0.0000, and no '-0.0000' is written.
+
+    Examples:
+        >>> number_text(0.19191, 4), number_text(1.04606e29, 4), number_text(4.2e-31, 4), number_text(-0.0, 2)
+        ('0.1919', '1.0461e+29', '4.2000e-31', '0.00')
+    """
+    value = float(value)
+    if math.isnan(value):
+        return "nan"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    if abs(value) >= SCIENTIFIC_FROM or 0 < abs(value) < SCIENTIFIC_BELOW:
+        return f"{value:.{precision}e}"
+    text = f"{value:.{precision}f}"
+    return text[1:] if text.startswith("-") and not text.strip("-0.") else text
 
 
 def plain(value: Any, precision: int | None = None) -> Any:

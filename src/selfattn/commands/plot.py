@@ -29,7 +29,7 @@ from selfattn.commands.traces import build_trace
 from selfattn.errors import OptionError
 from selfattn.models.loading import shared_model
 from selfattn.masks import causal_bottom_right, causal_top_left, document_mask, padding_mask, sliding_window_mask
-from selfattn.positional import apply_rope, sinusoidal_encoding
+from selfattn.positional import apply_rope, rope_angles, sinusoidal_encoding
 from selfattn.positional.rope import rope_score_grid
 from selfattn.positional.sinusoidal import sinusoidal_score_grid
 from selfattn.trace.variants import PROJECTED, distance_check_key
@@ -40,6 +40,7 @@ from selfattn.viz.output import check_output_path, write_text
 
 PAGE_EXTENSIONS = (".html", ".htm")
 POSITIONAL_PICTURE = {"positions": 64, "width": 64}  # an encoding is drawn for 64 positions x 64 features
+ROPE_TURN_POSITIONS = 8  # the RoPE picture turns each pair to positions 0-7
 ROPE_DISTANCE_POSITIONS = 16  # rope-distance: positions 0-15 on each axis, or the sentence's length if longer
 
 
@@ -84,8 +85,12 @@ def plot(
     mask: str | None = None,
     dim: int | None = None,
     tile: int | None = None,
+    fixed_scale: bool = False,
 ) -> Path:
-    """Draw ``kind`` for the configured input and save it as PNG or SVG."""
+    """Draw ``kind`` for the configured input and save it as PNG or SVG.
+
+    A heatmap's colours span its own smallest to largest weight; ``fixed_scale`` spans 0 to 1.
+    """
     from selfattn.viz import plots, positional_plots  # matplotlib: only the pictures need it, not view's page
 
     target = plots.check_output_path(output)
@@ -97,6 +102,8 @@ def plot(
         raise OptionError("--mask applies to --kind mask")
     if tile is not None and kind != "mask":
         raise OptionError("--tile applies to --kind mask")
+    if fixed_scale and kind != "heatmap":
+        raise OptionError("--fixed-scale applies to --kind heatmap")
     if tile is not None and tile < 1:
         raise OptionError(f"--tile must be a whole number >= 1, got {tile}")
     if kind == "positional":
@@ -129,7 +136,8 @@ def plot(
         where = f"layer {layer}, head {head}" if weights.shape[1] > 1 else name
     if kind == "heatmap":
         figure = plots.heatmap_figure(weights[layer, head], tokens, tokens, title=f"Attention weights ({where})",
-                                      hidden=None if hidden is None else hidden[layer], hidden_label=label)
+                                      hidden=None if hidden is None else hidden[layer], hidden_label=label,
+                                      fixed_scale=fixed_scale)
     elif kind == "arrows":
         q = query_index(trace)
         figure = plots.arrows_figure(tokens, weights[layer, head, q], q, title=f"Where '{tokens[q]}' looks ({where})",
@@ -315,8 +323,14 @@ def rope_distance_picture(config: ExplainConfig, layer: int = 0, head: int = 0) 
     return RopeDistancePicture(rope_score_grid(q, k, n, rotary_dim=rotary), sinusoidal, titles, title)
 
 
+def rope_pairs_shown(pairs: int) -> list[int]:
+    """Which of a width's ``pairs`` feature pairs the RoPE picture turns: 0, pairs/8 and pairs/4
+    (theta 1, about 0.32 and 0.1 rad per position at any width of 16 or more), fewer when narrow."""
+    return sorted({i for i in (0, max(1, pairs // 8), max(2, pairs // 4)) if i < pairs})
+
+
 def _positional_figure(config: ExplainConfig, dim: int | None):
-    """The sinusoidal table, or RoPE's rotation of the vector (1, 0, 1, 0, ...), for 64 positions."""
+    """The sinusoidal table for 64 positions, or RoPE's turn of a few feature pairs at positions 0-7."""
     from selfattn.viz import positional_plots
 
     name = "sinusoidal" if config.positional == "none" else config.positional
@@ -325,16 +339,24 @@ def _positional_figure(config: ExplainConfig, dim: int | None):
     if name == "sinusoidal":
         table = sinusoidal_encoding(positions, width)
         title = f"Sinusoidal positional encoding ({positions} positions × {width} features)"
-    elif name == "rope":
-        if width % 2:
-            raise OptionError(f"RoPE turns pairs of features, so --dim must be even, got {width}")
-        unit = torch.zeros(positions, width)
-        unit[:, 0::2] = 1.0  # every pair starts at (1, 0): after the turn it reads (cos, sin)
-        table = apply_rope(unit)
-        title = f"RoPE: each feature pair turned by position × frequency ({positions} positions × {width} features)"
-    else:
+        return positional_plots.positional_figure(table, title=title)
+    if name != "rope":
         raise OptionError(f"--kind positional draws sinusoidal or rope encodings, not {name}")
-    return positional_plots.positional_figure(table, title=title)
+    if width % 2:
+        raise OptionError(f"RoPE turns pairs of features, so --dim must be even, got {width}")
+    # RoPE adds no table: it turns each feature pair of q and k by m theta_i at position m.
+    # Every pair starts at (1, 0), so pair i at position m reads (cos m theta_i, sin m theta_i).
+    positions = ROPE_TURN_POSITIONS
+    unit = torch.zeros(positions, width, dtype=torch.float64)
+    unit[:, 0::2] = 1.0
+    turned = apply_rope(unit)  # (positions, width): row m is the vector at position m
+    pairs = rope_pairs_shown(width // 2)
+    shown = torch.stack([turned[:, [2 * i, 2 * i + 1]] for i in pairs], dim=1)  # (positions, len(pairs), 2)
+    thetas = rope_angles(torch.tensor([1]), width)[0, pairs].tolist()  # the angle at position 1 is theta_i
+    title = (f"RoPE adds no table: at position m it turns each feature pair i of q and k by the angle m·θ_i, "
+             f"θ_i = 10000^(-2i/{width}). Here pairs {', '.join(map(str, pairs))} of {width // 2}, "
+             f"each starting at (1, 0), at positions 0-{positions - 1}; later pairs turn slower still")
+    return positional_plots.rope_turns_figure(shown, pairs, thetas, title=title)
 
 
 # Tiles of the block map in `plot --kind mask`: a short sentence gets small tiles; a long one

@@ -14,9 +14,10 @@ one row per key, and always whole. ``--format json`` holds every number.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence, Union
+
+from selfattn.formatting import number_text
 
 
 MAX_SHOWN_DIMS = 8  # wider vectors are shown as their first and last components
@@ -73,16 +74,8 @@ class Document:
 
 
 def fmt(value: float, precision: int) -> str:
-    """A number at fixed precision; inf and NaN spelled out, and no '-0.0000'."""
-    value = float(value)
-    if math.isnan(value):
-        return "nan"
-    if math.isinf(value):
-        return "inf" if value > 0 else "-inf"
-    text = f"{value:.{precision}f}"
-    if text.startswith("-") and not text.strip("-0."):
-        text = text[1:]
-    return text
+    """A number at fixed precision, or scientific when huge or tiny (``formatting.number_text``)."""
+    return number_text(value, precision)
 
 
 def fmt_vector(values: Iterable[float], precision: int) -> str:
@@ -182,6 +175,10 @@ def token_lines(n: int, query: int, line: Callable[[int], str]) -> tuple[list[st
     """One line per token, cut as ``shown_rows`` cuts a table ('…' for a gap), and the positions left out."""
     picks = shown_rows(n, query)
     return ["…" if i is None else line(i) for i in picks], left_out(n, picks)
+
+
+# How a token x token matrix reads, for its title: the query asks, the key is looked at.
+QUERY_KEY_AXES = "row = query (the token asking), column = key (the token looked at)"
 
 
 def token_matrix(

@@ -12,6 +12,7 @@ import math
 import torch
 
 from selfattn.explain.document import (
+    QUERY_KEY_AXES,
     Document,
     Heading,
     Lines,
@@ -255,7 +256,7 @@ def output_step(doc: Document, t: VariantTrace, p: int, step: int) -> None:
     for h in range(t.n_heads):
         name = "A" if t.n_heads == 1 else f"A head {h}"
         weights = t.weights[h].tolist()
-        doc.add(*token_matrix(name, labels, lambda i, j: fmt(weights[i][j], p), q, title=f"Weights ({n} × {n}); every row adds up to 1"))
+        doc.add(*token_matrix(name, labels, lambda i, j: fmt(weights[i][j], p), q, title=f"Weights ({n} × {n}): {QUERY_KEY_AXES}; every row adds up to 1"))
     if t.projected:
         doc.add(*untrained_note(t))
     if t.concat is not None:

@@ -6,6 +6,7 @@ All numbers come from the Trace; nothing here computes attention. The prose is o
 from __future__ import annotations
 
 from selfattn.explain.document import (
+    QUERY_KEY_AXES,
     Document,
     Heading,
     Lines,
@@ -264,14 +265,18 @@ def _all_at_once(doc: Document, trace: Trace, p: int) -> None:
         ),
     )
     scores, weights = trace.scores.tolist(), trace.weights.tolist()
+    # Rows are named by their token, never by a number: the query's row is named by both
+    # numberings at once (code index and the maths' x^(i)), as step 1 introduced them.
+    query_row = f"the row of '{labels[q]}' (code index {q}, x^({q + 1}) in the maths)"
     doc.add(
-        *token_matrix("Ω = X Xᵀ", labels, lambda i, j: fmt(scores[i][j], p), q, title=f"Scores ({n} × {n})"),
+        *token_matrix("Ω = X Xᵀ", labels, lambda i, j: fmt(scores[i][j], p), q,
+                      title=f"Scores ({n} × {n}): {QUERY_KEY_AXES}"),
         *token_matrix("A = softmax(Ω)", labels, lambda i, j: fmt(weights[i][j], p), q,
-                      title=f"Weights ({n} × {n}); every row adds up to 1",
+                      title=f"Weights ({n} × {n}): {QUERY_KEY_AXES}; every row adds up to 1",
                       extra=[("row sum", lambda i: fmt(trace.row_sums[i], p))]),
         *token_table(["Z = A X"] + component_headers(d, "z"), n, q,
                      lambda i: [labels[i]] + vector_cells(trace.context[i].tolist(), p),
-                     title=f"Context vectors ({n} × {d}); row {q} is the z^({q + 1}) of step 5"),
+                     title=f"Context vectors ({n} × {d}), one row per query: {query_row} is the z^({q + 1}) of step 5"),
         Heading("Summary: each token before and after attention", level=2),
         *token_table(["token", "embedding x", "context z"], n, q,
                      lambda i: [labels[i], fmt_vector(trace.embeddings[i].tolist(), p), fmt_vector(trace.context[i].tolist(), p)],

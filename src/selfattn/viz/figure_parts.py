@@ -19,6 +19,7 @@ from matplotlib.figure import Figure
 
 from selfattn.errors import OptionError, ShapeError
 
+COLOUR_BAR_LABEL_PAD = 10  # points between a colour bar's tick labels and its label (matplotlib's 4 crowds them)
 CELL_VALUE_LIMIT = 20  # cell values print by default up to this many tokens per axis
 MAX_TICK_LABELS = 60  # beyond this, only every k-th token is labelled
 
@@ -123,3 +124,14 @@ def draw_matrix(ax, data, row_labels, col_labels, *, cmap, vmin, vmax, aspect="e
         if text:
             setter(text, parse_math=False)
     return image
+
+
+def colour_bar(fig: Figure, image, ax, label: str, **options):
+    """A colour bar for ``image`` beside ``ax`` (an axes or an array of them), its label clear of the ticks.
+
+    The label sits COLOUR_BAR_LABEL_PAD points from the tick labels, so it keeps its distance
+    even where an SVG viewer draws the ticks in a wider font than matplotlib measured.
+    """
+    bar = fig.colorbar(image, ax=ax, **options)
+    bar.set_label(label, labelpad=COLOUR_BAR_LABEL_PAD, parse_math=False)
+    return bar

@@ -22,6 +22,7 @@ query and the ARROW_KEYS keys it weighs most, saying how much weight the others 
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import matplotlib
@@ -42,6 +43,7 @@ from selfattn.viz.figure_parts import (
     as_array,
     check_weight_matrix,
     clamp_value,
+    colour_bar,
     draw_matrix,
     axis_labels,
     label_step,
@@ -82,10 +84,29 @@ def _hidden_legend(fig: Figure, label: str) -> None:
         text.set_parse_math(False)
 
 
+def _weight_scale(matrix: np.ndarray, hide: np.ndarray | None, fixed_scale: bool) -> tuple[float, float, str]:
+    """(vmin, vmax, colour bar label) for a heatmap of ``matrix``.
+
+    By default the colours span the smallest to the largest weight shown (hidden cells and
+    NaN left out), so near-uniform weights such as 0.137-0.149 still differ in colour, and
+    the label says which span it is. With ``fixed_scale``, or when every weight is the same,
+    the colours span 0 to 1.
+    """
+    shown = matrix if hide is None else matrix[~hide]
+    finite = shown[np.isfinite(shown)]
+    if fixed_scale or finite.size == 0:
+        return 0.0, 1.0, "attention weight (colours span 0-1)"
+    low, high = float(finite.min()), float(finite.max())
+    if high - low < 1e-12:
+        return 0.0, 1.0, f"attention weight (all {low:.3f}; colours span 0-1)"
+    decimals = max(3, 1 - math.floor(math.log10(high - low)))  # enough to tell low and high apart
+    return low, high, f"attention weight\n(colours scaled to this map's {low:.{decimals}f}-{high:.{decimals}f})"
+
+
 @quiet_glyphs
 def heatmap_figure(
     weights, row_labels, col_labels=None, *, title=None, values=None, xlabel="key", ylabel="query",
-    hidden=None, hidden_label="hidden by the causal mask",
+    hidden=None, hidden_label="hidden by the causal mask", fixed_scale=False,
 ) -> Figure:
     """(q_len, kv_len) weights in [0, 1] -> a labelled heatmap with a colorbar.
 
@@ -95,6 +116,8 @@ def heatmap_figure(
     so they are left out and a note under the picture says so. Past MAX_TICK_LABELS an
     axis labels every k-th token, and its label says so. ``hidden`` (q_len, kv_len) bool
     marks the cells a mask hides: grey, no value, and ``hidden_label`` in a legend.
+    The colours span this map's smallest to largest weight, as the colour bar's label
+    says (``_weight_scale``); ``fixed_scale=True`` spans 0 to 1 instead, to compare maps.
     """
     matrix = as_array(weights, "weights", "(q_len, kv_len)", (2,))
     check_weight_matrix(matrix, "weights")
@@ -111,14 +134,15 @@ def heatmap_figure(
     fig = new_figure(clamp_value(2.4 + 0.42 * kv_len, 4, 16), clamp_value(1.6 + 0.42 * q_len, 3, 16))
     ax = fig.add_subplot()
     shown = matrix if hide is None else np.ma.masked_array(matrix, mask=hide)
-    image = draw_matrix(ax, shown, rows, cols, cmap=_weight_cmap(hide), vmin=0.0, vmax=1.0, title=title,
+    vmin, vmax, scale_label = _weight_scale(matrix, hide, fixed_scale)
+    image = draw_matrix(ax, shown, rows, cols, cmap=_weight_cmap(hide), vmin=vmin, vmax=vmax, title=title,
                          xlabel=xlabel, ylabel=ylabel, say_thinned=True)
     if unreadable:
         values = False
         fig.text(0.5, 0.0, f"Cell values left out: {q_len} x {kv_len} cells are too small to print them "
                  f"(at most {MAX_TICK_LABELS} tokens per axis).", ha="center", va="bottom", fontsize=8,
                  parse_math=False)
-    fig.colorbar(image, ax=ax, shrink=0.8, label="attention weight")
+    colour_bar(fig, image, ax, scale_label, shrink=0.8)
     if values:
         for (i, j), weight in np.ndenumerate(matrix):
             if hide is None or not hide[i, j]:
@@ -209,8 +233,8 @@ def heads_figure(weights, tokens, *, layer_names=None, head_names=None, title=No
                  hidden_label="hidden by the causal mask") -> Figure:
     """(layers, heads, n, n) or (heads, n, n) weights -> a grid of small heatmaps.
 
-    One row per layer, one column per head ("head 1", ...; "layer 1", ... as in the
-    explorer). Token labels sit on the outer axes only, as many as a panel holds (every
+    One row per layer, one column per head ("head 0", ...; "layer 0", ... as in the
+    explorer), every panel on one colour scale from 0 to 1 so that heads compare. Token labels sit on the outer axes only, as many as a panel holds (every
     k-th past that, and the title says so); cells carry no values.
     ``hidden`` (layers, n, n) bool, one mask per layer (or (n, n) for every layer), marks
     the cells a mask hides: grey, with ``hidden_label`` in a legend.
@@ -242,7 +266,7 @@ def heads_figure(weights, tokens, *, layer_names=None, head_names=None, title=No
         image = draw_matrix(ax, panel_weights, labels if outer_y else None, labels if outer_x else None,
                              cmap=_weight_cmap(hide), vmin=0.0, vmax=1.0, title=heads[head] if layer == 0 else None,
                              ylabel=layers[layer] if outer_y and show_layers else None, max_labels=most)
-    fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight")
+    colour_bar(fig, image, axes, "attention weight", shrink=0.6)
     if hide is not None and hide.any():
         _hidden_legend(fig, hidden_label)
     note = thinned_note(q_len, label_step(q_len, most)).strip()

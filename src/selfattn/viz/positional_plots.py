@@ -1,9 +1,10 @@
-"""Pictures of positional information: an encoding table, and RoPE's scores at many positions.
+"""Pictures of positional information: an encoding table, RoPE's turns, and RoPE's scores at many positions.
 
-``positional_figure`` draws a (positions, dims) encoding; ``score_grids_figure`` draws
-one fixed (q, k) pair scored at every pair of positions, for ``plot --kind
-rope-distance``. Both take plain data and return a ``matplotlib.figure.Figure`` on a
-diverging scale centred on 0; write it with ``plots.save_figure``.
+``positional_figure`` draws a (positions, dims) encoding; ``rope_turns_figure`` draws
+what RoPE does instead of adding a table: a few feature pairs turned by m theta_i at
+positions m = 0, 1, ..., as arrows; ``score_grids_figure`` draws one fixed (q, k) pair
+scored at every pair of positions, for ``plot --kind rope-distance``. All take plain data
+and return a ``matplotlib.figure.Figure``; write it with ``plots.save_figure``.
 """
 
 from __future__ import annotations
@@ -11,11 +12,12 @@ from __future__ import annotations
 import math
 import textwrap
 
+import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
 from selfattn.errors import OptionError, ShapeError
-from selfattn.viz.figure_parts import as_array, clamp_value, draw_matrix, axis_labels, new_figure, quiet_glyphs
+from selfattn.viz.figure_parts import as_array, clamp_value, colour_bar, draw_matrix, axis_labels, new_figure, quiet_glyphs
 
 
 @quiet_glyphs
@@ -53,7 +55,57 @@ def positional_figure(matrix, *, title=None, xlabel="dimension", ylabel="positio
     image = draw_matrix(ax, array, axis_labels(None, positions, ""), axis_labels(None, dims, ""),
                          cmap="RdBu_r", vmin=-limit, vmax=limit, aspect="auto", title=title, xlabel=xlabel,
                          ylabel=ylabel)
-    fig.colorbar(image, ax=ax, label="value")
+    colour_bar(fig, image, ax, "value")
+    return fig
+
+
+@quiet_glyphs
+def rope_turns_figure(turned, pairs, thetas, *, title=None) -> Figure:
+    """Feature pairs turned by RoPE at positions 0 .. n-1 -> one panel of arrows per pair.
+
+    Row m of ``turned`` holds each shown pair as RoPE leaves it at position m; the arrow
+    from the origin to it is drawn in a colour running from dark (m = 0) to light and
+    numbered m at its tip, on the dashed unit circle. A pair that starts at (1, 0) ends at angle
+    m theta_i, so fast pairs (large theta_i) sweep round the circle while slow ones barely move.
+
+    Args:
+        turned: (positions, pairs, 2), each pair's two features at each position.
+        pairs: the index i of each shown pair (feature pair i of q or k).
+        thetas: theta_i of each shown pair, its turn per position in radians.
+        title: the figure's title, or None.
+
+    Returns:
+        The figure: one panel per pair, its arrows a ``quiver`` (U, V are the pair's features).
+
+    Raises:
+        ShapeError: ``turned`` is not (positions, pairs, 2), or ``pairs`` or ``thetas``
+            do not name one pair each.
+    """
+    array = as_array(turned, "turned", "(positions, pairs, 2)", (3,))
+    positions, count, two = array.shape
+    if two != 2 or len(pairs) != count or len(thetas) != count:
+        raise ShapeError(f"turned must be (positions, pairs, 2) with one pair index and one theta per pair; got "
+                         f"{array.shape}, {len(pairs)} pair indices and {len(thetas)} thetas")
+    fig = new_figure(min(0.8 + 3.6 * count, 16), 4.8)
+    axes = fig.subplots(1, count, squeeze=False)[0]
+    colours = matplotlib.colormaps["viridis"](np.linspace(0.0, 0.85, positions))  # position 0 dark
+    circle = np.linspace(0.0, 2 * math.pi, 181)
+    for ax, pair, theta, points in zip(axes, pairs, thetas, array.transpose(1, 0, 2)):
+        ax.plot(np.cos(circle), np.sin(circle), linestyle="--", linewidth=0.8, color="#bbbbbb")
+        ax.quiver(np.zeros(positions), np.zeros(positions), points[:, 0], points[:, 1], color=colours,
+                  angles="xy", scale_units="xy", scale=1, width=0.012)
+        for m, (x, y) in enumerate(points):
+            length = math.hypot(x, y) or 1.0
+            ax.text(1.2 * x / length, 1.2 * y / length, str(m), ha="center", va="center", fontsize=8, color=colours[m])
+        ax.set_xlim(-1.4, 1.4)
+        ax.set_ylim(-1.4, 1.4)
+        ax.set_aspect("equal")
+        ax.set_xlabel(f"feature {2 * pair}", parse_math=False)
+        ax.set_ylabel(f"feature {2 * pair + 1}", parse_math=False)
+        ax.set_title(f"pair {pair}: θ_{pair} = {theta:.3g} rad per position\n"
+                     f"{(positions - 1) * theta:.2f} rad at position {positions - 1}", fontsize=10, parse_math=False)
+    if title:
+        fig.suptitle(textwrap.fill(title, width=max(40, int(fig.get_figwidth() * 11))), parse_math=False)
     return fig
 
 
@@ -98,7 +150,7 @@ def score_grids_figure(grids, titles, *, title=None, xlabel="key position j", yl
         image = draw_matrix(ax, array, labels, labels, cmap="RdBu_r", vmin=-limit, vmax=limit, xlabel=xlabel,
                              ylabel=ylabel)
         ax.set_title(textwrap.fill(str(panel_title), width=max(20, int(panel * 9))), parse_math=False)  # panel-wide
-        fig.colorbar(image, ax=ax, shrink=0.8, label="score")
+        colour_bar(fig, image, ax, "score", shrink=0.8)
     if title:
         fig.suptitle(textwrap.fill(title, width=max(40, int(fig.get_figwidth() * 10))), parse_math=False)
     return fig

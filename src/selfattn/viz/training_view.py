@@ -3,9 +3,10 @@
 A step slider (← → keys, Home / End, or play) walks the stored steps; for each it shows the
 chosen head's attention on the probe as a heatmap with the probe's tokens, every head as a
 small picture (layers × heads; click one to choose it), every head's four scores at that
-step, and the loss and induction curves with a marker at the step. The page is built like
-the explorer (``viz.explorer``): plain JavaScript and SVG inlined with the data, a
-Content-Security-Policy that forbids every fetch. It computes nothing: the weights are the
+step, and over the steps the loss curves and both halves of the induction circuit (every
+head's induction score, and every head's previous-token score), a marker at the step. The
+page is built like the explorer (``viz.explorer``): plain JavaScript and SVG inlined with
+the data, a Content-Security-Policy that forbids every fetch. It computes nothing: the weights are the
 stored probe snapshots, the scores and losses the metrics records.
 
 The embedded data (TRAINING_PAGE_DOC below) keeps each head's causal lower triangle as
@@ -21,7 +22,15 @@ import math
 from selfattn.errors import OptionError
 from selfattn.training.records import INDUCTION_FORMED, Probe, TrainingRun, strongest
 from selfattn.viz.explorer import render_page
-from selfattn.viz.training_run import formed_note, head_scores, run_title
+from selfattn.viz.training_run import (
+    PREVIOUS_TOKEN_ROLE,
+    formed_heads,
+    formed_note,
+    head_scores,
+    previous_note,
+    previous_token_heads,
+    run_title,
+)
 
 PAGE_EXTENSIONS = (".html", ".htm")
 WEIGHT_SCALE = 1000  # weights travel as round(w * 1000): three decimals
@@ -32,12 +41,16 @@ DATA_ELEMENT_ID = "training-data"
 
 TRAINING_PAGE_DOC = """The JSON in <script id="training-data">:
 
-    title, description      the run and when its induction head formed, as text
+    title, description      the run, when its induction head formed and its previous-token heads, as text
     run                     {folder, task, steps, step (last logged), finished, n_layers, n_heads,
                             attention}
     tokens                  the probe's tokens (n of them); repeat R and offset (1 with <s> first)
     threshold               INDUCTION_FORMED (0.4)
     induction_step          the first logged step a head reached it, or null
+    induction_heads         [[layer, head], ...]: the heads whose induction score reached it at some logged step
+    role_threshold          PREVIOUS_TOKEN_ROLE (0.4, the score `selfattn heads` names a role at)
+    previous_token_heads    [[layer, head], ...]: the heads whose previous-token score is at least
+                            role_threshold at the last logged step
     scale                   1000: a weight w is stored as the whole number round(w * scale)
     score_fields            ["induction", "previous_token", "first_token", "entropy"]
     metrics                 one per logged step: {step, train_loss, val_loss, first_copy, second_copy (the probe's
@@ -143,9 +156,10 @@ def training_page_data(run: TrainingRun, probe: Probe, layer: int | None = None,
     c, n = run.config, len(probe.tokens)
     steps = kept_steps(probe.steps, n_layers * n_heads * n * (n + 1) // 2, run.induction_step)
     start = "<s>, " if probe.offset else ""
-    description = (f"{formed_note(run)}. The probe is {start}{probe.repeat} random symbols, then the same "
-                   f"{probe.repeat} again: an induction head makes each token of the repeat look at the token "
-                   f"after its first copy. Weights are shown to 3 decimals.")
+    description = (f"{formed_note(run)}; {previous_note(run)}. The probe is {start}{probe.repeat} random symbols, "
+                   f"then the same {probe.repeat} again: an induction head makes each token of the repeat look at "
+                   f"the token after its first copy, which it finds through a previous-token head of an earlier "
+                   f"layer (each token looking at the one before). Weights are shown to 3 decimals.")
     if len(steps) < len(probe.steps):
         description += f" The page holds {len(steps)} of the {len(probe.steps)} stored steps, evenly spaced."
     kept = set(steps)
@@ -160,6 +174,9 @@ def training_page_data(run: TrainingRun, probe: Probe, layer: int | None = None,
         "offset": probe.offset,
         "threshold": INDUCTION_FORMED,
         "induction_step": run.induction_step,
+        "induction_heads": [list(h) for h in sorted(formed_heads(run))],
+        "role_threshold": PREVIOUS_TOKEN_ROLE,
+        "previous_token_heads": [list(h) for h in sorted(previous_token_heads(run))],
         "scale": WEIGHT_SCALE,
         "score_fields": list(SCORE_FIELDS),
         "metrics": _metrics_rows(run, n_layers, n_heads),

@@ -1,7 +1,8 @@
 // The attention explorer's page script. It draws numbers it is given and computes no
 // attention itself: every value comes from the JSON in #explorer-data (the layout is
 // EXPLORER_DATA_DOC in selfattn/viz/explorer_data.py), already rounded to
-// data.precision, and is printed with toFixed(data.precision), as `selfattn explain` prints.
+// data.precision, and is printed with toFixed(data.precision) (toExponential from 1e10 up),
+// as `selfattn explain` prints.
 // Data reaches the page as text only (textContent, attributes), never as markup.
 "use strict";
 
@@ -9,12 +10,17 @@
   // A line's width and opacity grow with r = weight / (the largest weight of its row, in its
   // head): r = 1 draws MAX_WIDTH px wide and opaque, r near 0 draws MIN_WIDTH px at
   // MIN_OPACITY. Scaled to the row, 0.11 and 0.20 look different even when no weight is
-  // near 1. This is display only: the weights themselves come from the data, unchanged.
+  // near 1. With all heads overlaid, every head shares one absolute scale instead: r is the
+  // weight itself, on 0..1, so an untrained head whose weights are all near 1/n draws
+  // faint lines, and a head that is sure of one key draws the strongest line of all.
+  // This is display only: the weights themselves come from the data, unchanged.
   // The numbers are on the svg as data-min-width, data-max-width and data-min-opacity.
   const MIN_WIDTH = 0.5;
   const MAX_WIDTH = 8;
   const MIN_OPACITY = 0.15;
   const LEGEND_FRACTIONS = [1, 0.5, 0.25, 0.1]; // the sample lines of the key, as r
+  const SCIENTIFIC_FROM = 1e10; // as selfattn.formatting.SCIENTIFIC_FROM and SCIENTIFIC_BELOW
+  const SCIENTIFIC_BELOW = 1e-10;
   const ROW_HEIGHT = 20; // px per token: long inputs grow the view, which then scrolls
   const TOP = 34; // px above the first token, for the column titles
   const GAP = 220; // px between the query column and the key column
@@ -93,8 +99,12 @@
   }
 
   function format(value) {
-    // "-inf", "inf" and "nan" arrive as strings (JSON has no such numbers).
-    return typeof value === "number" ? value.toFixed(data.precision) : String(value);
+    // "-inf", "inf" and "nan" arrive as strings (JSON has no such numbers). From 1e10 up (and
+    // below 1e-10, 0 aside) a number is written 1.0461e+29, as explain's tables write it.
+    if (typeof value !== "number") return String(value);
+    const size = Math.abs(value);
+    const wide = size >= SCIENTIFIC_FROM || (size > 0 && size < SCIENTIFIC_BELOW);
+    return wide ? value.toExponential(data.precision) : value.toFixed(data.precision);
   }
 
   function html(tag, attributes, text) {
@@ -188,7 +198,14 @@
 
   // ---- head view -----------------------------------------------------------------
 
-  // The key to the lines: a short sample line for each fraction of the row's largest weight.
+  // A sample line's label: a fraction of the row's largest weight, or (heads overlaid) the weight itself.
+  function sampleLabel(relative, overlaid) {
+    if (overlaid) return `weight ${relative}`;
+    return relative === 1 ? "largest" : `${Math.round(relative * 100)}%`;
+  }
+
+  // The key to the lines: a short sample line for each fraction of the row's largest weight
+  // (renderLineLegend relabels them when the heads are overlaid).
   function buildLineLegend() {
     const samples = document.getElementById("line-samples");
     samples.setAttribute("height", "20");
@@ -203,9 +220,12 @@
         })
       );
       const label = svg("text", { class: "legend-label", x: x + 42, y: 10, "dominant-baseline": "middle" },
-        relative === 1 ? "largest" : `${Math.round(relative * 100)}%`);
+        sampleLabel(relative, true));
       samples.append(label);
-      x += 42 + label.getComputedTextLength() + 18; // the next sample starts past this label
+      const overlaidWidth = label.getComputedTextLength();
+      label.textContent = sampleLabel(relative, false);
+      // The next sample starts past the longer of the label's two texts.
+      x += 42 + Math.max(overlaidWidth, label.getComputedTextLength()) + 18;
     }
     samples.setAttribute("width", String(Math.ceil(x)));
   }
@@ -311,17 +331,20 @@
     const i = state.query;
     const heads = currentLayer().heads;
     const shown = state.overlay ? heads.map((_, h) => h) : [state.head];
+    // The largest weight of the shown heads for this query. One head is drawn relative to
+    // it; overlaid heads are all drawn on 0..1, the weight itself.
+    const most = Math.max(...shown.map((h) => largest(heads[h].weights[i])));
+    const scale = state.overlay ? 1 : most;
     // Overlaid heads are spread a little apart vertically so each stays visible.
     const spread = shown.length > 1 ? Math.min(3, (ROW_HEIGHT * 0.6) / (shown.length - 1)) : 0;
     const lines = [];
     shown.forEach((h, order) => {
       const offset = (order - (shown.length - 1) / 2) * spread;
       const row = heads[h].weights[i];
-      const most = largest(row);
       for (let j = 0; j < n; j++) {
         const weight = row[j];
         if (!(weight > 0)) continue; // weight 0 (masked, or rounded to 0) draws nothing
-        const relative = weight / most;
+        const relative = weight / scale;
         const style = lineStyle(relative);
         lines.push(
           svg("line", {
@@ -344,7 +367,7 @@
     });
     linesGroup.replaceChildren(...lines);
     markHiddenKeys(i);
-    renderLineLegend(shown, heads[state.head].weights[i]);
+    renderLineLegend(shown, most);
     view.dataset.query = String(i);
     view.dataset.layer = String(state.layer);
     view.dataset.head = String(state.head);
@@ -373,13 +396,25 @@
       : "";
   }
 
-  function renderLineLegend(shown, row) {
+  // The key says which scale the lines are on: the row's largest for one head, or the
+  // weight itself (0..1) when the heads are overlaid.
+  function renderLineLegend(shown, most) {
+    const overlaid = state.overlay;
     const colour = shown.length > 1 ? "#1f2328" : colourOf(shown[0]);
     document.querySelectorAll("#line-samples .legend-line").forEach((line) => line.setAttribute("stroke", colour));
-    document.getElementById("line-largest").textContent =
-      shown.length > 1
-        ? "Each head's lines are scaled to that head's own largest weight for this query."
-        : `Largest weight in this row: ${format(largest(row))} (drawn at full width).`;
+    document.querySelectorAll("#line-samples .legend-label").forEach((label, k) => {
+      label.textContent = sampleLabel(LEGEND_FRACTIONS[k], overlaid);
+    });
+    document.querySelector("#line-legend figcaption").textContent = overlaid
+      ? "Line width and darkness: the weight itself, on one scale from 0 to 1 shared by every head (1 = full)."
+      : "Line width and darkness: weight relative to this row's largest (largest = full).";
+    document.getElementById("line-samples").setAttribute("aria-label", overlaid
+      ? "sample lines for weights 1, 0.5, 0.25 and 0.1, every head on one scale"
+      : "sample lines at 100%, 50%, 25% and 10% of the row's largest weight");
+    document.getElementById("line-largest").textContent = overlaid
+      ? `All heads on one scale from 0 to 1: near-uniform heads draw faint lines. The largest weight of any ` +
+        `head for this query is ${format(most)}.`
+      : `Largest weight in this row: ${format(most)} (drawn at full width).`;
   }
 
   // ---- step panel ----------------------------------------------------------------

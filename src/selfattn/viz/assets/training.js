@@ -34,6 +34,17 @@
   const metricsAt = new Map(data.metrics.map((m) => [m.step, m]));
   const repeatStart = data.offset + data.repeat; // the first token of the second copy
   const INDUCTION = data.score_fields.indexOf("induction");
+  const PREVIOUS = data.score_fields.indexOf("previous_token");
+  // The two halves of the induction circuit, as the Python side named them (the same heads
+  // `selfattn plot --kind training` draws thick): by index, layer by layer.
+  const inductionHeads = new Set(data.induction_heads.map(([layer, head]) => layer * data.run.n_heads + head));
+  const previousHeads = new Set(data.previous_token_heads.map(([layer, head]) => layer * data.run.n_heads + head));
+  const SCORE_CHARTS = [ // [element id, score index, heads drawn thick, their colour, what the chart shows]
+    ["induction-chart", INDUCTION, inductionHeads, "#bc4c00",
+      `induction score: chosen head blue, induction heads orange (dashed: ${data.threshold})`],
+    ["previous-chart", PREVIOUS, previousHeads, "#8250df",
+      `previous-token score: chosen head blue, previous-token heads purple (dashed: ${data.role_threshold})`],
+  ];
 
   const controls = {
     slider: document.getElementById("step-slider"),
@@ -50,10 +61,10 @@
     timer: null,
   };
   let cells = []; // the heatmap's <rect>s, in the stored order (row by row, lower triangle)
-  const thumbs = []; // per head: {button, canvas, score}
+  const thumbs = []; // per head: {button, canvas, score, previous}
   const rows = []; // per head: the scores table's <tr>
   const markers = []; // the charts' step markers: {line, x}
-  let inductionLines = []; // per head: its polyline in the induction chart
+  const scoreLines = []; // per score chart: {lines (per head, its polyline), thick, colour}
 
   function el(tag, attributes, text) {
     const element = document.createElement(tag);
@@ -106,8 +117,7 @@
   }
 
   function formed(index) {
-    // A head that reaches the threshold at any logged step, as `selfattn plot` draws it thick.
-    return data.metrics.some((m) => (m.heads[index][INDUCTION] || 0) >= data.threshold);
+    return inductionHeads.has(index);
   }
 
   // ---- controls -------------------------------------------------------------------
@@ -240,12 +250,13 @@
       for (let head = 0; head < nHeads; head++) {
         const canvas = el("canvas", { width: n, height: n, "aria-hidden": "true" });
         const score = el("span", { class: "thumb-score" });
+        const previous = el("span", { class: "thumb-previous" });
         const button = el("button", { type: "button", class: "thumb", "data-layer": layer, "data-head": head,
           "aria-label": `show ${headName(layer, head)}` });
-        button.append(canvas, el("span", {}, headName(layer, head)), score);
+        button.append(canvas, el("span", {}, headName(layer, head)), score, previous);
         button.addEventListener("click", () => selectHead(layer, head));
         grid.append(button);
-        thumbs.push({ button, canvas, score });
+        thumbs.push({ button, canvas, score, previous });
         const row = el("tr", { "data-layer": layer, "data-head": head });
         row.append(el("th", {}, headName(layer, head)));
         for (const field of data.score_fields) row.append(el("td", { "data-field": field }));
@@ -253,8 +264,11 @@
         body.append(row);
         rows.push(row);
         const isFormed = formed(headIndex(layer, head));
+        const isPrevious = previousHeads.has(headIndex(layer, head));
         button.classList.toggle("formed", isFormed);
         row.classList.toggle("formed", isFormed);
+        button.classList.toggle("previous", isPrevious);
+        row.classList.toggle("previous", isPrevious);
       }
     }
   }
@@ -277,6 +291,7 @@
       thumb.button.classList.toggle("selected", selected);
       thumb.button.setAttribute("aria-pressed", String(selected));
       thumb.score.textContent = `induction ${scoreText(scores ? scores[index][INDUCTION] : null)}`;
+      thumb.previous.textContent = `prev. token ${scoreText(scores ? scores[index][PREVIOUS] : null)}`;
     });
     rows.forEach((row, index) => {
       row.classList.toggle("selected", index === headIndex(state.layer, state.head));
@@ -343,23 +358,26 @@
           at += 28 + 5.5 * label.length;
         }
       });
-    const heads = [];
-    for (let layer = 0; layer < nLayers; layer++) {
-      for (let head = 0; head < nHeads; head++) {
-        const index = headIndex(layer, head);
-        heads.push({ value: (m) => m.heads[index][INDUCTION], label: headName(layer, head), colour: "#8c959f", cls: "other" });
+    for (const [id, score, thick, thickColour, key] of SCORE_CHARTS) {
+      const threshold = score === INDUCTION ? data.threshold : data.role_threshold;
+      const heads = [];
+      for (let layer = 0; layer < nLayers; layer++) {
+        for (let head = 0; head < nHeads; head++) {
+          const index = headIndex(layer, head);
+          heads.push({ value: (m) => m.heads[index][score], label: headName(layer, head), colour: "#8c959f", cls: "other" });
+        }
       }
+      const lines = chart(document.getElementById(id), heads, 0, 1, (element, x, y) => {
+        element.append(svg("line", { class: "threshold", x1: CHART.left, x2: CHART.width - CHART.right,
+          y1: y(threshold), y2: y(threshold) }));
+        element.append(svg("text", { class: "key", x: CHART.left, y: 10, "dominant-baseline": "central" }, key));
+        if (data.induction_step !== null) {
+          element.append(svg("line", { class: "formed", x1: x(data.induction_step), x2: x(data.induction_step),
+            y1: CHART.top, y2: CHART.height - CHART.bottom }));
+        }
+      });
+      scoreLines.push({ lines, thick, colour: thickColour });
     }
-    inductionLines = chart(document.getElementById("induction-chart"), heads, 0, 1, (element, x, y) => {
-      element.append(svg("line", { class: "threshold", x1: CHART.left, x2: CHART.width - CHART.right,
-        y1: y(data.threshold), y2: y(data.threshold) }));
-      element.append(svg("text", { class: "key", x: CHART.left, y: 10, "dominant-baseline": "central" },
-        `induction score per head (chosen head in blue, threshold ${data.threshold})`));
-      if (data.induction_step !== null) {
-        element.append(svg("line", { class: "formed", x1: x(data.induction_step), x2: x(data.induction_step),
-          y1: CHART.top, y2: CHART.height - CHART.bottom }));
-      }
-    });
   }
 
   function renderCharts() {
@@ -369,11 +387,14 @@
       line.setAttribute("x2", x(step));
     }
     const chosen = headIndex(state.layer, state.head);
-    inductionLines.forEach((line, index) => {
-      line.classList.toggle("other", index !== chosen);
-      line.setAttribute("stroke", index === chosen ? "#0969da" : formed(index) ? "#bc4c00" : "#8c959f");
-      if (index === chosen) line.parentNode.append(line); // drawn last: on top
-    });
+    for (const { lines, thick, colour } of scoreLines) {
+      lines.forEach((line, index) => {
+        line.classList.toggle("other", index !== chosen && !thick.has(index));
+        line.classList.toggle("thick", thick.has(index));
+        line.setAttribute("stroke", index === chosen ? "#0969da" : thick.has(index) ? colour : "#8c959f");
+        if (index === chosen) line.parentNode.append(line); // drawn last: on top
+      });
+    }
   }
 
   function render() {
