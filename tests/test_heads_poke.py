@@ -108,3 +108,10 @@ def test_bad_heads_options(run_cli, tmp_path, argv, message):
     empty.write_text("\n \n", encoding="utf-8")
     status, out, err = run_cli("heads", *[str(empty) if a == "EMPTY" else a for a in argv])
     assert status == 2 and message in err and "Traceback" not in err
+
+
+def test_a_text_too_long_for_the_model_is_named_by_its_line(run_cli, tmp_path):
+    texts = tmp_path / "texts.txt"
+    texts.write_text("abcabc\n" + "ab" * 40 + "\n", encoding="utf-8")
+    status, out, err = run_cli("heads", "--model", "tiny-induction", "--texts", str(texts))
+    assert status == 2 and "text 2: the text has 81 tokens" in err and "Traceback" not in err

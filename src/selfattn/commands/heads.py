@@ -116,9 +116,9 @@ def encoder_heads(model, texts: list[str], is_seed: bool, output_format: str, pr
                   texts_file: str | None) -> None:
     """An encoder's head roles on one sentence, or averaged over several texts."""
     runs = []
-    for text in texts:
+    for index, text in enumerate(texts):
         with torch.no_grad():
-            out = model(text, output_attentions=True)  # one text: no padding; > 512 tokens is refused here
+            out = _named(texts_file, index, lambda: model(text, output_attentions=True))  # > 512 tokens is refused
         attentions = torch.stack([layer[0] for layer in out.attentions])  # (layers, heads, n, n)
         runs.append((text, out.tokens[0], classify_heads(attentions, out.tokens[0])))
     if texts_file is not None:
@@ -145,7 +145,8 @@ def decoder_heads(
     ``model_arg`` is the model as the user named it (a folder, say), for the commands the text suggests.
     """
     inputs = [probe.ids] if probe is not None else texts
-    runs = [decoder_run(model, given, probe, ablation) for given in inputs]
+    runs = [_named(texts_file, index, lambda: decoder_run(model, given, probe, ablation))
+            for index, given in enumerate(inputs)]
     if texts_file is not None:
         data = decoder_texts_to_dict(model.name, texts_file, texts, decoder_over_texts(runs), runs[0].loss is not None)
     else:
@@ -178,3 +179,13 @@ def decoder_run(model, given, probe: Probe | None, ablation: bool) -> DecoderRun
         loss, after = ablation_losses(model, model.tokenize(given), positions)
         delta = after - loss  # (layers, heads)
     return DecoderRun(ids, tokens, readable, roles, probe_scores, delta, loss)
+
+
+def _named(texts_file: str | None, index: int, run):
+    """run(), with a text's refusal naming its line of the --texts file."""
+    if texts_file is None:
+        return run()
+    try:
+        return run()
+    except SentenceError as error:
+        raise SentenceError(f"--texts {texts_file}, text {index + 1}: {error}") from None
