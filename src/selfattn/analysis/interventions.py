@@ -129,13 +129,21 @@ def ablate(model, heads, mode: str = "zero") -> Iterator:
     by_layer: dict[int, list[int]] = {}
     for layer, head in check_heads(model, heads):
         by_layer.setdefault(layer, []).append(head)
+    knockouts = {layer: _Knockout(modules[layer], layer_heads, mode) for layer, layer_heads in by_layer.items()}
+    hooks = [(modules[layer], k.see_call, True) for layer, k in knockouts.items()]
+    hooks += [(modules[layer].w_o, k.replace, False) for layer, k in knockouts.items()]
+    with _pre_hooks(hooks):
+        yield model
+
+
+@contextmanager
+def _pre_hooks(hooks) -> Iterator[None]:
+    """Forward pre-hooks [(module, hook, with_kwargs)] in place for a block, removed after it whatever happens."""
     handles = []
     try:
-        for layer, layer_heads in by_layer.items():
-            knockout = _Knockout(modules[layer], layer_heads, mode)
-            handles.append(modules[layer].register_forward_pre_hook(knockout.see_call, with_kwargs=True))
-            handles.append(modules[layer].w_o.register_forward_pre_hook(knockout.replace))
-        yield model
+        for module, hook, with_kwargs in hooks:
+            handles.append(module.register_forward_pre_hook(hook, with_kwargs=with_kwargs))
+        yield
     finally:
         for handle in handles:
             handle.remove()
@@ -197,19 +205,14 @@ def real_queries(attn_mask, q_len: int) -> torch.Tensor | None:
     return last[:, last.shape[-1] - q_len:]  # (batch or 1, q_len)
 
 
-def capture_heads(model, encoded: Encoded) -> list[torch.Tensor]:
-    """Run the model once and keep what each layer's W_o read.   -> n_layers x (batch, seq, H d_head)"""
+def capture_heads(model, encoded: Encoded) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """Run the model once and keep what each layer's W_o read.   -> last logits (batch, 1, vocab), n_layers x (batch, seq, H d_head)"""
     modules = attention_modules(model)
     seen: list[torch.Tensor | None] = [None] * len(modules)
-    handles = [m.w_o.register_forward_pre_hook(lambda _, args, i=i: seen.__setitem__(i, args[0].detach()))
-               for i, m in enumerate(modules)]
-    try:
-        with torch.no_grad():
-            model.run(encoded, last_only=True)
-    finally:
-        for handle in handles:
-            handle.remove()
-    return seen
+    hooks = [(m.w_o, lambda _, args, i=i: seen.__setitem__(i, args[0].detach()), False) for i, m in enumerate(modules)]
+    with _pre_hooks(hooks), torch.no_grad():
+        logits = model.run(encoded, last_only=True).logits
+    return logits, seen
 
 
 def per_head_runs(model, encoded: Encoded, measure, sources: list[torch.Tensor] | None = None,
@@ -237,16 +240,11 @@ def per_head_runs(model, encoded: Encoded, measure, sources: list[torch.Tensor] 
     results = []
     for start in range(0, len(pairs), chunk):
         rows = pairs[start:start + chunk]
-        handles = [m.w_o.register_forward_pre_hook(_row_patch(layer, m, rows, sources))
-                   for layer, m in enumerate(modules)]
+        hooks = [(m.w_o, _row_patch(layer, m, rows, sources), False) for layer, m in enumerate(modules)]
         batch = Encoded(encoded.tokens * len(rows), encoded.input_ids.expand(len(rows), -1),
                         encoded.attention_mask.expand(len(rows), -1))
-        try:
-            with torch.no_grad():
-                logits = model.run(batch, last_only=last_only).logits  # (rows, 1 or seq, vocab)
-        finally:
-            for handle in handles:
-                handle.remove()
+        with _pre_hooks(hooks), torch.no_grad():
+            logits = model.run(batch, last_only=last_only).logits  # (rows, 1 or seq, vocab)
         results.append(measure(logits).double())
     return torch.cat(results).reshape(shape)
 
@@ -341,14 +339,15 @@ def patching(model, clean, corrupted, target) -> Patching:
     def log_prob(logits: torch.Tensor) -> torch.Tensor:
         return logits[:, -1].double().log_softmax(dim=-1)[:, wanted]  # (rows,)
 
+    clean_logits, sources = capture_heads(model, runs[0])  # the clean run once: its answer and its heads
     with torch.no_grad():
-        lp_clean, lp_corrupted = (float(log_prob(model.run(e, last_only=True).logits)) for e in runs)
+        corrupted_logits = model.run(runs[1], last_only=True).logits
+    lp_clean, lp_corrupted = float(log_prob(clean_logits)), float(log_prob(corrupted_logits))
     gap = lp_clean - lp_corrupted
     if abs(gap) < 1e-6:
         raise OptionError(
             f"the clean and corrupted inputs give the target the same log-probability ({lp_clean:.4f}): there is "
             "nothing to recover; choose inputs that change the answer")
-    sources = capture_heads(model, runs[0])
     patched = per_head_runs(model, runs[1], log_prob, sources)
     return Patching((patched - lp_corrupted) / gap, wanted, lp_clean, lp_corrupted,
                     runs[0].input_ids[0].tolist(), runs[1].input_ids[0].tolist())

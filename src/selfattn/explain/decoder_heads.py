@@ -110,12 +110,11 @@ def _strongest(heads: list[dict], measures: list[str]) -> dict:
 
 def _measure(record: dict, key: str) -> float:
     """One head record's pattern score ``key``, or its probe_induction (the mean over texts where there are several)."""
-    value = record["probe_induction"] if key == "probe_induction" else record["scores"][key]
-    return value["mean"] if isinstance(value, dict) else value
+    return _mean(record["probe_induction"] if key == "probe_induction" else record["scores"][key])
 
 
-def _measure_delta(record: dict) -> float:
-    value = record["ablation_delta"]
+def _mean(value) -> float:
+    """A number, or the mean of a {"mean", "std"} over texts."""
     return value["mean"] if isinstance(value, dict) else value
 
 
@@ -236,7 +235,7 @@ def decoder_heads_summary(data: dict, precision: int, model_arg: str) -> list[Pa
     blocks += [Paragraph("Strongest head for each pattern:"), Lines(lines)]
     model = shlex.quote(model_arg)
     if "ablation_delta" in heads[0]:
-        costly = sorted(heads, key=lambda h: (-_measure_delta(h), h["layer"], h["head"]))[:TOP_HEADS]
+        costly = sorted(heads, key=lambda h: (-_mean(h["ablation_delta"]), h["layer"], h["head"]))[:TOP_HEADS]
         blocks.append(Paragraph("Heads the loss needs most (Δ loss when zeroed): " + "; ".join(
             f"layer {h['layer']} head {h['head']} ({_cell(h['ablation_delta'], precision)})" for h in costly) + "."))
         pairs = ",".join(f"{h['layer']}.{h['head']}" for h in costly)

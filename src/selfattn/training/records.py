@@ -21,6 +21,8 @@ from selfattn.training.config import TrainConfig
 
 INDUCTION_FORMED = DECODER_THRESHOLD
 """A head whose induction score on the probe reaches this has formed (the runs' summaries and pictures)."""
+METRIC_KEYS = {PREVIOUS_TOKEN: "previous_token", INDUCTION: "induction", FIRST_TOKEN: "first_token"}
+"""The patterns a metrics head record scores, and its key for each."""
 
 
 def heads_by_role(heads: list[dict]) -> dict[str, list[dict]]:
@@ -37,18 +39,16 @@ def heads_by_role(heads: list[dict]) -> dict[str, list[dict]]:
     """
     named: dict[str, list[dict]] = {}
     for h in heads:
-        role = role_of({PREVIOUS_TOKEN: h["previous_token"], INDUCTION: h["induction"], FIRST_TOKEN: h["first_token"]})
+        role = role_of({name: h[key] for name, key in METRIC_KEYS.items()})
         if role != MIXED:
             named.setdefault(role, []).append(h)
-    keys = {PREVIOUS_TOKEN: "previous_token", INDUCTION: "induction", FIRST_TOKEN: "first_token"}
-    return {role: sorted(found, key=lambda h: -h[keys[role]]) for role, found in named.items()}
+    return {role: sorted(found, key=lambda h: -h[METRIC_KEYS[role]]) for role, found in named.items()}
 
 
 def role_line(heads: list[dict]) -> str:
     """One line naming the heads by role, with the score that names them: "induction L1 H0 0.83, ...; previous token ..."."""
-    keys = {PREVIOUS_TOKEN: "previous_token", INDUCTION: "induction", FIRST_TOKEN: "first_token"}
     named = heads_by_role(heads)
-    parts = [f"{role} " + ", ".join(f"L{h['layer']} H{h['head']} {h[keys[role]]:.2f}" for h in named[role])
+    parts = [f"{role} " + ", ".join(f"L{h['layer']} H{h['head']} {h[METRIC_KEYS[role]]:.2f}" for h in named[role])
              for role in (INDUCTION, PREVIOUS_TOKEN, FIRST_TOKEN) if role in named]
     return "; ".join(parts) if parts else "none (no score reaches 0.40)"
 
