@@ -57,6 +57,33 @@ SCRIPT = textwrap.dedent(
         with contextlib.redirect_stdout(io.StringIO()):
             status = main(argv)
         assert status == 0, (argv, status)
+
+    # selfattn serve's app, one request per route through the ASGI interface (no socket, no
+    # test client), and uvicorn's configuration, as `serve` makes it.
+    import asyncio, uvicorn
+    from selfattn.serve.app import create_app
+
+    async def call(app, method, path, body=b""):
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method,
+                 "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+                 "headers": [(b"content-type", b"application/json")], "client": ("127.0.0.1", 1),
+                 "server": ("127.0.0.1", 80)}
+        sent, asked = [], []
+        async def receive():
+            if asked:
+                return {"type": "http.disconnect"}
+            asked.append(1)
+            return {"type": "http.request", "body": body, "more_body": False}
+        async def send(message):
+            sent.append(message)
+        await app(scope, receive, send)
+        return sent[0]["status"]
+
+    app = create_app()
+    uvicorn.Config(app, log_level="warning")
+    generate = json.dumps({"model": "stories260K", "text": "Once", "max_new_tokens": 2}).encode()
+    for method, path, body in (("GET", "/", b""), ("GET", "/api/models", b""), ("POST", "/api/generate", generate)):
+        assert asyncio.run(call(app, method, path, body)) == 200, path
     loaded = {m.partition(".")[0] for m in set(sys.modules) - before}
     # where each came from: a file, a package folder, or nothing (built in, or made at run
     # time, as Cython's shared _cython_* modules are)

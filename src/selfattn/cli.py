@@ -30,6 +30,7 @@ from selfattn.cli_options import (
     add_view_options,
 )
 from selfattn.cli_interventions import add_intervention_commands
+from selfattn.cli_serve import add_serve_command
 from selfattn.viz import PLOT_KINDS
 
 
@@ -225,6 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     train.set_defaults(run=run_train)
     add_intervention_commands(commands)
+    add_serve_command(commands)
     return parser
 
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from selfattn.trace.model import ModelTrace
 
 
-def build_trace(config: ExplainConfig) -> Trace | VariantTrace | ModelTrace:
+def build_trace(config: ExplainConfig, model=None) -> Trace | VariantTrace | ModelTrace:
     """Tokens -> embeddings -> attention, with every intermediate recorded.
 
     The seed's variant ("simple") without positional encoding gives the seed's own
@@ -29,6 +29,8 @@ def build_trace(config: ExplainConfig) -> Trace | VariantTrace | ModelTrace:
 
     Args:
         config: what to explain.
+        model: with ``config.model``, that model already loaded (the live app holds its
+            own); None: loaded here, once per process.
 
     Returns:
         The record for the renderers: ``Trace``, ``VariantTrace`` or ``ModelTrace``.
@@ -63,7 +65,7 @@ def build_trace(config: ExplainConfig) -> Trace | VariantTrace | ModelTrace:
 
         return trace_model(
             SEED_SENTENCE if config.sentence is None else config.sentence,
-            shared_model(config.model, config.model_key),
+            shared_model(config.model, config.model_key) if model is None else model,
             layer=0 if config.layer is None else config.layer,
             head=0 if config.head is None else config.head,
             query=config.query,

@@ -242,6 +242,33 @@ def choose(logits: torch.Tensor, temperature: float, top_k=None, top_p=None, gen
     """
     if temperature == 0:
         return logits.argmax(dim=-1)
+    return torch.multinomial(sampling_probs(logits, temperature, top_k, top_p), 1, generator=generator)[:, 0]
+
+
+def sampling_probs(logits: torch.Tensor, temperature: float, top_k=None, top_p=None) -> torch.Tensor:
+    """The distribution ``choose`` draws from.   (batch, vocab) -> (batch, vocab) float64
+
+    p = softmax(logits / T) over the top_k most likely tokens, then over the smallest set
+    of them whose probabilities reach top_p; every other token gets exactly 0.
+
+    Args:
+        logits: next-token scores, (batch, vocab).
+        temperature: > 0.
+        top_k: keep only the k largest logits of each row (None: all).
+        top_p: keep the smallest set of most likely tokens whose probabilities sum to at
+            least p (the most likely token always stays); None: all.
+
+    Returns:
+        Each row's probabilities, summing to 1.
+
+    Examples:
+        >>> import torch
+        >>> from selfattn.models.generation import sampling_probs
+        >>> sampling_probs(torch.tensor([[0.0, 3.0, 1.0]]), 1.0, top_k=2).round(decimals=4).tolist()
+        [[0.0, 0.8808, 0.1192]]
+    """
+    if not temperature > 0:
+        raise OptionError(f"temperature must be above 0 to sample, got {temperature!r}")
     scaled = logits.double() / temperature  # (batch, vocab)
     if top_k is not None and top_k < scaled.shape[-1]:
         kth = scaled.topk(top_k, dim=-1).values[:, -1:]  # (batch, 1): the k-th largest
@@ -252,7 +279,7 @@ def choose(logits: torch.Tensor, temperature: float, top_k=None, top_p=None, gen
         before = probs.cumsum(dim=-1) - probs  # probability of the more likely tokens
         ordered = ordered.masked_fill(before >= top_p, -math.inf)  # the first token always stays (before = 0)
         scaled = torch.full_like(scaled, -math.inf).scatter(-1, order, ordered)
-    return torch.multinomial(softmax(scaled, dim=-1), 1, generator=generator)[:, 0]
+    return softmax(scaled, dim=-1)
 
 
 def top_chances(logits: torch.Tensor, k: int = TOP) -> tuple[torch.Tensor, torch.Tensor]:

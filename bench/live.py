@@ -1,0 +1,113 @@
+"""What a response of the live app (``selfattn serve``) costs, against the library doing the same work.
+
+Through FastAPI's test client (the whole app: routing, checking, JSON; no socket), for each
+built-in model:
+
+    load            the first request that needs the model, on a fresh server (the model loads)
+                    peer: ``load_pretrained(name)`` alone
+    attention       POST /api/attention, one head, the model loaded
+                    peer: ``model(text, output_attentions=True)``
+    one step        POST /api/generate, max_new_tokens 1 (a decoder)
+                    peer: ``model.generate(text, 1)`` and one forward with attentions
+    20 steps        POST /api/generate, max_new_tokens 20, per step
+                    peer: ``model.generate(text, 20)`` and one forward with attentions, per step
+
+Server and peer are timed in alternating rounds (the order swapped each round), so that a
+busy machine slows both alike; the ratio is server / peer. Prints the CPU first.
+
+    .venv/bin/python bench/live.py            # ~6 s on 2 cores
+    .venv/bin/python bench/live.py --rounds 9
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from fastapi.testclient import TestClient
+
+import selfattn as sa
+from selfattn.commands.live import LiveModels
+from selfattn.serve.app import create_app
+
+TEXTS = {
+    "all-MiniLM-L6-v2": "The cat sat on the warm mat because the sun had been on it all morning.",
+    "tiny-induction": "abcdefghijklmnopabcdefgh",
+    "tiny-shakespeare": "To be, or not to be, that is the question:",
+    "stories260K": "Once upon a time, there was a little girl named Lily. She loved to play",
+}
+
+
+def cpu_name() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown CPU"
+
+
+def timed(action) -> float:
+    start = time.perf_counter()
+    action()
+    return time.perf_counter() - start
+
+
+def alternate(rounds: int, server, peer) -> tuple[float, float]:
+    """Median seconds of each side over ``rounds`` rounds, the order swapped every round."""
+    ours, theirs = [], []
+    for r in range(rounds):
+        if r % 2:
+            theirs.append(timed(peer))
+            ours.append(timed(server))
+        else:
+            ours.append(timed(server))
+            theirs.append(timed(peer))
+    return statistics.median(ours), statistics.median(theirs)
+
+
+def line(label: str, ours: float, theirs: float, per: int = 1) -> None:
+    print(f"  {label:<12} server {ours / per * 1000:9.1f} ms   library {theirs / per * 1000:9.1f} ms   "
+          f"ratio {ours / theirs:5.2f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    print(f"CPU: {cpu_name()}, torch threads {torch.get_num_threads()}, {args.rounds} rounds, medians")
+    for name, text in TEXTS.items():
+        print(f"{name}:")
+        decoder = name != "all-MiniLM-L6-v2"
+        body = {"model": name, "text": text, "layer": 0, "head": 0}
+
+        def first_request():
+            with TestClient(create_app(LiveModels())) as fresh:
+                assert fresh.post("/api/attention", json=body).status_code == 200
+
+        line("load", *alternate(args.rounds, first_request, lambda: sa.load_pretrained(name)))
+        model = sa.load_pretrained(name)
+        with TestClient(create_app(LiveModels())) as client:
+            client.post("/api/attention", json=body)  # loaded
+            with torch.no_grad():
+                line("attention", *alternate(args.rounds, lambda: client.post("/api/attention", json=body),
+                                             lambda: model(text, output_attentions=True)))
+            if not decoder:
+                continue
+            for steps in (1, 20):
+                request = {"model": name, "text": text, "max_new_tokens": steps}
+
+                def peer(steps=steps):
+                    result = model.generate(text, steps)
+                    with torch.no_grad():
+                        model(result.prompt_ids[0] + result.ids[0], output_attentions=True)
+
+                label = "one step" if steps == 1 else f"{steps} steps"
+                ours, theirs = alternate(args.rounds, lambda: client.post("/api/generate", json=request), peer)
+                line(label + ("" if steps == 1 else "/1"), ours, theirs, per=steps)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,294 @@
+"""The live app's work (``selfattn serve``): the models it offers and what each API call computes.
+
+The web layer (``selfattn.serve``) only moves JSON: it hands each request's body to one
+function here and writes back what it returns. Everything a body may ask for is checked
+here first, with one clear ``RequestError`` (a 4xx status and a line of text), before any
+model runs. A body names models only by the names ``LiveModels`` offers: nothing the
+browser sends is ever read as a file or a folder.
+
+    POST /api/explain    explain_json(models, body)     the JSON of ``selfattn explain --format json``
+    POST /api/attention  attention_json(models, body)   one head's (or a layer's) full weights
+    GET  /explorer       explorer_page(models, fields)  the explorer page of ``selfattn view``
+    POST /api/generate   live_generation.generation_steps(models, body)
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from selfattn.commands.options import ExplainConfig
+from selfattn.commands.traces import build_trace
+from selfattn.errors import ModelError, SelfAttnError
+from selfattn.models.files import MODELS
+from selfattn.models.outline import ModelOutline, model_outline, outline_of
+
+BUILT_IN = tuple(MODELS)  # the models every server offers
+MAX_TEXT_CHARS = 20_000  # a text longer than this is refused before it is tokenised
+# /api/attention with every head of a layer: heads x tokens^2 numbers at most (about 40 MB of JSON).
+MAX_LAYER_CELLS = 1 << 21
+
+
+class RequestError(SelfAttnError):
+    """A request the server refuses: ``status`` (4xx) and one line saying why."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class LiveModels:
+    """The models one server offers, each loaded on first use and kept for the server's life.
+
+    Args:
+        extra: models named on the command line (``--model``): a name, folder, llama2.c
+            checkpoint or cached hub id, as ``load_pretrained`` takes them. Each is
+            resolved now, so a typo stops the server before it starts.
+
+    Raises:
+        ModelError: an extra model cannot be resolved.
+    """
+
+    def __init__(self, extra: Sequence[str] = ()) -> None:
+        from selfattn.models.loading import model_key
+
+        self._keys: dict[str, str] = {}
+        for name in (*BUILT_IN, *extra):
+            key = model_key(name)
+            if key not in self._keys.values():
+                self._keys[name] = key
+        self._loaded: dict[str, Any] = {}
+        self._outlines: dict[str, ModelOutline] = {}
+        # One computation at a time: ablation hooks live on the shared model for one request.
+        self.lock = threading.RLock()
+
+    @property
+    def names(self) -> list[str]:
+        """The names offered, built-in ones first."""
+        return list(self._keys)
+
+    def resolve(self, name: Any) -> str:
+        """``name`` if this server offers it, else a 404 ``RequestError`` listing what it offers."""
+        if not isinstance(name, str) or name not in self._keys:
+            raise RequestError(f"unknown model {name!r}: this server offers {', '.join(self._keys)}", 404)
+        return name
+
+    def model(self, name: str):
+        """The model offered as ``name``, loaded on first use."""
+        name = self.resolve(name)
+        with self.lock:
+            if name not in self._loaded:
+                from selfattn.models.pretrained import load_pretrained
+
+                self._loaded[name] = load_pretrained(self._keys[name])
+            return self._loaded[name]
+
+    def is_loaded(self, name: str) -> bool:
+        return name in self._loaded
+
+    def outline(self, name: str) -> ModelOutline:
+        """The model's sizes, from its config when it has not loaded yet."""
+        name = self.resolve(name)
+        if name not in self._outlines:
+            loaded = self._loaded.get(name)
+            self._outlines[name] = outline_of(loaded.config) if loaded is not None else model_outline(self._keys[name])
+        return self._outlines[name]
+
+    def listing(self) -> dict[str, Any]:
+        """GET /api/models: each offered model's name, kind and sizes."""
+        entries = []
+        for name in self._keys:
+            try:
+                outline = self.outline(name)
+            except ModelError as error:  # e.g. MiniLM's package not installed: say so, keep the rest
+                entries.append({"name": name, "error": " ".join(str(error).split())})
+                continue
+            entries.append({"name": name, "kind": outline.kind, "layers": outline.layers, "heads": outline.heads,
+                            "kv_heads": outline.kv_heads, "positions": outline.positions,
+                            "loaded": self.is_loaded(name)})
+        return {"models": entries}
+
+
+# ---- reading a body --------------------------------------------------------------------
+
+def fields_of(body: Any, allowed: Sequence[str], what: str) -> dict[str, Any]:
+    """The body as a dict with known keys only (a 400 for anything else)."""
+    if not isinstance(body, Mapping):
+        raise RequestError(f"{what} takes a JSON object, got {type(body).__name__}")
+    unknown = sorted(set(body) - set(allowed))
+    if unknown:
+        raise RequestError(f"{what} has no field {unknown[0]!r}; its fields are {', '.join(allowed)}")
+    return dict(body)
+
+
+def whole(body: Mapping, name: str, low: int, high: int | None, default: Any = None) -> Any:
+    """body[name] as a whole number in [low, high] (None: no upper end), or ``default`` when absent or null."""
+    value = body.get(name)
+    if value is None:
+        return default
+    top = "" if high is None else f" to {high}"
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+        raise RequestError(f"{name} must be a whole number from {low}{top}, got {value!r}")
+    return value
+
+
+def number(body: Mapping, name: str, low: float, high: float, default: Any = None, low_open: bool = False) -> Any:
+    """body[name] as a finite number in [low, high] ((low, high] with ``low_open``), or ``default``."""
+    value = body.get(name)
+    if value is None:
+        return default
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or value > high or value < low or (low_open and value == low)):
+        bracket = "(" if low_open else "["
+        raise RequestError(f"{name} must be a number in {bracket}{low:g}, {high:g}], got {value!r}")
+    return float(value)
+
+
+def text_field(body: Mapping, name: str = "text", required: bool = True) -> str | None:
+    """body[name] as a non-empty string of at most ``MAX_TEXT_CHARS`` characters."""
+    value = body.get(name)
+    if value is None and not required:
+        return None
+    if not isinstance(value, str):
+        raise RequestError(f"{name} must be a string, got {'nothing' if value is None else type(value).__name__}")
+    if not value.strip():
+        raise RequestError(f"{name} is empty: type some text")
+    if len(value) > MAX_TEXT_CHARS:
+        raise RequestError(f"{name} has {len(value)} characters; the live app takes at most {MAX_TEXT_CHARS}")
+    return value
+
+
+def check_head(outline: ModelOutline, layer: int | None, head: int | None) -> None:
+    """A 400 for a layer or head the model does not have (None passes)."""
+    if layer is not None and layer >= outline.layers:
+        raise RequestError(f"layer {layer} is out of range: this model has {outline.layers} layers, 0 to {outline.layers - 1}")
+    if head is not None and head >= outline.heads:
+        raise RequestError(f"head {head} is out of range: this model has {outline.heads} heads, 0 to {outline.heads - 1}")
+
+
+# ---- /api/explain and /explorer ---------------------------------------------------------
+
+# ExplainConfig's fields the browser may set ("text" is the sentence); never "embeddings",
+# which names a file.
+EXPLAIN_FIELDS = ("text", "query", "variant", "positional", "heads", "kv_heads", "d_k", "block_size", "embed",
+                  "dim", "seed", "precision", "model", "layer", "head")
+
+
+def explain_config(models: LiveModels, body: Any, output_format: str) -> ExplainConfig:
+    """The ``ExplainConfig`` a request's fields ask for (400 on a bad field, 404 on an unknown model)."""
+    if isinstance(body, Mapping) and "embeddings" in body:
+        raise RequestError("embeddings names a file, which the live app never reads: use embed 'seed' or 'random'")
+    fields = fields_of(body, EXPLAIN_FIELDS, "explain")
+    sentence = text_field(fields, required=False)
+    fields.pop("text", None)
+    if fields.get("model") is not None:
+        models.resolve(fields["model"])
+    query = fields.get("query")
+    if query is not None and (isinstance(query, bool) or not isinstance(query, (str, int))):
+        raise RequestError(f"query must be a token or a position, got {query!r}")
+    options = {name: value for name, value in fields.items() if value is not None}
+    if "precision" in options:
+        options["precision"] = whole(options, "precision", 0, 10)
+    try:
+        return ExplainConfig(sentence=sentence, format=output_format, **options)
+    except TypeError as error:  # a field of the wrong type deep in a check
+        raise RequestError(f"a field has the wrong type: {error}") from None
+
+
+def explain_json(models: LiveModels, body: Any) -> str:
+    """POST /api/explain: exactly what ``selfattn explain --format json`` prints for these options."""
+    from selfattn.explain.json_out import render_json
+
+    config = explain_config(models, body, "json")
+    with models.lock:
+        model = models.model(config.model) if config.model is not None else None
+        return render_json(build_trace(config, model))
+
+
+def explorer_page(models: LiveModels, body: Any) -> str:
+    """GET /explorer: the explorer page ``selfattn view`` writes for these options (a model's layer and head)."""
+    from selfattn.viz.explorer import explorer_html
+
+    fields = dict(body) if isinstance(body, Mapping) else body
+    shown = {}
+    if isinstance(fields, dict) and fields.get("model") is None:  # a variant's head is picked on the page, as view's
+        shown = {name: whole(fields, name, 0, None, 0) for name in ("layer", "head")}
+        fields.pop("layer", None)
+        fields.pop("head", None)
+    config = explain_config(models, fields, "html")
+    with models.lock:
+        model = models.model(config.model) if config.model is not None else None
+        trace = build_trace(config, model)
+    layer, head = (shown["layer"], shown["head"]) if shown else (config.layer or 0, config.head or 0)
+    if model is None:
+        from selfattn.commands.plot import attention_weights, check_layer_head
+
+        check_layer_head(attention_weights(trace), layer, head)
+    return explorer_html(trace, config.precision, head=head, layer=layer)
+
+
+# ---- /api/attention ---------------------------------------------------------------------
+
+ATTENTION_FIELDS = ("model", "text", "layer", "head")
+
+
+def attention_json(models: LiveModels, body: Any) -> dict[str, Any]:
+    """POST /api/attention: a head's full weight matrix (rows are queries), or every head of a layer.
+
+    ``head`` null or "all" gives ``weights`` as [heads][queries][keys]. Besides the contract's
+    ``tokens`` and ``weights`` the answer says how to read them: each token's label, the
+    layer's mask as a range of keys per query, RoPE or learned positions, and which
+    key/value head each query head reads.
+    """
+    import torch
+
+    from selfattn.viz.token_labels import token_labels
+
+    fields = fields_of(body, ATTENTION_FIELDS, "attention")
+    name = models.resolve(fields.get("model"))
+    text = text_field(fields)
+    outline = models.outline(name)
+    layer = whole(fields, "layer", 0, None, 0)
+    every = fields.get("head") in (None, "all")
+    head = None if every else whole(fields, "head", 0, None)
+    check_head(outline, layer, head)
+    with models.lock:
+        model = models.model(name)
+        with torch.no_grad():
+            out = model(text, output_attentions=True)
+    tokens = out.tokens[0]
+    n = len(tokens)
+    if every and outline.heads * n * n > MAX_LAYER_CELLS:
+        raise RequestError(f"the text has {n} tokens: every head of a layer at once takes at most "
+                           f"{int((MAX_LAYER_CELLS / outline.heads) ** 0.5)}; pick one head")
+    weights = out.attentions[layer][0, :, -n:, -n:]  # (heads, n, n); a decoder pads on the left
+    info = model.attention_info(layer) if hasattr(model, "attention_info") else None
+    return {
+        "model": name,
+        "layer": layer,
+        "head": "all" if every else head,
+        "tokens": tokens,
+        "labels": token_labels(tokens),
+        "weights": weights.tolist() if every else weights[head].tolist(),
+        **layer_facts(outline, info, n),
+    }
+
+
+def layer_facts(outline: ModelOutline, info, n: int) -> dict[str, Any]:
+    """What the page draws beside the weights: the mask, the positions, the shared key/value heads."""
+    causal = outline.kind == "decoder"
+    window = getattr(info, "window", None)
+    ranges = [[max(0, i + 1 - window) if window else 0, i + 1 if causal else n] for i in range(n)]
+    group = outline.heads // outline.kv_heads
+    return {
+        "kind": outline.kind,
+        "causal": causal,
+        "window": window,
+        "mask_ranges": ranges,
+        "positional": getattr(info, "positional", "learned"),
+        "rope_base": getattr(info, "rope_base", None),
+        "kv_heads": outline.kv_heads,
+        "kv_head_of": [h // group for h in range(outline.heads)],
+    }

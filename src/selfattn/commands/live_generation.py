@@ -1,0 +1,187 @@
+"""POST /api/generate: ``generate``'s tokens, and what each step saw, one step at a time.
+
+The tokens are ``DecoderModel.generate``'s own (the same call, under ``ablate`` when heads
+are knocked out), so the page and the library cannot disagree about them. The steps are
+then read from plain forwards over the whole text: attention is causal, so row i of a
+forward over the tokens is what the cached step computed when token i was the newest,
+and its logits are those the next token was chosen from. One forward serves every step
+that saw the same window (``Generation.window_starts``): one in all, until the window slides.
+
+    step t:  seen = (prompt + new)[start_t : len(prompt) + t]     the key/value cache, len(seen) entries
+             query = seen[-1]                                      the newest token reads the cache
+             attention[layer][head] = its weights over seen        (heads, len(seen)) per layer
+             top = the 10 likeliest of the distribution the token is drawn from
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Any
+
+from selfattn.commands.live import LiveModels, RequestError, fields_of, number, text_field, whole
+
+GENERATE_FIELDS = ("model", "text", "max_new_tokens", "temperature", "top_k", "top_p", "seed", "ablate")
+MAX_LIVE_NEW_TOKENS = 512  # one request's tokens: every step keeps a forward's attention rows
+MAX_TEMPERATURE = 10.0
+TOP_SHOWN = 10  # next-token candidates per step
+DEFAULT_SEED = 0  # sampling is seeded unless the body says otherwise: the same page, the same text
+
+
+@dataclass(frozen=True)
+class GenerateRequest:
+    """A checked body of POST /api/generate."""
+
+    model: str
+    text: str
+    max_new_tokens: int
+    temperature: float
+    top_k: int | None
+    top_p: float | None
+    seed: int
+    ablate: tuple[tuple[int, int], ...]
+
+
+def generate_request(models: LiveModels, body: Any) -> GenerateRequest:
+    """The body checked, every field in range (a ``RequestError`` says which is not)."""
+    fields = fields_of(body, GENERATE_FIELDS, "generate")
+    name = models.resolve(fields.get("model"))
+    text = text_field(fields)
+    ablate = fields.get("ablate") or []
+    if not isinstance(ablate, list) or not all(
+        isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in pair)
+        for pair in ablate
+    ):
+        raise RequestError(f"ablate must be a list of [layer, head] pairs of whole numbers, got {ablate!r}")
+    return GenerateRequest(
+        model=name,
+        text=text,
+        max_new_tokens=whole(fields, "max_new_tokens", 1, MAX_LIVE_NEW_TOKENS, 20),
+        temperature=number(fields, "temperature", 0.0, MAX_TEMPERATURE, 0.0),
+        top_k=whole(fields, "top_k", 1, None),
+        top_p=number(fields, "top_p", 0.0, 1.0, low_open=True),
+        seed=whole(fields, "seed", 0, 2**63 - 1, DEFAULT_SEED),
+        ablate=tuple((layer, head) for layer, head in ablate),
+    )
+
+
+class LiveGeneration:
+    """One generation, made at once; its steps are worked out as they are read (``steps``).
+
+    Raises (when made):
+        RequestError: the model is an encoder, or a knocked-out head is out of range.
+        SentenceError: the prompt is longer than the model's positions.
+    """
+
+    def __init__(self, models: LiveModels, request: GenerateRequest) -> None:
+        from selfattn.analysis.interventions import check_heads
+
+        if models.outline(request.model).kind != "decoder":
+            raise RequestError(f"{request.model} is an encoder: it has no next-token head to generate with; "
+                               "pick a decoder")
+        self.models, self.request = models, request
+        with models.lock:
+            self.model = model = models.model(request.model)
+            self.heads = check_heads(model, [list(pair) for pair in request.ablate])
+            with self._knockout():
+                self.result = model.generate(request.text, request.max_new_tokens, request.temperature,
+                                             request.top_k, request.top_p, request.seed)
+        self.prompt_ids = self.result.prompt_ids[0]
+        self.ids = self.result.ids[0]
+        self._window = None  # (start, the forward over the window from start)
+
+    def _knockout(self):
+        from selfattn.analysis.interventions import ablate
+
+        return ablate(self.model, self.heads, "zero") if self.heads else nullcontext()
+
+    def start(self) -> dict[str, Any]:
+        """What the page needs before the first step: the prompt's tokens and the request."""
+        from selfattn.viz.token_labels import token_labels
+
+        padder = self.model._padder()
+        tokens = [padder.token(i) for i in self.prompt_ids]
+        request = self.request
+        return {
+            "model": request.model,
+            "prompt_ids": self.prompt_ids,
+            "prompt_tokens": tokens,
+            "prompt_labels": token_labels(tokens),
+            "steps_total": len(self.ids),
+            "positions": self.model.config.max_positions,
+            "ablate": [list(pair) for pair in self.heads],
+            "options": {"max_new_tokens": request.max_new_tokens, "temperature": request.temperature,
+                        "top_k": request.top_k, "top_p": request.top_p, "seed": request.seed},
+        }
+
+    def done(self) -> dict[str, Any]:
+        """The contract's ``ids`` (the new tokens) and ``text`` (their text), and where the window slid."""
+        return {"ids": self.ids, "text": self.result.text[0], "tokens": self.result.tokens[0],
+                "window_slid_at": self.result.window_slid_at}
+
+    def steps(self) -> Iterator[dict[str, Any]]:
+        """Each step in turn: the chosen token, the top 10, the query's attention, the cache."""
+        for t in range(len(self.ids)):
+            yield self.step(t)
+
+    def step(self, t: int) -> dict[str, Any]:
+        import torch
+
+        from selfattn.models.generation import sampling_probs
+        from selfattn.pipeline.steps import softmax
+        from selfattn.viz.token_labels import token_label
+
+        request, padder = self.request, self.model._padder()
+        start, end = self.result.window_starts[0][t], len(self.prompt_ids) + t
+        out = self._forward(start)
+        row = end - 1 - start  # the newest token of this step, in that forward
+        logits = out.logits[0, row:row + 1]  # (1, vocab)
+        probs = (softmax(logits.double(), dim=-1) if request.temperature == 0
+                 else sampling_probs(logits, request.temperature, request.top_k, request.top_p))[0]  # (vocab,)
+        values, order = probs.topk(min(TOP_SHOWN, probs.shape[0]))
+        top = [{"id": int(i), "token": padder.token(int(i)), "label": token_label(padder.token(int(i))), "p": float(p)}
+               for i, p in zip(order.tolist(), values.tolist()) if p > 0]
+        token_id = self.ids[t]
+        token = padder.token(token_id)
+        windows = [self.model.attention_info(layer).window for layer in range(len(out.attentions))]
+        n = end - start
+        return {
+            "step": t,
+            "id": token_id,
+            "token": token,
+            "label": token_label(token),
+            "text": self._piece(t),
+            "p": float(probs[token_id]),
+            "top": top,
+            "attention": [weights[0, :, row, : row + 1].tolist() for weights in out.attentions],  # [layers][heads][keys]
+            "cache": {
+                "length": n,
+                "start": start,
+                "reads": [[max(0, n - window) if window else 0, n] for window in windows],
+            },
+        }
+
+    def _forward(self, start: int):
+        """One forward over the text from ``start``, as far as the steps that saw that window reach."""
+        import torch
+
+        if self._window is None or self._window[0] != start:
+            starts = self.result.window_starts[0]
+            last = max(t for t, s in enumerate(starts) if s == start)
+            everything = self.prompt_ids + self.ids
+            end = min(len(self.prompt_ids) + last + 1, start + self.model.config.max_positions)
+            with self.models.lock, self._knockout(), torch.no_grad():
+                self._window = (start, self.model(everything[start:end], output_attentions=True))
+        return self._window[1]
+
+    def _piece(self, t: int) -> str:
+        """The text step t adds (a token that is part of a character adds nothing until it completes)."""
+        padder = self.model._padder()
+        before = padder.continuation(self.prompt_ids, self.ids[:t])
+        after = padder.continuation(self.prompt_ids, self.ids[: t + 1])
+        return after[len(before):] if after.startswith(before) else after
+
+    def whole(self) -> dict[str, Any]:
+        """The answer in one JSON object: ``ids``, ``text`` and every step."""
+        return {**self.start(), **self.done(), "steps": list(self.steps())}

@@ -1,0 +1,75 @@
+"""A model's sizes read from its config alone, without its weights: for listings that must not load.
+
+    built-in name / folder / hub id  ->  config.json  ->  the family's read_config  ->  sizes
+    llama2.c checkpoint file         ->  its header                                 ->  sizes
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from selfattn.models.checkpoint import read_config
+from selfattn.models.decoder_config import DecoderConfig
+from selfattn.models.files import model_folder, model_spec
+from selfattn.models.pretrained import family_of, is_builtin, locate
+
+
+@dataclass(frozen=True)
+class ModelOutline:
+    """What a model is, in five numbers and a word.
+
+    Attributes:
+        kind: "encoder" (sees the whole text) or "decoder" (causal, generates).
+        layers: attention layers.
+        heads: query heads per layer.
+        kv_heads: key/value heads per layer (fewer than ``heads``: grouped-query attention).
+        positions: the most tokens one forward takes.
+    """
+
+    kind: str
+    layers: int
+    heads: int
+    kv_heads: int
+    positions: int
+
+
+def outline_of(config) -> ModelOutline:
+    """The outline of a model's config: a ``DecoderConfig`` or an encoder's ``BertConfig``."""
+    if isinstance(config, DecoderConfig):
+        return ModelOutline("decoder", config.n_layers, config.n_heads, config.n_kv_heads, config.max_positions)
+    heads = config.num_attention_heads
+    return ModelOutline("encoder", config.num_hidden_layers, heads, heads, config.max_position_embeddings)
+
+
+def model_outline(name_or_path) -> ModelOutline:
+    """The outline of the model ``load_pretrained(name_or_path)`` would load, reading no weights.
+
+    A llama2.c checkpoint's header is checked against the file's size, so its file is read.
+
+    Raises:
+        ModelError: as ``load_pretrained`` for a name it cannot resolve or a config it refuses.
+    """
+    if isinstance(name_or_path, str) and not Path(name_or_path).expanduser().exists() and is_builtin(name_or_path):
+        spec = model_spec(name_or_path)
+        folder = model_folder(spec.name)
+        if spec.checkpoint is not None:
+            return _checkpoint_outline(folder / spec.checkpoint)
+    elif isinstance(name_or_path, (str, os.PathLike)) and Path(name_or_path).expanduser().is_file():
+        return _checkpoint_outline(Path(name_or_path).expanduser())
+    else:
+        folder = locate(name_or_path)
+    data = read_config(folder)
+    return outline_of(family_of(data, folder).read_config(data))
+
+
+def _checkpoint_outline(path: Path) -> ModelOutline:
+    from selfattn.errors import ModelError
+    from selfattn.models.llama2c import config_of, read_header
+
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise ModelError(f"cannot read {path}: {error.strerror or error}") from None
+    return outline_of(config_of(read_header(path, data)))

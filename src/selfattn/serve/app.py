@@ -1,0 +1,127 @@
+"""The live app's routes: the page, its assets and the JSON API, each a thin call into ``commands.live``.
+
+    GET  /                 the page (viz/assets/live.html, with its own script and style)
+    GET  /assets/{name}    live.js, live.css
+    GET  /explorer         the explorer page of ``selfattn view`` for the query's fields
+    GET  /api/models       the models offered
+    POST /api/explain      ``selfattn explain --format json``
+    POST /api/attention    one head's weights (or a layer's)
+    POST /api/generate     a generation and every step; NDJSON, one line per step, when the
+                           request's Accept header asks for application/x-ndjson
+
+Every refusal is JSON, ``{"error": message, "detail": message}`` with a 4xx status; any
+other failure is a 500 with a line of text, and the server keeps serving.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+
+from selfattn.commands.live import LiveModels, RequestError, attention_json, explain_json, explorer_page
+from selfattn.commands.live_generation import LiveGeneration, generate_request
+from selfattn.errors import SelfAttnError
+from selfattn.viz.live_page import ASSET_TYPES, CONTENT_SECURITY_POLICY, live_asset, live_page
+
+NDJSON = "application/x-ndjson"
+
+
+def refusal(message: str, status: int) -> JSONResponse:
+    """One clear line, in both keys clients look for (ours and FastAPI's)."""
+    line = " ".join(str(message).split())
+    return JSONResponse({"error": line, "detail": line}, status_code=status)
+
+
+def create_app(models: LiveModels | None = None) -> FastAPI:
+    """The live app over ``models`` (None: the built-in models only)."""
+    models = LiveModels() if models is None else models
+    app = FastAPI(title="selfattn live", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.models = models
+
+    @app.exception_handler(SelfAttnError)
+    async def user_error(request: Request, error: SelfAttnError) -> JSONResponse:
+        return refusal(str(error), getattr(error, "status", 400))
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, error: HTTPException) -> JSONResponse:
+        return refusal(str(error.detail), error.status_code)
+
+    @app.exception_handler(Exception)
+    async def our_bug(request: Request, error: Exception) -> JSONResponse:
+        return refusal(f"internal error ({type(error).__name__}): {error}", 500)
+
+    async def body_of(request: Request) -> Any:
+        try:
+            return json.loads(await request.body())
+        except (ValueError, UnicodeDecodeError):
+            raise RequestError("the body is not JSON: send a JSON object") from None
+
+    @app.get("/", response_class=HTMLResponse)
+    def page() -> HTMLResponse:
+        return HTMLResponse(live_page(), headers={"Content-Security-Policy": CONTENT_SECURITY_POLICY})
+
+    @app.get("/assets/{name}")
+    def asset(name: str) -> Response:
+        if name not in ASSET_TYPES:
+            raise RequestError(f"no asset {name!r}", 404)
+        return Response(live_asset(name), media_type=ASSET_TYPES[name])
+
+    @app.get("/explorer", response_class=HTMLResponse)
+    def explorer(request: Request) -> HTMLResponse:
+        fields: dict[str, Any] = dict(request.query_params)
+        for name in ("heads", "kv_heads", "d_k", "block_size", "dim", "seed", "precision", "layer", "head"):
+            if name in fields:
+                try:
+                    fields[name] = int(fields[name])
+                except ValueError:
+                    raise RequestError(f"{name} must be a whole number, got {fields[name]!r}") from None
+        if isinstance(fields.get("query"), str) and fields["query"].lstrip("-").isdigit():
+            fields["query"] = int(fields["query"])
+        return HTMLResponse(explorer_page(app.state.models, fields))
+
+    @app.get("/api/models")
+    def listing() -> dict:
+        return app.state.models.listing()
+
+    @app.post("/api/explain")
+    async def explain(request: Request) -> Response:
+        body = await body_of(request)
+        text = await run_in_threadpool(explain_json, app.state.models, body)
+        return Response(text, media_type="application/json")
+
+    @app.post("/api/attention")
+    async def attention(request: Request) -> dict:
+        body = await body_of(request)
+        return await run_in_threadpool(attention_json, app.state.models, body)
+
+    @app.post("/api/generate")
+    async def generate(request: Request) -> Response:
+        body = await body_of(request)
+        checked = generate_request(app.state.models, body)
+        run = await run_in_threadpool(LiveGeneration, app.state.models, checked)
+        if NDJSON not in request.headers.get("accept", ""):
+            return JSONResponse(await run_in_threadpool(run.whole))
+        return StreamingResponse(_lines(run), media_type=NDJSON)
+
+    return app
+
+
+def _lines(run: LiveGeneration):
+    """The stream: a start line, one line per step as it is worked out, a done line."""
+    yield _line({"event": "start", **run.start()})
+    try:
+        for step in run.steps():
+            yield _line({"event": "step", **step})
+    except Exception as error:  # noqa: BLE001 - the status is sent; the page reads the error line
+        yield _line({"event": "error", "error": f"internal error ({type(error).__name__}): {error}"})
+        return
+    yield _line({"event": "done", **run.done()})
+
+
+def _line(value: dict) -> bytes:
+    return (json.dumps(value, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")

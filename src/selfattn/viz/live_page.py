@@ -1,0 +1,31 @@
+"""The live app's page (``selfattn serve``): plain HTML, CSS and JavaScript shipped in ``assets/``.
+
+The page asks its own server for every number (the JSON API of ``commands.live``) and
+computes no attention itself. Its Content-Security-Policy allows nothing but its own
+origin: no CDN, no remote font, no other host.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib import resources
+
+# Scripts, styles, frames (the explorer) and requests from the page's own origin only.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; frame-src 'self'; base-uri 'none'; form-action 'none'"
+)
+ASSET_TYPES = {"live.js": "text/javascript; charset=utf-8", "live.css": "text/css; charset=utf-8"}
+
+
+@lru_cache(maxsize=None)
+def live_asset(name: str) -> str:
+    """One of the page's assets (``ASSET_TYPES``' names), as text."""
+    if name not in ASSET_TYPES and name != "live.html":
+        raise KeyError(name)
+    return resources.files("selfattn.viz").joinpath("assets", name).read_text(encoding="utf-8")
+
+
+def live_page() -> str:
+    """The page itself; it loads /assets/live.css and /assets/live.js from the same server."""
+    return live_asset("live.html")
