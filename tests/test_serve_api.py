@@ -217,9 +217,22 @@ def test_streaming_sends_the_same_steps_line_by_line(client):
     with client.stream("POST", "/api/generate", json=body, headers=NDJSON) as response:
         assert response.headers["content-type"].startswith("application/x-ndjson")
         lines = [json.loads(line) for line in response.iter_lines() if line]
-    assert [line["event"] for line in lines] == ["start", "step", "step", "step", "step", "done"]
-    assert [{k: v for k, v in line.items() if k != "event"} for line in lines[1:-1]] == whole["steps"]
+    assert [line["event"] for line in lines] == ["start"] + ["token"] * 4 + ["step"] * 4 + ["done"]
+    assert [line["id"] for line in lines[1:5]] == whole["ids"]  # each token as it was chosen
+    assert [{k: v for k, v in line.items() if k != "event"} for line in lines[5:-1]] == whole["steps"]
     assert lines[-1]["ids"] == whole["ids"] and lines[0]["prompt_ids"] == whole["prompt_ids"]
+
+
+def test_first_step_leaves_out_the_steps_the_page_has(client):
+    body = {"model": "stories260K", "text": "Once upon a time", "max_new_tokens": 5, "temperature": 0.7, "seed": 2}
+    every = client.post("/api/generate", json=body).json()
+    later = client.post("/api/generate", json={**body, "first_step": 3}).json()
+    assert later["ids"] == every["ids"] and later["text"] == every["text"]
+    assert [step["step"] for step in later["steps"]] == [3, 4]
+    assert later["steps"] == every["steps"][3:]
+    with client.stream("POST", "/api/generate", json={**body, "first_step": 4}, headers=NDJSON) as response:
+        events = [json.loads(line)["event"] for line in response.iter_lines() if line]
+    assert events == ["start"] + ["token"] * 5 + ["step", "done"]
 
 
 def test_knocked_out_heads_are_ablates(client, library):
@@ -280,6 +293,7 @@ BAD = [
     ("/api/generate", {"model": "stories260K", "text": "hi", "top_p": 1.5}, 400, "top_p must be"),
     ("/api/generate", {"model": "stories260K", "text": "hi", "seed": -3}, 400, "seed must be"),
     ("/api/generate", {"model": "stories260K", "text": "hi", "seed": True}, 400, "seed must be"),
+    ("/api/generate", {"model": "stories260K", "text": "hi", "first_step": -1}, 400, "first_step must be"),
     ("/api/generate", {"model": "stories260K", "text": "hi", "ablate": [[5, 0]]}, 400, "layer 5 is out of range"),
     ("/api/generate", {"model": "stories260K", "text": "hi", "ablate": [[0, 8]]}, 400, "head 8 is out of range"),
     ("/api/generate", {"model": "stories260K", "text": "hi", "ablate": "0.1"}, 400, "ablate must be"),

@@ -22,7 +22,7 @@ from typing import Any
 
 from selfattn.commands.live import LiveModels, RequestError, fields_of, number, text_field, whole
 
-GENERATE_FIELDS = ("model", "text", "max_new_tokens", "temperature", "top_k", "top_p", "seed", "ablate")
+GENERATE_FIELDS = ("model", "text", "max_new_tokens", "temperature", "top_k", "top_p", "seed", "ablate", "first_step")
 MAX_LIVE_NEW_TOKENS = 512  # one request's tokens: every step keeps a forward's attention rows
 MAX_TEMPERATURE = 10.0
 TOP_SHOWN = 10  # next-token candidates per step
@@ -41,6 +41,7 @@ class GenerateRequest:
     top_p: float | None
     seed: int
     ablate: tuple[tuple[int, int], ...]
+    first_step: int = 0  # steps before it are left out of the answer (the page has them already)
 
 
 def generate_request(models: LiveModels, body: Any) -> GenerateRequest:
@@ -63,11 +64,12 @@ def generate_request(models: LiveModels, body: Any) -> GenerateRequest:
         top_p=number(fields, "top_p", 0.0, 1.0, low_open=True),
         seed=whole(fields, "seed", 0, 2**63 - 1, DEFAULT_SEED),
         ablate=tuple((layer, head) for layer, head in ablate),
+        first_step=whole(fields, "first_step", 0, MAX_LIVE_NEW_TOKENS, 0),
     )
 
 
 class LiveGeneration:
-    """One generation, made at once; its steps are worked out as they are read (``steps``).
+    """One generation: checked and its prompt read when made, run by ``run`` or ``events``.
 
     Raises (when made):
         RequestError: the model is an encoder, or a knocked-out head is out of range.
@@ -84,12 +86,56 @@ class LiveGeneration:
         with models.lock:
             self.model = model = models.model(request.model)
             self.heads = check_heads(model, [list(pair) for pair in request.ablate])
-            with self._knockout():
-                self.result = model.generate(request.text, request.max_new_tokens, request.temperature,
-                                             request.top_k, request.top_p, request.seed)
-        self.prompt_ids = self.result.prompt_ids[0]
-        self.ids = self.result.ids[0]
+            encoded = model.tokenize(request.text)  # refuses a prompt longer than the positions
+        self.prompt_ids = encoded.input_ids[0][encoded.attention_mask[0].bool()].tolist()
+        self.result = None
+        self.ids: list[int] = []
         self._window = None  # (start, the forward over the window from start)
+
+    def run(self, on_token=None) -> None:
+        """Generate, as ``generate`` does (under ``ablate`` when heads are knocked out).
+
+        on_token: called as on_token(row, token_id) as each token is chosen.
+        """
+        request = self.request
+        with self.models.lock, self._knockout():
+            self.result = self.model.generate(request.text, request.max_new_tokens, request.temperature,
+                                              request.top_k, request.top_p, request.seed, on_token=on_token)
+        assert self.result.prompt_ids[0] == self.prompt_ids
+        self.ids = self.result.ids[0]
+
+    def events(self) -> Iterator[dict[str, Any]]:
+        """The answer as it is made: "start"; a "token" as each is chosen (generate runs in a
+        thread); once it has finished, each "step" with its numbers; then "done"."""
+        import queue
+        import threading
+
+        yield {"event": "start", **self.start()}
+        chosen: queue.Queue = queue.Queue()
+
+        def work() -> None:
+            try:
+                self.run(on_token=lambda row, token: chosen.put(("token", token)))
+                chosen.put(("end", None))
+            except Exception as error:  # noqa: BLE001 - handed to the stream, which says it
+                chosen.put(("error", error))
+
+        from selfattn.viz.token_labels import token_label
+
+        threading.Thread(target=work, name="selfattn-generate", daemon=True).start()
+        padder, t = self.model._padder(), 0
+        while True:
+            kind, value = chosen.get()
+            if kind == "error":
+                raise value
+            if kind == "end":
+                break
+            token = padder.token(value)
+            yield {"event": "token", "step": t, "id": value, "token": token, "label": token_label(token)}
+            t += 1
+        for step in self.steps():
+            yield {"event": "step", **step}
+        yield {"event": "done", **self.done()}
 
     def _knockout(self):
         from selfattn.analysis.interventions import ablate
@@ -108,21 +154,21 @@ class LiveGeneration:
             "prompt_ids": self.prompt_ids,
             "prompt_tokens": tokens,
             "prompt_labels": token_labels(tokens),
-            "steps_total": len(self.ids),
             "positions": self.model.config.max_positions,
             "ablate": [list(pair) for pair in self.heads],
             "options": {"max_new_tokens": request.max_new_tokens, "temperature": request.temperature,
-                        "top_k": request.top_k, "top_p": request.top_p, "seed": request.seed},
+                        "top_k": request.top_k, "top_p": request.top_p, "seed": request.seed,
+                        "first_step": request.first_step},
         }
 
     def done(self) -> dict[str, Any]:
         """The contract's ``ids`` (the new tokens) and ``text`` (their text), and where the window slid."""
         return {"ids": self.ids, "text": self.result.text[0], "tokens": self.result.tokens[0],
-                "window_slid_at": self.result.window_slid_at}
+                "steps_total": len(self.ids), "window_slid_at": self.result.window_slid_at}
 
     def steps(self) -> Iterator[dict[str, Any]]:
-        """Each step in turn: the chosen token, the top 10, the query's attention, the cache."""
-        for t in range(len(self.ids)):
+        """Each step from ``first_step`` on: the chosen token, the top 10, the query's attention, the cache."""
+        for t in range(self.request.first_step, len(self.ids)):
             yield self.step(t)
 
     def step(self, t: int) -> dict[str, Any]:
@@ -183,5 +229,6 @@ class LiveGeneration:
         return after[len(before):] if after.startswith(before) else after
 
     def whole(self) -> dict[str, Any]:
-        """The answer in one JSON object: ``ids``, ``text`` and every step."""
+        """The answer in one JSON object: ``ids``, ``text`` and every step (from ``first_step``)."""
+        self.run()
         return {**self.start(), **self.done(), "steps": list(self.steps())}

@@ -6,8 +6,9 @@
     GET  /api/models       the models offered
     POST /api/explain      ``selfattn explain --format json``
     POST /api/attention    one head's weights (or a layer's)
-    POST /api/generate     a generation and every step; NDJSON, one line per step, when the
-                           request's Accept header asks for application/x-ndjson
+    POST /api/generate     a generation and every step; NDJSON when the request's Accept header
+                           asks for application/x-ndjson: a line per token as it is chosen,
+                           then a line per step
 
 Every refusal is JSON, ``{"error": message, "detail": message}`` with a 4xx status; any
 other failure is a 500 with a line of text, and the server keeps serving.
@@ -65,6 +66,10 @@ def create_app(models: LiveModels | None = None) -> FastAPI:
     def page() -> HTMLResponse:
         return HTMLResponse(live_page(), headers={"Content-Security-Policy": CONTENT_SECURITY_POLICY})
 
+    @app.get("/favicon.ico")
+    def no_icon() -> Response:
+        return Response(status_code=204)  # the page has none; a 404 here would be a console error
+
     @app.get("/assets/{name}")
     def asset(name: str) -> Response:
         if name not in ASSET_TYPES:
@@ -112,15 +117,13 @@ def create_app(models: LiveModels | None = None) -> FastAPI:
 
 
 def _lines(run: LiveGeneration):
-    """The stream: a start line, one line per step as it is worked out, a done line."""
-    yield _line({"event": "start", **run.start()})
+    """The stream: one line per event of ``run.events()``; a failure after the status is sent is a last line."""
     try:
-        for step in run.steps():
-            yield _line({"event": "step", **step})
+        for event in run.events():
+            yield _line(event)
     except Exception as error:  # noqa: BLE001 - the status is sent; the page reads the error line
-        yield _line({"event": "error", "error": f"internal error ({type(error).__name__}): {error}"})
-        return
-    yield _line({"event": "done", **run.done()})
+        message = str(error) if isinstance(error, SelfAttnError) else f"internal error ({type(error).__name__}): {error}"
+        yield _line({"event": "error", "error": " ".join(message.split())})
 
 
 def _line(value: dict) -> bytes:

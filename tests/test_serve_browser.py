@@ -1,0 +1,476 @@
+"""The live app (``selfattn serve``) in a real browser, against the library's own numbers.
+
+One real server (a subprocess, as a user starts it) and one headless Chromium serve the
+whole module. Each test drives the page as a user would (types, picks, clicks), reads what
+the page shows from its data attributes, and compares it with what the library computes in
+this process: the page must show the library's numbers, not merely the server's.
+
+Every test ends by checking that the page asked only its own server for anything and ran
+without a page error or a console error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import selectors
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+import torch
+
+from browser import chromium, recorded_page
+
+VIEWPORT = {"width": 1280, "height": 800}
+IDLE = "body[data-pending='0']"  # the page sets data-pending to the number of requests on their way
+STARTUP_TIMEOUT = 90  # seconds for the server's first line (imports torch)
+STOP_TIMEOUT = 10  # seconds from SIGINT to exit
+FIRST_LINE = re.compile(r"selfattn serve: (http://127\.0\.0\.1:\d+/)  \(Ctrl-C stops it\)$")
+# Chromium writes every 4xx answer to the console as this line, whether or not the page handles it.
+RESOURCE_STATUS = re.compile(r"^Failed to load resource: the server responded with a status of 4\d\d ")
+
+CELLS_JS = """els => els.map(e => [Number(e.dataset.head), Number(e.dataset.row), Number(e.dataset.col),
+    e.dataset.weight, e.dataset.masked === "true"])"""
+PROBS_JS = "els => els.map(e => [e.dataset.token, e.dataset.p, Number(e.dataset.id), e.classList.contains('chosen')])"
+IDS_JS = "els => els.map(e => Number(e.dataset.id))"
+TEXTS_JS = "els => els.map(e => e.textContent)"
+
+
+# ---- the server, the browser, the models ----------------------------------------------
+
+
+def first_line(process: subprocess.Popen, timeout: float) -> str:
+    """The server's first line of stdout, or a failure with its stderr after ``timeout`` seconds."""
+    selector = selectors.DefaultSelector()
+    selector.register(process.stdout, selectors.EVENT_READ)
+    try:
+        if not selector.select(timeout):
+            raise AssertionError(f"selfattn serve printed nothing in {timeout} s")
+        line = process.stdout.readline()
+    finally:
+        selector.close()
+    if not line:
+        process.wait(timeout=5)
+        raise AssertionError(f"selfattn serve stopped at once ({process.returncode}): {process.stderr.read()[-2000:]}")
+    return line
+
+
+@pytest.fixture(scope="module")
+def server():
+    """The base URL of a real ``selfattn serve --port 0``; stopped with SIGINT (Ctrl-C) at the end."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "selfattn", "serve", "--port", "0", "--no-browser"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        line = first_line(process, STARTUP_TIMEOUT)
+        match = FIRST_LINE.match(line.rstrip("\n"))
+        assert match, f"unexpected first line: {line!r}"
+    except BaseException:
+        process.kill()
+        process.communicate()
+        raise
+    yield match.group(1)
+    process.send_signal(signal.SIGINT)
+    try:
+        status = process.wait(timeout=STOP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        pytest.fail(f"selfattn serve did not stop within {STOP_TIMEOUT} s of SIGINT")
+    _, errors = process.communicate()
+    assert status == 0, f"selfattn serve exited with {status}: {errors[-2000:]}"
+    assert "Traceback" not in errors, errors[-3000:]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with chromium() as launched:
+        yield launched
+
+
+@pytest.fixture
+def page(browser, server):
+    with recorded_page(browser, viewport=VIEWPORT) as recorded:
+        recorded.goto(server)
+        idle(recorded)
+        yield recorded
+
+
+_models: dict = {}
+
+
+def library_model(name: str):
+    """The library's own copy of a built-in model, loaded once per module."""
+    if name not in _models:
+        import selfattn
+
+        _models[name] = selfattn.load_pretrained(name)
+    return _models[name]
+
+
+def offered(server: str) -> dict:
+    with urllib.request.urlopen(server + "api/models", timeout=30) as answer:
+        return {entry["name"]: entry for entry in json.load(answer)["models"]}
+
+
+# ---- helpers --------------------------------------------------------------------------
+
+
+def idle(page, timeout: float = 30_000) -> None:
+    """Wait until no request of the page is on its way (and the page has drawn the answers)."""
+    page.wait_for_selector(IDLE, state="attached", timeout=timeout)
+
+
+def assert_clean(page, server: str, allowed_console=None) -> None:
+    """Only the page's own server was asked for anything; no page error, no console error, no dialog."""
+    origin = urlsplit(server).netloc
+    for request in page.requests:
+        url = request.split(" ", 1)[1]
+        parts = urlsplit(url)
+        assert parts.scheme == "data" or parts.netloc == origin, f"a request left the server: {request}"
+    assert page.page_errors == [], page.page_errors[:5]
+    console = [text for text in page.console_errors if not (allowed_console and allowed_console.match(text))]
+    assert console == [], console[:5]
+    assert page.dialogs == [], page.dialogs[:5]
+
+
+def message(page) -> str:
+    box = page.locator("[data-testid=error]")
+    return box.text_content() if box.is_visible() else ""
+
+
+def choose_model(page, name: str) -> None:
+    page.wait_for_selector(f"[data-testid=model-select] option[value='{name}']", state="attached")
+    page.select_option("[data-testid=model-select]", name)
+
+
+def run_attention(page, name: str, text: str, layer: int, head) -> None:
+    page.click("[data-testid=tab-attention]")
+    choose_model(page, name)
+    page.fill("[data-testid=text-input]", text)
+    page.select_option("[data-testid=layer-select]", str(layer))
+    page.select_option("[data-testid=head-select]", str(head))
+    page.click("[data-testid=run]")
+    idle(page)
+
+
+def grid_cells(page) -> list:
+    return page.eval_on_selector_all("[data-testid=attention-grid] [data-row][data-col][data-weight]", CELLS_JS)
+
+
+def shown_probs(page, testid: str = "next-token-probs") -> list:
+    return page.eval_on_selector_all(f"[data-testid={testid}] [data-token]", PROBS_JS)
+
+
+def generated_ids(page) -> list[int]:
+    return page.eval_on_selector_all("[data-testid=tokens] [data-generated]", IDS_JS)
+
+
+def expected_top(model, ids: list[int], temperature: float, top_k, top_p) -> list[tuple[int, str, float]]:
+    """The 10 likeliest tokens after ``ids`` (a plain forward), as the page should list them."""
+    from selfattn.models.generation import sampling_probs
+
+    with torch.no_grad():
+        logits = model(ids).logits[0, -1:]
+    if temperature == 0:
+        probs = torch.softmax(logits.double(), dim=-1)[0]
+    else:
+        probs = sampling_probs(logits, temperature, top_k, top_p)[0]
+    values, order = probs.topk(10)
+    return [(int(i), model.tokenizer.token(int(i)), float(p)) for p, i in zip(values.tolist(), order.tolist()) if p > 0]
+
+
+def assert_probs(shown: list, expected: list, chosen: int) -> None:
+    assert [entry[2] for entry in shown] == [i for i, _, _ in expected]
+    for (token, p, token_id, marked), (i, expected_token, expected_p) in zip(shown, expected):
+        assert token == expected_token
+        assert abs(float(p) - expected_p) <= 1e-6, (token, p, expected_p)
+        assert marked == (token_id == chosen)
+
+
+# ---- (a) a model's attention ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "layer", "head"),
+    [
+        ("tiny-induction", "abcdefgabcdefg", 1, 2),
+        ("tiny-induction", "hello world hello", 0, "all"),
+        ("stories260K", "Once upon a time, there was a little dog named Spot.", 1, 5),
+    ],
+)
+def test_attention_grid_shows_the_library_weights(page, server, name, text, layer, head):
+    run_attention(page, name, text, layer, head)
+    assert message(page) == ""
+    model = library_model(name)
+    with torch.no_grad():
+        attentions = model(text, output_attentions=True).attentions[layer][0]  # (heads, n, n)
+    heads = list(range(attentions.shape[0])) if head == "all" else [head]
+    n = attentions.shape[-1]
+    cells = grid_cells(page)
+    assert len(cells) == len(heads) * n * n  # a short text: every cell of every head shown
+    assert {(h, i, j) for h, i, j, _, _ in cells} == {(h, i, j) for h in heads for i in range(n) for j in range(n)}
+    for h, i, j, weight, masked in cells:
+        assert abs(float(weight) - attentions[h, i, j].item()) <= 1e-6, (h, i, j, weight)
+        assert masked == (j > i)  # a decoder's causal mask, drawn apart
+    if head == "all":
+        shown_heads = page.eval_on_selector_all("[data-testid=attention-grid] .head-grid", "els => els.map(e => Number(e.dataset.head))")
+        assert shown_heads == heads
+    facts = page.locator("[data-testid=attention-facts]").text_content()
+    assert "Causal mask" in facts
+    if name == "stories260K":
+        assert "RoPE (base 10000" in facts
+        assert "Head 5 reads key/value head 2, shared with heads 4–5." in facts
+        # The arrows of a clicked query: one line per key it reads, its weight on the line.
+        page.click("[data-testid=attention-grid] .row-label[data-row='6']")
+        lines = page.eval_on_selector_all(
+            "[data-testid=arrows] .attention-line",
+            "els => els.map(e => [Number(e.dataset.query), Number(e.dataset.key), e.dataset.weight])",
+        )
+        row = attentions[head, 6]
+        assert [(q, k) for q, k, _ in lines] == [(6, k) for k in range(n) if row[k] > 0]
+        for _, k, weight in lines:
+            assert abs(float(weight) - row[k].item()) <= 1e-6
+        # The explorer, in a frame, for this text, layer, head and query.
+        page.click("[data-testid=open-explorer]")
+        frame = page.locator("[data-testid=explorer-frame]")
+        fields = parse_qs(urlsplit(frame.get_attribute("src")).query)
+        assert fields == {"model": [name], "text": [text], "layer": [str(layer)], "head": [str(head)], "query": ["6"]}
+        page.frame_locator("[data-testid=explorer-frame]").locator("#head-view .token").first.wait_for(state="attached")
+    assert_clean(page, server)
+
+
+# ---- (b) generation, one step at a time -----------------------------------------------
+
+
+@pytest.mark.parametrize(("temperature", "top_k", "top_p", "seed"), [(0.0, None, None, 0), (0.8, 20, None, 3)])
+def test_generation_steps_match_the_library(page, server, temperature, top_k, top_p, seed):
+    prompt = "Once upon a time"
+    model = library_model("stories260K")
+    page.click("[data-testid=tab-generate]")
+    choose_model(page, "stories260K")
+    page.fill("[data-testid=prompt-input]", prompt)
+    page.fill("[data-testid=temperature]", str(temperature))
+    page.fill("[data-testid=top-k]", "" if top_k is None else str(top_k))
+    page.fill("[data-testid=seed]", str(seed))
+    first_list = None
+    for k in range(1, 6):
+        page.click("[data-testid=generate-step]")
+        idle(page)
+        expected = model.generate(prompt, k, temperature, top_k, top_p, seed)
+        ids = expected.ids[0]
+        assert generated_ids(page) == ids
+        prompt_ids = page.eval_on_selector_all("[data-testid=tokens] [data-index]:not([data-generated])", IDS_JS)
+        assert prompt_ids == expected.prompt_ids[0]
+        top = expected_top(model, expected.prompt_ids[0] + ids[: k - 1], temperature, top_k, top_p)
+        shown = shown_probs(page)
+        assert_probs(shown, top, ids[-1])
+        if k == 1:
+            first_list = shown
+        cache = page.locator("[data-testid=cache-note]").text_content()
+        entries = len(expected.prompt_ids[0]) + k - 1
+        assert cache.startswith(f"cache: {entries} entries; the new query reads {entries}")
+        assert page.locator("[data-testid=cache] .cache-box").count() == entries
+    assert message(page) == ""
+    # Looking back: the first new token shows its own step again.
+    page.click("[data-testid=tokens] [data-generated][data-step='0']")
+    looked_back = shown_probs(page)
+    # The same list as after the first click (the numbers may differ in the 8th digit: the
+    # server works a request's steps out in one forward over all its tokens).
+    assert [entry[0] for entry in looked_back] == [entry[0] for entry in first_list]
+    assert all(abs(float(a[1]) - float(b[1])) <= 1e-6 for a, b in zip(looked_back, first_list))
+    assert page.locator("[data-testid=cache] .cache-box").count() == len(expected.prompt_ids[0])
+    if temperature == 0:
+        # The same five tokens streamed, one NDJSON line per step.
+        page.fill("[data-testid=generate-count]", "5")
+        page.click("[data-testid=generate-run]")
+        idle(page)
+        assert generated_ids(page) == ids
+        assert_probs(shown_probs(page), top, ids[-1])
+    assert_clean(page, server)
+
+
+# ---- (c) knocked-out heads --------------------------------------------------------------
+
+
+def test_knocked_out_head_changes_the_probabilities_as_the_library_says(page, server):
+    import selfattn
+
+    prompt, steps, knocked = "Once upon a time", 3, (1, 2)
+    model = library_model("stories260K")
+    page.click("[data-testid=tab-generate]")
+    choose_model(page, "stories260K")
+    page.fill("[data-testid=prompt-input]", prompt)
+    for _ in range(steps):
+        page.click("[data-testid=generate-step]")
+        idle(page)
+    before_click = shown_probs(page)
+    assert not page.locator("[data-testid=next-token-probs-before]").is_visible()
+    page.check(f"[data-testid=ablate-heads] input[data-layer='{knocked[0]}'][data-head='{knocked[1]}']")
+    idle(page)  # the box re-runs the current number of steps, with and without the head
+
+    baseline = model.generate(prompt, steps, 0.0, None, None, 0)
+    before = expected_top(model, baseline.prompt_ids[0] + baseline.ids[0][:-1], 0.0, None, None)
+    with selfattn.ablate(model, [knocked]):
+        ablated = model.generate(prompt, steps, 0.0, None, None, 0)
+        after = expected_top(model, ablated.prompt_ids[0] + ablated.ids[0][:-1], 0.0, None, None)
+    assert generated_ids(page) == ablated.ids[0]
+    assert_probs(shown_probs(page), after, ablated.ids[0][-1])
+    assert_probs(shown_probs(page, "next-token-probs-before"), before, baseline.ids[0][-1])
+    assert shown_probs(page, "next-token-probs-before") == before_click
+    # The knock-out moved the numbers, and the page shows both generations.
+    assert max(abs(a[2] - b[2]) for a, b in zip(after, before) if a[0] == b[0]) > 1e-6
+    assert page.locator("[data-testid=text-before]").text_content() == prompt + baseline.text[0]
+    assert page.locator("[data-testid=text-after]").text_content() == prompt + ablated.text[0]
+    # Unticking goes back to the plain generation.
+    page.click("[data-testid=ablate-clear]")
+    idle(page)
+    assert_probs(shown_probs(page), before, baseline.ids[0][-1])
+    assert not page.locator("[data-testid=next-token-probs-before]").is_visible()
+    assert message(page) == ""
+    assert_clean(page, server)
+
+
+# ---- (d) the seed's walkthrough -----------------------------------------------------------
+
+
+def explained(**options) -> dict:
+    from selfattn.commands.options import ExplainConfig
+    from selfattn.commands.traces import build_trace
+    from selfattn.explain.json_out import render_json
+
+    return json.loads(render_json(build_trace(ExplainConfig(format="json", **options))))
+
+
+def texts(page, selector: str) -> list[str]:
+    return page.eval_on_selector_all(selector, TEXTS_JS)
+
+
+def test_walkthrough_shows_the_numbers_explain_prints(page, server):
+    from selfattn.formatting import number_text
+
+    def fmt(values):
+        return [number_text(v, 4) if isinstance(v, (int, float)) else v for v in values]
+
+    page.locator("[data-testid=walk-tokens] button", has_text=re.compile(r"^sat")).click()
+    idle(page)
+    assert page.get_attribute("[data-testid=walk-tokens] button[aria-pressed=true]", "data-index") == "2"
+    data = explained(query=2)
+    q = data["query"]
+    assert texts(page, "[data-testid=walk-heads] td[data-col=weight]") == fmt(q["weights"])
+    assert texts(page, "[data-testid=walk-heads] td[data-col=score]") == fmt(q["scores"])
+    assert texts(page, "[data-testid=walk-heads] td[data-col=exp]") == fmt(q["exp"])
+    assert texts(page, "[data-testid=walk-heads] [data-col=exp_sum]") == fmt([q["exp_sum"]])
+    assert texts(page, "[data-testid=walk-context] [data-col=context] span") == fmt(q["context"])
+    embeddings = texts(page, "[data-testid=walk-embeddings] td")
+    assert embeddings == fmt([x for row in data["embeddings"] for x in row])
+    assert page.get_attribute("[data-testid=walk-heads] tr.query", "data-key") == "2"
+
+    # Several heads: one table per head, and the combined context.
+    page.select_option("[data-testid=walk-variant]", "multihead")
+    idle(page)
+    page.select_option("[data-testid=walk-positional]", "rope")
+    idle(page)
+    data = explained(query=2, variant="multihead", positional="rope")
+    q = data["query"]
+    for h, weights in enumerate(q["weights"]):
+        assert texts(page, f"[data-testid=walk-heads] td[data-col=weight][data-head='{h}']") == fmt(weights)
+        assert texts(page, f"[data-testid=walk-heads] td[data-col=score][data-head='{h}']") == fmt(q["scores"][h])
+        shown = texts(page, f"[data-testid=walk-context] [data-col=head_context][data-head='{h}'] span")
+        assert shown == fmt(q["head_context"][h])
+    assert texts(page, "[data-testid=walk-context] [data-col=context] span") == fmt(q["context"])
+    assert message(page) == ""
+    assert_clean(page, server)
+
+
+# ---- (e) a long text ----------------------------------------------------------------------
+
+
+def test_long_text_stays_usable(page, server):
+    name = "all-MiniLM-L6-v2"
+    entry = offered(server).get(name)
+    if entry is None or "error" in entry:
+        pytest.skip(f"{name} is not available here: {entry and entry.get('error')}")
+    words = ["the", "cat", "sat", "on", "a", "warm", "mat", "while", "small", "birds", "sang", "about", "rain",
+             "and", "sun", "in", "an", "old", "garden"]
+    text = " ".join(words[(k * 7) % len(words)] for k in range(390))
+    start = time.monotonic()
+    run_attention(page, name, text, 2, 3)
+    took = time.monotonic() - start
+    assert message(page) == ""
+    assert took < 20, f"the run took {took:.1f} s"
+    model = library_model(name)
+    with torch.no_grad():
+        weights = model(text, output_attentions=True).attentions[2][0, 3]
+    n = weights.shape[-1]
+    assert 380 <= n <= 512
+    assert page.get_attribute("[data-testid=attention-grid]", "data-n") == str(n)
+    cells = grid_cells(page)
+    assert 0 < len(cells) < 5000
+    for _, i, j, weight, masked in cells:
+        assert not masked  # an encoder masks nothing
+        assert abs(float(weight) - weights[i, j].item()) <= 1e-6
+    # The overview moves the window of cells; every move is quick.
+    start = time.monotonic()
+    page.locator("[data-testid=overview]").first.click(position={"x": 200, "y": 230})
+    page.click("[data-testid=window-down]")
+    page.click("[data-testid=window-right]")
+    assert time.monotonic() - start < 5
+    moved = grid_cells(page)
+    assert 0 < len(moved) < 5000
+    assert min(i for _, i, _, _, _ in moved) > 100  # the window went down the text
+    for _, i, j, weight, _ in moved[:200]:
+        assert abs(float(weight) - weights[i, j].item()) <= 1e-6
+    assert_clean(page, server)
+
+
+# ---- (g) what the server refuses is shown, not thrown -----------------------------------
+
+
+def test_refusals_show_the_servers_line(page, server):
+    page.click("[data-testid=tab-attention]")
+    choose_model(page, "stories260K")
+    page.fill("[data-testid=text-input]", "")
+    page.click("[data-testid=run]")
+    idle(page)
+    assert message(page) == "A model's attention: text is empty: type some text"
+    # A layer the model lacks, as if the page had sent it: the server's line again.
+    page.evaluate("""() => {
+        const option = document.createElement("option");
+        option.value = "9";
+        option.textContent = "layer 9";
+        document.querySelector("[data-testid=layer-select]").append(option);
+    }""")
+    page.fill("[data-testid=text-input]", "Once upon a time")
+    page.select_option("[data-testid=layer-select]", "9")
+    page.click("[data-testid=run]")
+    idle(page)
+    assert message(page) == "A model's attention: layer 9 is out of range: this model has 5 layers, 0 to 4"
+    # A good run clears it.
+    page.select_option("[data-testid=layer-select]", "1")
+    page.click("[data-testid=run]")
+    idle(page)
+    assert message(page) == ""
+    # An encoder cannot generate: the page says why and keeps its buttons off.
+    entry = offered(server).get("all-MiniLM-L6-v2")
+    if entry is not None and "error" not in entry:
+        page.click("[data-testid=tab-generate]")
+        choose_model(page, "all-MiniLM-L6-v2")
+        assert "is an encoder" in page.locator("[data-testid=generate-disabled]").text_content()
+        assert page.locator("[data-testid=generate-step]").is_disabled()
+    # The walkthrough with an empty sentence.
+    page.click("[data-testid=tab-walkthrough]")
+    page.fill("[data-testid=walk-sentence]", "   ")
+    idle(page)
+    assert message(page) == "The seed's walkthrough: text is empty: type some text"
+    assert_clean(page, server, allowed_console=RESOURCE_STATUS)
