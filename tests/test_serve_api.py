@@ -298,6 +298,7 @@ BAD = [
     ("/api/generate", {"model": "stories260K", "text": "hi", "ablate": [[0, 8]]}, 400, "head 8 is out of range"),
     ("/api/generate", {"model": "stories260K", "text": "hi", "ablate": "0.1"}, 400, "ablate must be"),
     ("/api/generate", {"model": "stories260K", "text": "hi " * 600}, 400, "512 positions"),
+    ("/api/generate", {"model": "stories260K", "text": "hi " * 100, "max_new_tokens": 512}, 400, "one answer holds at most"),
     ("/api/generate", ["stories260K"], 400, "takes a JSON object"),
     ("/api/explain", {"embeddings": "/etc/passwd"}, 400, "never reads"),
     ("/api/explain", {"variant": "quantum"}, 400, "unknown variant"),
@@ -317,6 +318,19 @@ def test_bad_requests_get_one_clear_line(client, path, body, status, words):
     assert response.json()["detail"] == message
     # ... and the server keeps serving.
     assert client.post("/api/attention", json={"model": "tiny-induction", "text": "ab", "layer": 0, "head": 0}).status_code == 200
+
+
+def test_an_answer_too_big_for_a_browser_says_how_many_tokens_fit(client):
+    from selfattn.commands.live_generation import MAX_STEP_NUMBERS
+
+    body = {"model": "stories260K", "text": "hi " * 100, "max_new_tokens": 512}
+    message = client.post("/api/generate", json=body).json()["error"]
+    fits = int(message.split("ask for at most ")[1].split()[0])
+    prompt = len(client.post("/api/generate", json={**body, "max_new_tokens": 1}).json()["prompt_ids"])
+    assert fits * 40 * (prompt + fits) <= MAX_STEP_NUMBERS < (fits + 1) * 40 * (prompt + fits + 1)
+    assert client.post("/api/generate", json={**body, "max_new_tokens": fits + 1}).status_code == 400
+    later = client.post("/api/generate", json={**body, "first_step": 500})  # the steps the page has are left out
+    assert later.status_code == 200
 
 
 @pytest.mark.parametrize("content", [b"{bad json", b"", b"\xff\xfe", b'{"model": "stories260K", "text": "hi", "temperature": NaN}'])

@@ -7,7 +7,7 @@ import argparse
 SERVE_EXAMPLES = """examples:
   selfattn serve                                   the built-in models at http://127.0.0.1:8765/
   selfattn serve --model ./my-decoder              one of your own beside them (a folder, a .bin, a cached hub id)
-  selfattn serve --model gpt2 Qwen/Qwen2.5-0.5B    several, from the local Hugging Face cache
+  selfattn serve --model ./a ./stories15M.bin      several: folders, checkpoints, cached hub ids
   selfattn serve --port 0 --no-browser             a free port, printed; no browser opened
 """
 

@@ -27,6 +27,9 @@ MAX_LIVE_NEW_TOKENS = 512  # one request's tokens: every step keeps a forward's 
 MAX_TEMPERATURE = 10.0
 TOP_SHOWN = 10  # next-token candidates per step
 DEFAULT_SEED = 0  # sampling is seeded unless the body says otherwise: the same page, the same text
+# Attention numbers one answer may carry (steps x layers x heads x keys, about 80 MB of JSON):
+# past it a browser slows to a crawl. A page that steps asks with first_step for the new ones only.
+MAX_STEP_NUMBERS = 1 << 22
 
 
 @dataclass(frozen=True)
@@ -88,9 +91,29 @@ class LiveGeneration:
             self.heads = check_heads(model, [list(pair) for pair in request.ablate])
             encoded = model.tokenize(request.text)  # refuses a prompt longer than the positions
         self.prompt_ids = encoded.input_ids[0][encoded.attention_mask[0].bool()].tolist()
+        self._check_size(models.outline(request.model))
         self.result = None
         self.ids: list[int] = []
         self._window = None  # (start, the forward over the window from start)
+
+    def _check_size(self, outline) -> None:
+        """Refuse an answer of more than ``MAX_STEP_NUMBERS`` attention numbers, saying how many tokens fit."""
+        request, prompt = self.request, len(self.prompt_ids)
+
+        def numbers(new: int) -> int:  # the most a run of ``new`` tokens could send
+            keys = min(prompt + new, outline.positions)
+            return max(0, new - request.first_step) * outline.layers * outline.heads * keys
+
+        if numbers(request.max_new_tokens) <= MAX_STEP_NUMBERS:
+            return
+        fits = request.first_step
+        while numbers(fits + 1) <= MAX_STEP_NUMBERS:
+            fits += 1
+        raise RequestError(
+            f"max_new_tokens {request.max_new_tokens} would send up to {numbers(request.max_new_tokens)} attention "
+            f"numbers ({outline.layers} layers x {outline.heads} heads per step); one answer holds at most "
+            f"{MAX_STEP_NUMBERS}: ask for at most {fits} tokens, or leave out the steps you have with first_step"
+        )
 
     def run(self, on_token=None) -> None:
         """Generate, as ``generate`` does (under ``ablate`` when heads are knocked out).
