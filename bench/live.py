@@ -12,10 +12,17 @@ built-in model:
     20 steps        POST /api/generate, max_new_tokens 20, per step
                     peer: ``model.generate(text, 20)`` and one forward with attentions, per step
 
+and once per round, a real server from a cold start (a new process, over HTTP on 127.0.0.1):
+
+    cold start      ``selfattn serve --port 0`` until it prints its address, then GET /,
+                    GET /api/models and POST /api/generate (stories260K, one token: it loads)
+                    peer: a new Python process that imports selfattn, loads stories260K and
+                    generates one token
+
 Server and peer are timed in alternating rounds (the order swapped each round), so that a
 busy machine slows both alike; the ratio is server / peer. Prints the CPU first.
 
-    .venv/bin/python bench/live.py            # ~6 s on 2 cores
+    .venv/bin/python bench/live.py            # ~20 s on 2 cores
     .venv/bin/python bench/live.py --rounds 9
 """
 
@@ -73,6 +80,42 @@ def line(label: str, ours: float, theirs: float, per: int = 1) -> None:
           f"ratio {ours / theirs:5.2f}")
 
 
+def cold_server() -> dict[str, float]:
+    """Seconds from a new ``selfattn serve`` process to its address line and to each first answer."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    import urllib.request
+
+    start = time.perf_counter()
+    server = subprocess.Popen([sys.executable, "-m", "selfattn", "serve", "--port", "0", "--no-browser"],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        url = server.stdout.readline().split()[2]
+        marks = {"address": time.perf_counter() - start}
+        urllib.request.urlopen(url, timeout=60).read()
+        marks["page"] = time.perf_counter() - start
+        urllib.request.urlopen(url + "api/models", timeout=60).read()
+        marks["models"] = time.perf_counter() - start
+        body = json.dumps({"model": "stories260K", "text": "Once upon a time", "max_new_tokens": 1}).encode()
+        request = urllib.request.Request(url + "api/generate", body, {"content-type": "application/json"})
+        urllib.request.urlopen(request, timeout=60).read()
+        marks["generate"] = time.perf_counter() - start
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.wait(timeout=30)
+    return marks
+
+
+def cold_library() -> float:
+    import subprocess
+    import sys
+
+    script = "import selfattn; selfattn.load_pretrained('stories260K').generate('Once upon a time', 1)"
+    return timed(lambda: subprocess.run([sys.executable, "-c", script], check=True))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -107,6 +150,15 @@ def main() -> None:
                 label = "one step" if steps == 1 else f"{steps} steps"
                 ours, theirs = alternate(args.rounds, lambda: client.post("/api/generate", json=request), peer)
                 line(label + ("" if steps == 1 else "/1"), ours, theirs, per=steps)
+    print("a real server from a cold start (seconds since the process began):")
+    rounds = [(cold_server(), cold_library()) if r % 2 == 0 else tuple(reversed((cold_library(), cold_server())))
+              for r in range(args.rounds)]
+    marks = {key: statistics.median(server[key] for server, _ in rounds) for key in rounds[0][0]}
+    library = statistics.median(peer for _, peer in rounds)
+    print(f"  address printed {marks['address']:.2f} s, page {marks['page']:.2f} s, /api/models {marks['models']:.2f} s, "
+          f"first generate (stories260K loads) {marks['generate']:.2f} s")
+    print(f"  library in a new process (import, load, one token) {library:.2f} s; "
+          f"ratio {marks['generate'] / library:.2f}")
 
 
 if __name__ == "__main__":

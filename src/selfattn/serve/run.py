@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 import threading
@@ -44,6 +45,27 @@ def address_of(sock: socket.socket, host: str) -> str:
     return f"http://{shown}:{port}/"
 
 
+def opens_browser(asked: bool, out: TextIO, environ=None, platform: str | None = None) -> bool:
+    """Whether to open the page: asked, in a terminal, and where a window can open.
+
+    On Linux and the BSDs that needs a display (DISPLAY or WAYLAND_DISPLAY): without one
+    Python's ``webbrowser`` falls back to a text browser, which would take over the very
+    terminal the server prints to.
+    """
+    environ = os.environ if environ is None else environ
+    platform = sys.platform if platform is None else platform
+    if not (asked and out.isatty() and sys.stdin.isatty()):
+        return False
+    return platform in ("darwin", "win32") or bool(environ.get("DISPLAY") or environ.get("WAYLAND_DISPLAY"))
+
+
+def _open(url: str) -> None:
+    try:
+        webbrowser.open(url)
+    except Exception:  # noqa: BLE001 - the address is printed; a browser that fails to start changes nothing
+        pass
+
+
 def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, models: Sequence[str] = (), browser: bool = True,
           stream: TextIO | None = None) -> int:
     """Run the live app until interrupted; returns the exit status (0 after Ctrl-C).
@@ -74,8 +96,8 @@ def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, models: Sequence[s
     out.flush()
     config = uvicorn.Config(create_app(offered), log_level="warning", access_log=False, lifespan="off")
     server = uvicorn.Server(config)
-    if browser and out.isatty() and sys.stdin.isatty():
-        threading.Timer(0.5, webbrowser.open, args=(url,)).start()
+    if opens_browser(browser, out):
+        threading.Timer(0.5, _open, args=(url,)).start()
     try:
         server.run(sockets=[sock])
     except KeyboardInterrupt:
