@@ -112,6 +112,16 @@ def test_explain_is_the_cli_json(client, body, argv):
     assert response.text == cli_json(*argv)
 
 
+def test_variants_are_the_names_explain_takes(client):
+    from selfattn.positional import POSITIONAL_NAMES
+    from selfattn.trace.variants import VARIANTS
+
+    names = client.get("/api/variants").json()
+    assert names == {"variants": list(VARIANTS), "positional": list(POSITIONAL_NAMES)}
+    for variant in names["variants"]:
+        assert client.post("/api/explain", json={"variant": variant}).status_code == 200
+
+
 @pytest.mark.parametrize("params, argv", [
     ({"model": "stories260K", "text": "Once upon a time", "layer": 1, "head": 3},
      ["Once upon a time", "--model", "stories260K", "--layer", "1", "--head", "3"]),
@@ -350,7 +360,9 @@ def test_the_page_names_nothing_but_its_own_server(client):
     assert response.status_code == 200
     policy = response.headers["content-security-policy"]
     assert "default-src 'none'" in policy and "connect-src 'self'" in policy and "http" not in policy
-    for name in ("live.js", "live.css"):
+    from selfattn.viz.live_page import ASSET_TYPES
+
+    for name in ASSET_TYPES:  # every file the page loads: its style and all its script modules
         asset = client.get(f"/assets/{name}")
         assert asset.status_code == 200 and "http://" not in asset.text and "https://" not in asset.text
     assert "http://" not in response.text and "https://" not in response.text
@@ -441,3 +453,27 @@ def test_a_brought_model_is_offered_and_drawn_with_its_window(brought):
         if family == "gemma3_text":
             assert reads[1] == [0, length]  # the full layer reads them all
         assert all(w == 0 for w in steps[-1]["attention"][0][0][: length - 5])
+
+
+class _Terminal(io.StringIO):
+    def __init__(self, tty: bool) -> None:
+        super().__init__()
+        self.tty = tty
+
+    def isatty(self) -> bool:
+        return self.tty
+
+
+@pytest.mark.parametrize("asked, tty, environ, platform, opens", [
+    (True, True, {"DISPLAY": ":0"}, "linux", True),
+    (True, True, {"WAYLAND_DISPLAY": "wayland-0"}, "linux", True),
+    (True, True, {}, "darwin", True),
+    (False, True, {"DISPLAY": ":0"}, "linux", False),  # --no-browser
+    (True, False, {"DISPLAY": ":0"}, "linux", False),  # output piped: no terminal
+    (True, True, {}, "linux", False),  # no display: webbrowser would start a text browser here
+])
+def test_the_browser_opens_only_when_asked_in_a_terminal_with_a_display(monkeypatch, asked, tty, environ, platform, opens):
+    from selfattn.serve.run import opens_browser
+
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: True)
+    assert opens_browser(asked, _Terminal(tty), environ, platform) is opens

@@ -6,6 +6,7 @@ here first, with one clear ``RequestError`` (a 4xx status and a line of text), b
 model runs. A body names models only by the names ``LiveModels`` offers: nothing the
 browser sends is ever read as a file or a folder.
 
+    GET  /api/variants   variant_names()                the variants and positional encodings explain takes
     POST /api/explain    explain_json(models, body)     the JSON of ``selfattn explain --format json``
     POST /api/attention  attention_json(models, body)   one head's (or a layer's) full weights
     GET  /explorer       explorer_page(models, fields)  the explorer page of ``selfattn view``
@@ -195,6 +196,14 @@ def explain_config(models: LiveModels, body: Any, output_format: str) -> Explain
         return ExplainConfig(sentence=sentence, format=output_format, **options)
     except TypeError as error:  # a field of the wrong type deep in a check
         raise RequestError(f"a field has the wrong type: {error}") from None
+
+
+def variant_names() -> dict[str, list[str]]:
+    """GET /api/variants: the names explain's ``variant`` and ``positional`` take, in order."""
+    from selfattn.positional import POSITIONAL_NAMES
+    from selfattn.trace.variants import VARIANTS
+
+    return {"variants": list(VARIANTS), "positional": list(POSITIONAL_NAMES)}
 
 
 def explain_json(models: LiveModels, body: Any) -> str:

@@ -1,9 +1,10 @@
 """The live app's routes: the page, its assets and the JSON API, each a thin call into ``commands.live``.
 
     GET  /                 the page (viz/assets/live.html, with its own script and style)
-    GET  /assets/{name}    live.js, live.css
+    GET  /assets/{name}    the page's script modules (live.js and its live-*.js) and live.css
     GET  /explorer         the explorer page of ``selfattn view`` for the query's fields
     GET  /api/models       the models offered
+    GET  /api/variants     the variants and positional encodings explain takes
     POST /api/explain      ``selfattn explain --format json``
     POST /api/attention    one head's weights (or a layer's)
     POST /api/generate     a generation and every step; NDJSON when the request's Accept header
@@ -24,7 +25,9 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingRes
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
-from selfattn.commands.live import LiveModels, RequestError, attention_json, explain_json, explorer_page
+from selfattn.commands.live import (
+    LiveModels, RequestError, attention_json, explain_json, explorer_page, variant_names,
+)
 from selfattn.commands.live_generation import LiveGeneration, generate_request
 from selfattn.errors import SelfAttnError
 from selfattn.viz.live_page import ASSET_TYPES, CONTENT_SECURITY_POLICY, live_asset, live_page
@@ -92,6 +95,10 @@ def create_app(models: LiveModels | None = None) -> FastAPI:
     @app.get("/api/models")
     def listing() -> dict:
         return app.state.models.listing()
+
+    @app.get("/api/variants")
+    def variants() -> dict:
+        return variant_names()
 
     @app.post("/api/explain")
     async def explain(request: Request) -> Response:

@@ -54,7 +54,7 @@ def data_json(data: dict[str, Any]) -> str:
 
 def render_explorer(data: dict[str, Any]) -> str:
     """The explorer page for ``explorer_data``'s dict: one HTML string, nothing to fetch."""
-    return render_page("explorer.html", ("explorer.css",), "explorer.js", data, "selfattn explorer")
+    return render_page("explorer.html", ("palette.css", "explorer.css"), "explorer.js", data, "selfattn explorer")
 
 
 def render_page(template: str, styles: tuple[str, ...], script_name: str, data: dict[str, Any], default_title: str) -> str:

@@ -2,7 +2,8 @@
 
 The page asks its own server for every number (the JSON API of ``commands.live``) and
 computes no attention itself. Its Content-Security-Policy allows nothing but its own
-origin: no CDN, no remote font, no other host.
+origin: no CDN, no remote font, no other host. Its script is a set of ES modules: live.js,
+the entry, imports the other live-*.js by relative path.
 """
 
 from __future__ import annotations
@@ -15,7 +16,14 @@ CONTENT_SECURITY_POLICY = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "connect-src 'self'; frame-src 'self'; base-uri 'none'; form-action 'none'"
 )
-ASSET_TYPES = {"live.js": "text/javascript; charset=utf-8", "live.css": "text/css; charset=utf-8"}
+CSS, JAVASCRIPT = "text/css; charset=utf-8", "text/javascript; charset=utf-8"
+# The page's script, as ES modules: live.js, the entry, imports the others by relative path.
+SCRIPTS = ("live.js", "live-common.js", "live-models.js", "live-walk.js", "live-attention.js",
+           "live-attention-grid.js", "live-arrows.js", "live-generate.js", "live-tokens.js", "live-cache.js",
+           "live-ablate.js")
+# Every file the page loads; GET /assets/{name} serves these names and no other. palette.css
+# holds the colours the explorer pages share.
+ASSET_TYPES = {"palette.css": CSS, "live.css": CSS, **{name: JAVASCRIPT for name in SCRIPTS}}
 
 
 @lru_cache(maxsize=None)
@@ -27,5 +35,6 @@ def live_asset(name: str) -> str:
 
 
 def live_page() -> str:
-    """The page itself; it loads /assets/live.css and /assets/live.js from the same server."""
+    """The page itself; it loads /assets/live.css and /assets/live.js (a module that imports the
+    other live-*.js) from the same server."""
     return live_asset("live.html")

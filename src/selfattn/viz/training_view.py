@@ -194,4 +194,4 @@ def render_training_page(data: dict) -> str:
     Returns:
         The page, its CSS, script and data inlined.
     """
-    return render_page("training.html", ("explorer.css", "training.css"), "training.js", data, "selfattn training run")
+    return render_page("training.html", ("palette.css", "explorer.css", "training.css"), "training.js", data, "selfattn training run")
