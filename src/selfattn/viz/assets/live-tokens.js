@@ -13,8 +13,11 @@ export function viewedStep(gen) {
 
 export function renderTokens(gen, t) {
   const box = $("tokens");
+  // The box holds tokens only (one child each); before the first step a hint stands beside it.
+  $("tokens-hint").hidden = Boolean(gen.start);
+  box.hidden = !gen.start;
   if (!gen.start) {
-    box.replaceChildren(el("span", { class: "note" }, "Press +1 token to generate one token, or generate max at once."));
+    box.replaceChildren();
     return;
   }
   const parts = [];
