@@ -96,7 +96,7 @@ def test_a_model_loads_on_first_use_and_stays():
     "body, argv",
     [
         ({}, []),
-        ({"query": 2}, ["--query", "2"]),
+        ({"query": 2, "format": "json"}, ["--query", "2"]),
         ({"text": "the dog ran home", "query": "dog", "variant": "qkv"}, ["the dog ran home", "--query", "dog", "--variant", "qkv"]),
         ({"variant": "multihead", "positional": "rope"}, ["--variant", "multihead", "--positional", "rope"]),
         ({"variant": "gqa", "heads": 4, "kv_heads": 2, "precision": 6}, ["--variant", "gqa", "--heads", "4", "--kv-heads", "2", "--precision", "6"]),
@@ -311,6 +311,8 @@ BAD = [
     ("/api/generate", {"model": "stories260K", "text": "hi " * 100, "max_new_tokens": 512}, 400, "one answer holds at most"),
     ("/api/generate", ["stories260K"], 400, "takes a JSON object"),
     ("/api/explain", {"embeddings": "/etc/passwd"}, 400, "never reads"),
+    ("/api/explain", {"format": "markdown"}, 400, "format must be 'json'"),
+    ("/api/attention", {"model": "all-MiniLM-L6-v2", "text": "word " * 600, "layer": 0, "head": 0}, 400, "512 positions"),
     ("/api/explain", {"variant": "quantum"}, 400, "unknown variant"),
     ("/api/explain", {"query": "dog"}, 400, "dog"),
     ("/api/explain", {"precision": 99}, 400, "precision must be"),

@@ -181,6 +181,10 @@ def explain_config(models: LiveModels, body: Any, output_format: str) -> Explain
     """The ``ExplainConfig`` a request's fields ask for (400 on a bad field, 404 on an unknown model)."""
     if isinstance(body, Mapping) and "embeddings" in body:
         raise RequestError("embeddings names a file, which the live app never reads: use embed 'seed' or 'random'")
+    if isinstance(body, Mapping) and "format" in body:  # explain's flag: the API answers in JSON only
+        if body["format"] not in (None, "json"):
+            raise RequestError(f"format must be 'json' here (the API answers in JSON), got {body['format']!r}")
+        body = {name: value for name, value in body.items() if name != "format"}
     fields = fields_of(body, EXPLAIN_FIELDS, "explain")
     sentence = text_field(fields, required=False)
     fields.pop("text", None)
