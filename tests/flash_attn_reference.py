@@ -14,16 +14,25 @@ import math
 import torch
 
 
-def reference(q, k, v, scale=None, causal=False, window=(-1, -1), softcap=0.0, slopes=None):
-    """flash-attn's attention written out on the whole score matrix (any dtype)."""
+def reference(q, k, v, scale=None, causal=False, window=(-1, -1), softcap=0.0, slopes=None, q_first=False):
+    """flash-attn's attention written out on the whole score matrix (any dtype).
+
+    q_first: multiply q by scale (scale / softcap with a softcap) before the product, as a
+    fused kernel orders it, instead of scaling the product: the same math, other roundings.
+    """
     batch, q_len, heads, d = q.shape
     kv_len, kv_heads = k.shape[1], k.shape[2]
     k = k.repeat_interleave(heads // kv_heads, dim=2)
     v = v.repeat_interleave(heads // kv_heads, dim=2)
     qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, S, D)
-    scores = qt @ kt.transpose(-2, -1) * (scale if scale is not None else 1 / math.sqrt(d))
-    if softcap:
-        scores = softcap * torch.tanh(scores / softcap)
+    scale = scale if scale is not None else 1 / math.sqrt(d)
+    if q_first:
+        scores = (qt * (scale / softcap if softcap else scale)) @ kt.transpose(-2, -1)
+        scores = softcap * torch.tanh(scores) if softcap else scores
+    else:
+        scores = qt @ kt.transpose(-2, -1) * scale
+        if softcap:
+            scores = softcap * torch.tanh(scores / softcap)
     i = torch.arange(q_len)[:, None] + kv_len - q_len  # each query's key position
     j = torch.arange(kv_len)[None, :]
     if slopes is not None:

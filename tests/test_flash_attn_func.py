@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 import torch
 
 import selfattn as sa
@@ -177,3 +179,103 @@ def test_bad_offsets_are_one_line(cu_q, cu_k, max_q, message):
     with pytest.raises(sa.ShapeError) as caught:
         sa.flash_attn_varlen_func(q, k, v, torch.tensor(cu_q), torch.tensor(cu_k), max_q, 8)
     assert message in str(caught.value) and "\n" not in str(caught.value)
+
+
+# flash-attn's own test grid where softcap meets everything else: its sequence-length pairs,
+# head dims up to 256 (odd ones too), MHA and GQA, causal, local windows, ALiBi per head and
+# per batch element, softcap 50 with q multiplied by the softcap (as flash-attn's tests do, so
+# that the scores reach the tanh's curved part). 30 of the 600 combinations, drawn once.
+SOFTCAP_AXES = dict(
+    seqlens=[(113, 203), (128, 217), (108, 256), (256, 512), (512, 256)],
+    d=[32, 59, 111, 128, 256],
+    heads=[(6, 6), (6, 2)],
+    causal=[False, True],
+    window=[(-1, -1), (32, 8)],
+    slopes=[None, "heads", "batch"],
+)
+SOFTCAP_GRID = __import__("random").Random(0).sample(list(__import__("itertools").product(*SOFTCAP_AXES.values())), 30)
+
+
+def _criterion(q, k, v, grad, ours_opts: dict, ref_opts: dict, orderings=(False,)) -> tuple[list, list, list]:
+    """(our float32 errors against float64, PyTorch's float32 errors, the float64 sizes) for the output, dQ, dK and dV.
+
+    PyTorch's error is that of the dense formula in float32, the largest over ``orderings``
+    (``reference``'s q_first: the product scaled, or q scaled first)."""
+    exact = [t.double().requires_grad_() for t in (q, k, v)]
+    mine = [t.float().clone().requires_grad_() for t in (q, k, v)]  # clones: q may be float32 already
+    cast = lambda opts, dtype: {n: (x.to(dtype) if isinstance(x, torch.Tensor) else x) for n, x in opts.items()}  # noqa: E731
+    error = lambda a, b: float((a.detach().double() - b.detach()).abs().max())  # noqa: E731
+    out64 = reference(*exact, **cast(ref_opts, torch.float64))[0]
+    ours = sa.flash_attn_func(*mine, **cast(ours_opts, torch.float32))
+    for out in (out64, ours):
+        out.backward(grad.to(out.dtype))
+    torch_errors = [0.0] * 4
+    for q_first in orderings:
+        single = [t.float().clone().requires_grad_() for t in (q, k, v)]
+        out32 = reference(*single, **cast(ref_opts, torch.float32), q_first=q_first)[0]
+        out32.backward(grad.float())
+        errors = [error(out32, out64)] + [error(b.grad, c.grad) for b, c in zip(single, exact)]
+        torch_errors = [max(a, b) for a, b in zip(torch_errors, errors)]
+    mine_errors = [error(ours, out64)] + [error(a.grad, c.grad) for a, c in zip(mine, exact)]
+    scales = [float(out64.detach().abs().max())] + [float(c.grad.abs().max()) for c in exact]
+    return mine_errors, torch_errors, scales
+
+
+def _assert_within_criterion(mine, theirs, scales, slack: float = 2.0**-22, factors=(2, 3, 3, 3)) -> None:
+    """Output within 2x PyTorch's float32 error, each gradient within 3x (plus 2 float32 ulps of its size, for
+    the tiny inputs where PyTorch's own error can be exactly 0)."""
+    for name, ours, torch_error, size, times in zip(("out", "dq", "dk", "dv"), mine, theirs, scales, factors):
+        assert ours <= times * torch_error + slack * max(size, 1.0), (
+            f"{name}: error {ours:.3g} is {ours / max(torch_error, 1e-30):.2f}x PyTorch's float32 {torch_error:.3g}")
+
+
+@pytest.mark.parametrize("seqlens, d, heads, causal, window, slopes", SOFTCAP_GRID, ids=str)
+def test_softcap_within_flash_attns_criterion_on_its_grid(seqlens, d, heads, causal, window, slopes):
+    """The backward recomputes each tile's scores from q times the scale, as the forward did: the
+    same roundings. Scaled after the product instead, exp(S - lse) drifted from the forward's
+    softmax by a few ulps of |S|, and here (|S| up to 50) dK and dV reached 6x PyTorch's error."""
+    (q_len, kv_len), (n_heads, kv_heads), softcap = seqlens, heads, 50.0
+    q, k, v = _inputs(q_len, kv_len, d, n_heads, kv_heads, dtype=torch.float32, seed=d + q_len)
+    q = q * softcap
+    case = dict(causal=causal, window=window, softcap=softcap, **({"slopes": slopes} if slopes else {}))
+    ours_opts, ref_opts = _options(case, 2, n_heads)
+    grad = torch.randn(2, q_len, n_heads, d, generator=torch.Generator().manual_seed(4))
+    _assert_within_criterion(*_criterion(q, k, v, grad, ours_opts, ref_opts))
+
+
+@given(
+    q_len=st.integers(8, 70), kv_len=st.integers(8, 70), kv_heads=st.sampled_from([1, 2]), group=st.sampled_from([1, 3]),
+    d=st.sampled_from([8, 33, 64]), softcap=st.floats(0.5, 100.0), causal=st.booleans(),
+    slopes=st.sampled_from([None, "heads", "batch"]),
+)
+@settings(max_examples=25, deadline=None)
+def test_softcap_within_flash_attns_criterion_for_any_lengths(q_len, kv_len, kv_heads, group, d, softcap, causal, slopes):
+    """On small random inputs two float32 orderings of the same dense formula differ by up to
+    3.3x in their largest error (measured over 300 draws): the float32 noise of a few thousand
+    numbers is itself noisy. So here PyTorch's error is the larger of the two orderings' (the
+    product scaled, as flash-attn's test writes it, and q scaled first, as our kernel does),
+    and flash-attn's factors apply to that; on its own grid above, to the first ordering alone.
+    Over 200 draws ours measured at most 0.95x that on the output, 0.90x on dV and 1.4x on
+    dQ and dK, but for the rows that see a single key (next test), left out here."""
+    assume(not (causal and q_len > kv_len))  # bottom-right causal: the first q_len - kv_len + 1 rows see one key
+    heads = kv_heads * group
+    q, k, v = _inputs(q_len, kv_len, d, heads, kv_heads, dtype=torch.float32, seed=q_len * 71 + kv_len)
+    q = q * softcap
+    case = dict(causal=causal, softcap=softcap, **({"slopes": slopes} if slopes else {}))
+    ours_opts, ref_opts = _options(case, 2, heads)
+    grad = torch.randn(2, q_len, heads, d, generator=torch.Generator().manual_seed(5))
+    _assert_within_criterion(*_criterion(q, k, v, grad, ours_opts, ref_opts, orderings=(False, True)))
+
+
+@pytest.mark.xfail(strict=True, reason="open: FlashAttention-2's D = rowsum(dO * O) for a row that sees one key")
+def test_softcap_gradients_when_many_rows_see_a_single_key():
+    """53 queries, 11 keys, bottom-right causal: 43 rows see key 0 alone. Their P is exactly 1 and
+    their true dS = P (dP - D) is 0, but D comes from O (FlashAttention-2's rowsum(dO * O)), which
+    the bounded forward (exp without the running max) rounds, so dS = dP - D is a rounding of
+    dP; times q (softcap 82 scales q by 82) dK reaches 4.9x the float32 noise. PyTorch's softmax
+    backward forms sum_j P dP from P itself and gets exactly 0. Kept as a failing test until fixed."""
+    q, k, v = _inputs(53, 11, 64, 1, 1, dtype=torch.float32, seed=53 * 71 + 11)
+    q = q * 82.0
+    ours_opts, ref_opts = _options(dict(causal=True, softcap=82.0), 2, 1)
+    grad = torch.randn(2, 53, 1, 64, generator=torch.Generator().manual_seed(5))
+    _assert_within_criterion(*_criterion(q, k, v, grad, ours_opts, ref_opts, orderings=(False, True)))

@@ -322,9 +322,10 @@ class _FlashAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, float_mask, settings, *captured):
         mask, scale, block_q, block_k, group, _, dropout, softcap, score_mod = settings
-        output, lse = flash_forward(q, k, v, mask, scale, block_q, block_k, group, score_mod=score_mod, dropout=dropout,
-                                    softcap=softcap)
-        ctx.save_for_backward(q, k, v, output, lse, float_mask)
+        low = q.dtype != torch.float64  # float64's own lse loses nothing the backward would see
+        output, lse, *lse_low = flash_forward(q, k, v, mask, scale, block_q, block_k, group, score_mod=score_mod,
+                                              dropout=dropout, softcap=softcap, lse_low=low)
+        ctx.save_for_backward(q, k, v, output, lse, float_mask, *lse_low)
         ctx.settings = settings
         ctx.mark_non_differentiable(lse)
         return output, lse
@@ -332,7 +333,7 @@ class _FlashAttention(torch.autograd.Function):
     @staticmethod
     @once_differentiable  # the backward is not itself differentiable: say so instead of failing inside it
     def backward(ctx, grad_out, _grad_lse):
-        q, k, v, output, lse, float_mask = ctx.saved_tensors
+        q, k, v, output, lse, float_mask, *lse_low = ctx.saved_tensors
         mask, scale, block_q, block_k, group, auto_k, dropout, softcap, score_mod = ctx.settings
         mask_grad = None
         if float_mask is not None and ctx.needs_input_grad[3]:
@@ -344,7 +345,7 @@ class _FlashAttention(torch.autograd.Function):
             score_mod.start_backward(ctx.needs_input_grad[5:])
         dq, dk, dv = flash_backward(
             grad_out.contiguous(), q, k, v, output, lse, mask, scale, rows, block_k, group, mask_grad, score_mod=score_mod,
-            dropout=dropout, softcap=softcap,
+            dropout=dropout, softcap=softcap, lse_low=lse_low[0] if lse_low else None,
         )
         captured = () if score_mod is None else score_mod.captured_grads
         return (dq, dk, dv, mask_grad, None, *captured)

@@ -38,7 +38,7 @@ def backward_may_underflow(q: torch.Tensor, k: torch.Tensor, scale: float, mask,
 
 
 def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k, group: int = 1, mask_grad=None,
-                   grads=None, score_mod=None, dropout=None, softcap: float = 0.0):
+                   grads=None, score_mod=None, dropout=None, softcap: float = 0.0, lse_low=None):
     """FlashAttention-2's backward: dQ, dK, dV tile by tile, from lse; adds dS into ``mask_grad`` (a float mask's gradient).
 
     score_mod: as in ``flash_forward``, with ``score_mod.backward(ds, ...)`` (``kernels.flex``):
@@ -48,11 +48,15 @@ def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k
     dV_j += (P Z / (1 - p))^T dO_i and dP = (dO_i V_j^T) Z / (1 - p) (``kernels.tile_dropout``).
     softcap: the forward's c: with t = tanh(scale Q K^T / c), S = c t and dS_raw = dS (1 - t^2).
 
+    lse_low: the forward's ``lse_remainder`` (None: none). P = exp(S - lse) exp(-low), and
+    exp(-low) is one number per row: it multiplies dO's row once, here, and so reaches dV,
+    dP, D and dS without touching a tile. Without it P loses lse's rounding, an ulp of |S|.
+
     grads: (dQ, dK, dV) tensors shaped like q, k, v to add into (a ring accumulates its
     steps this way without temporaries); by default fresh zeros. Returns them.
     Per tile, every batch element and head in one batched product:
 
-        P = exp(scale Q_i K_j^T - lse_i)        dV_j += P^T dO_i     (the scaling and -lse inside the product)
+        P = exp((scale Q_i) K_j^T - lse_i)      dV_j += P^T dO_i     (-lse added inside the product)
         dS = P * (dO_i V_j^T - D_i)             dQ_i += scale dS K_j
         dK_j += scale dS^T Q_i
 
@@ -63,6 +67,8 @@ def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k
     runs about 12 torch calls per tile, and on small tiles their fixed cost is much of the time.
     """
     q_len, kv_len = q.shape[-2], k.shape[-2]
+    if lse_low is not None:  # P = exp(S - lse) r, r = exp(-low) per row: folded into dO (dV, dP and D are linear in it)
+        grad_out = grad_out * torch.exp(-lse_low)[..., None]
     flush = score_mod is not None or backward_may_underflow(q, k, scale, mask, lse, softcap)  # else a plain exp: two passes fewer
     if grads is None:
         grads = tuple(torch.zeros(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
@@ -73,7 +79,13 @@ def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k
     delta = (grad_out * output).sum(dim=-1, keepdim=True)  # D = rowsum(dO * O): (..., Hq, q_len, 1)
     # exp(S - lse) with lse = +inf for rows that see nothing: their P is 0, not exp(-inf + inf).
     lse_safe = torch.where(lse == NEG_INF, torch.full_like(lse, float("inf")), lse)[..., None]  # (..., Hq, q_len, 1)
-    per_row = (q, grad_out, -lse_safe, delta)  # sliced per row block below (views where the layout allows)
+    # The scores are recomputed exactly as the forward made them, from q times scale (scale / c
+    # with a softcap) and then the product: the same roundings, so that exp(S - lse) is the
+    # forward's own softmax. Scaled after the product instead, S differs from the forward's by
+    # a few ulps of |S|, and with large scores (softcap tests scale q by c) P, and every
+    # gradient with it, lost up to 6x PyTorch's float32 accuracy.
+    q_scaled = q * (scale / softcap if softcap else scale)
+    per_row = (q, q_scaled, grad_out, -lse_safe, delta)  # sliced per row block below (views where the layout allows)
     rows_of, row_data = {}, {}  # key block -> the row blocks that see it; row block -> its grouped 3-D slices
     for (r0, r1), tiles in zip(block_spans(q_len, block_q), visible_tiles(mask, q_len, kv_len, block_q, block_k)):
         if tiles:
@@ -89,17 +101,18 @@ def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k
         dk_j, dv_j = dk_sum.get(k_j.shape, k_j).zero_(), dv_sum.get(v_j.shape, v_j).zero_()  # contiguous: summed in place
         for r0, r1, partial in row_blocks:
             log_tile("backward", r0, c0)
-            q_i, do_i, neg_lse_i, delta_i, dq_i = row_data[r0]
+            q_i, qs_i, do_i, neg_lse_i, delta_i, dq_i = row_data[r0]
             shape = (q_i.shape[0], q_i.shape[1], c1 - c0)
             tanh = None
-            if softcap:  # t = tanh(scale Q_i K_j^T / c), kept for dS_raw = dS (1 - t^2)
-                tanh = torch.bmm(q_i, k_j.transpose(1, 2), out=tanh_buffer.get(shape, q_i)).mul_(scale / softcap).tanh_()
-            if score_mod is None and tanh is None:  # S - lse = scale Q_i K_j^T - lse_i in one product: (B Hk, G bq, bk)
-                probs = torch.baddbmm(neg_lse_i, q_i, k_j.transpose(1, 2), alpha=scale, out=probs_buffer.get(shape, q_i))
-            elif score_mod is None:  # S - lse = c t - lse
-                probs = torch.add(neg_lse_i, tanh, alpha=softcap, out=probs_buffer.get(shape, q_i))
+            if softcap:  # t = tanh(scale Q_i K_j^T / c), kept for dS_raw = dS (1 - t^2). (1 - t^2 loses digits
+                # near |t| = 1, but so does PyTorch's own tanh backward: sech^2 made no difference to flash-attn's criterion.)
+                tanh = torch.bmm(qs_i, k_j.transpose(1, 2), out=tanh_buffer.get(shape, q_i)).tanh_()
+            if score_mod is None and tanh is None:  # S - lse = (scale Q_i) K_j^T - lse_i in one product: (B Hk, G bq, bk)
+                probs = torch.baddbmm(neg_lse_i, qs_i, k_j.transpose(1, 2), out=probs_buffer.get(shape, q_i))
+            elif score_mod is None:  # S - lse = c t - lse, with c t rounded first as the forward rounds it (not fused)
+                probs = torch.mul(tanh, softcap, out=probs_buffer.get(shape, q_i)).add_(neg_lse_i)
             else:  # S = score_mod(scale Q_i K_j^T, softcapped), recorded for its backward; then S - lse
-                raw = torch.bmm(q_i, k_j.transpose(1, 2)).mul_(scale) if tanh is None else tanh * softcap
+                raw = torch.bmm(qs_i, k_j.transpose(1, 2)) if tanh is None else tanh * softcap
                 modded = score_mod.record(raw, heads_view, r0, (r0, r1), (c0, c1))
                 probs = torch.add(modded, neg_lse_i, out=probs_buffer.get(shape, q_i))
             added = partial and getattr(mask, "additive", False)  # a float mask: added, -inf and all
@@ -131,7 +144,7 @@ def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k
             _add_row_sums(dk_j, ds, q_i, scale)  # dK_j += scale dS^T Q_i
         dk3[:, c0:c1] += dk_j
         dv3[:, c0:c1] += dv_j
-    for r0, (_, _, _, _, dq_i) in row_data.items():
+    for r0, (*_, dq_i) in row_data.items():
         r1 = r0 + dq_i.shape[1] // group
         dq[..., r0:r1, :] += heads_view(dq_i, r0)
     for grad, acc in ((dk, dk3), (dv, dv3)):

@@ -146,8 +146,8 @@ class TileBuffer:
 
 
 def flash_forward(q, k, v, mask, scale: float, block_q: int, block_k: int, group: int = 1, bounded: bool | None = None,
-                  score_mod=None, dropout=None, softcap: float = 0.0):
-    """The tiled forward pass.   -> O (..., Hq, q_len, d_v), lse (..., Hq, q_len)
+                  score_mod=None, dropout=None, softcap: float = 0.0, lse_low: bool = False):
+    """The tiled forward pass.   -> O (..., Hq, q_len, d_v), lse (..., Hq, q_len) [, lse_low (..., Hq, q_len)]
 
     When every score is provably small enough for exp (``exp_is_bounded``), the running
     max is not needed and each tile is folded with ``online_sum_update`` (two passes over
@@ -159,10 +159,12 @@ def flash_forward(q, k, v, mask, scale: float, block_q: int, block_k: int, group
     Z / (1 - p) on their way into acc, after their sum went into l (lse is the full softmax's).
     softcap: c > 0 turns every score s into c tanh(s / c) before score_mod and the mask
     (flash-attn's softcap); then |s| <= c, which can make the scores bounded.
+    lse_low: also return what float32 rounding cut off lse (``lse_remainder``), for the backward.
     """
     q_len, kv_len, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
     output = q.new_empty((*q.shape[:-1], d_v))
     lse = q.new_empty(q.shape[:-1])
+    low = q.new_zeros(q.shape[:-1]) if lse_low else None
     if score_mod is not None:
         bounded = False
     elif bounded is None:
@@ -197,7 +199,22 @@ def flash_forward(q, k, v, mask, scale: float, block_q: int, block_k: int, group
         out_block, lse_block = online_softmax_finish(state)  # (..., Hk, G * bq, d_v), (..., Hk, G * bq)
         output[..., r0:r1, :] = ungroup_rows(out_block, group)
         lse[..., r0:r1] = ungroup_rows(lse_block[..., None], group)[..., 0]
-    return output, lse
+        if low is not None:
+            low[..., r0:r1] = ungroup_rows(lse_remainder(state, lse_block)[..., None], group)[..., 0]
+    return (output, lse) if low is None else (output, lse, low)
+
+
+def lse_remainder(state, lse: torch.Tensor) -> torch.Tensor:
+    """(m + log l) - lse, computed in float64: the part of the row's log-sum-exp that lse's own
+    rounding lost.   state's m, l (..., rows, 1), lse (..., rows) -> (..., rows); 0 where l = 0
+
+    The backward's P = exp(S - lse) subtracts two numbers of the scores' size, so lse's
+    rounding, an ulp of |S|, is an error in every P of the row: with softcap 50 (|S| up to
+    50), 4 ulps of 50. lse + this remainder is m + log l to float64's precision; the backward
+    folds exp(-remainder) into its rows of dO (``flash_backward``'s lse_low).
+    """
+    exact = state.m[..., 0].double() + state.l[..., 0].double().log()  # (..., rows)
+    return torch.where(state.l[..., 0] > 0, exact - lse.double(), 0.0).to(lse.dtype)
 
 
 def _dropper(dropout, group: int, rows: tuple[int, int], cols: tuple[int, int]):
