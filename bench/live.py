@@ -20,7 +20,8 @@ and once per round, a real server from a cold start (a new process, over HTTP on
                     generates one token
 
 Server and peer are timed in alternating rounds (the order swapped each round), so that a
-busy machine slows both alike; the ratio is server / peer. Prints the CPU first.
+busy machine slows both alike; the ratio is server / peer. Prints the machine first
+(bench/machine.py: the CPU, its caches and vector units, torch's threads).
 
     .venv/bin/python bench/live.py            # ~20 s on 2 cores
     .venv/bin/python bench/live.py --rounds 9
@@ -29,10 +30,8 @@ busy machine slows both alike; the ratio is server / peer. Prints the CPU first.
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
 import time
-from pathlib import Path
 
 import torch
 from fastapi.testclient import TestClient
@@ -40,6 +39,7 @@ from fastapi.testclient import TestClient
 import selfattn as sa
 from selfattn.commands.live import LiveModels
 from selfattn.serve.app import create_app
+from machine import machine_line  # bench/, the script's own folder
 
 TEXTS = {
     "all-MiniLM-L6-v2": "The cat sat on the warm mat because the sun had been on it all morning.",
@@ -47,13 +47,6 @@ TEXTS = {
     "tiny-shakespeare": "To be, or not to be, that is the question:",
     "stories260K": "Once upon a time, there was a little girl named Lily. She loved to play",
 }
-
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown CPU"
 
 
 def timed(action) -> float:
@@ -120,7 +113,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    print(f"CPU: {cpu_name()}, torch threads {torch.get_num_threads()}, {args.rounds} rounds, medians")
+    print(f"{machine_line()}; {args.rounds} rounds, medians")
     for name, text in TEXTS.items():
         print(f"{name}:")
         decoder = name != "all-MiniLM-L6-v2"

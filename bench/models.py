@@ -72,6 +72,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from tiny_models import build_reference, write_tokenizer  # noqa: E402
+from machine import describe  # noqa: E402  (bench/, the script's own folder)
 
 import selfattn  # noqa: E402
 
@@ -230,19 +231,6 @@ def _described(part: str, ours, theirs) -> str:
     return f"  {part}: {count:.2f}M parameters; attention: ours {ours.config.attn_impl!r}, transformers {theirs.config._attn_implementation!r}"
 
 
-def cpu_model() -> str:
-    """The CPU's name from /proc/cpuinfo ("model name"), or what platform says."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or platform.machine()
-
-
 def print_table(rows: list[dict], header: str) -> None:
     print(header)
     print(f"{'measure':<28} {'ours ms':>20} {'transformers ms':>20} {'ours/transformers':>18} {'target':>7}  same work?")
@@ -302,7 +290,7 @@ def main(argv=None) -> None:
     import transformers
 
     header = (
-        f"{cpu_model()}; torch {torch.__version__}, transformers {transformers.__version__}, "
+        f"{describe().line()}; torch {torch.__version__}, transformers {transformers.__version__}, "
         f"{torch.get_num_threads()} threads, float32, no_grad; load average {load[0]:.2f} at start, "
         f"{os.getloadavg()[0]:.2f} at end ({os.cpu_count()} CPUs); {time.perf_counter() - begun:.0f} s\n" + "\n".join(sizes)
         + ("\n  --small: tiny random models, a check of the same work; the times mean nothing" if args.small else "")

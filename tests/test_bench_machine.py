@@ -1,0 +1,41 @@
+"""bench/machine.py names the CPU the figures came from: read from /proc/cpuinfo text and sysfs cache folders made up here."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+from machine import describe, read_caches, readable_size  # noqa: E402
+
+
+def cpuinfo(model: str, flags: str, processors: int = 2, cores: int = 2, family: str = "6", number: str = "207") -> str:
+    block = (f"vendor_id\t: x\ncpu family\t: {family}\nmodel\t\t: {number}\nmodel name\t: {model}\n"
+             f"siblings\t: {processors}\ncpu cores\t: {cores}\nflags\t\t: {flags}\n")
+    return "\n".join(f"processor\t: {i}\n{block}" for i in range(processors))
+
+
+def test_an_intel_with_amx_and_avx512():
+    machine = describe(cpuinfo("Intel(R) Xeon(R) Processor", "fpu avx2 avx512f amx_tile amx_bf16"), {"L2": "2 MiB"})
+    assert machine.features == ("AMX", "AVX-512", "AVX2") and (machine.cores, machine.threads) == (2, 2)
+    line = machine.line(2, "2.13.0+cpu")
+    assert line == ("Intel(R) Xeon(R) Processor (family 6 model 207), 2 cores / 2 threads, L2 2 MiB; AMX, AVX-512, "
+                    "AVX2; torch 2.13.0+cpu, 2 threads")
+
+
+def test_an_amd_with_smt_and_no_amx():
+    text = cpuinfo("AMD EPYC 9B14 96-Core Processor", "fpu avx2 avx512f", processors=4, cores=2, family="25", number="17")
+    machine = describe(text, {})
+    assert machine.features == ("AVX-512", "AVX2") and (machine.cores, machine.threads) == (2, 4)
+    assert machine.line().startswith("AMD EPYC 9B14 96-Core Processor (family 25 model 17), 2 cores / 4 threads; AVX-512")
+
+
+def test_cache_sizes_from_sysfs(tmp_path):
+    for index, (level, kind, size) in enumerate([("1", "Data", "48K"), ("1", "Instruction", "32K"), ("2", "Unified", "2048K"),
+                                                 ("3", "Unified", "307200K")]):
+        folder = tmp_path / f"index{index}"
+        folder.mkdir()
+        for name, value in (("level", level), ("type", kind), ("size", size)):
+            (folder / name).write_text(value + "\n")
+    assert read_caches(tmp_path) == {"L1d": "48 KiB", "L2": "2 MiB", "L3": "300 MiB"}
+    assert readable_size("1536K") == "1536 KiB" and read_caches(tmp_path / "absent") == {}
