@@ -50,6 +50,7 @@ from selfattn import causal_bottom_right, flash_attention, scaled_dot_product_at
 from selfattn.peak_memory import PeakMemory
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from machine import describe  # noqa: E402
 import attention_masks  # noqa: E402
 from attention_report import print_tables, write_markdown, write_plot  # noqa: E402
 
@@ -310,6 +311,7 @@ def main() -> None:
         measure_memory(cases, impls, args.threads, args.memory_budget_gb)
         print(f"  {time.time() - started:5.0f} s: memory measured", file=sys.stderr, flush=True)
     meta = {
+        "machine": describe().line(),
         "torch": torch.__version__,
         "threads": args.threads,
         "rounds": args.rounds or "5 (N <= 2048) or 3",

@@ -33,6 +33,7 @@ def _memory_cell(case, impl) -> str:
 
 def header_lines(meta) -> list[str]:
     return [
+        meta.get("machine", "machine not recorded"),
         f"torch {meta['torch']}, {meta['threads']} threads, float32, batch 1, 8 heads, head dim 64; "
         f"median of rounds: {meta['rounds']}",
         f"{meta['load']}; run took {meta['minutes']:.1f} min; memory budget for the N x N forms "

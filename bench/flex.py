@@ -46,6 +46,7 @@ import selfattn as sa
 from selfattn.masks import DocumentMask
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from machine import describe  # noqa: E402
 from attention import loadavg, make_inputs, max_diff, run_once
 
 HEADS, D_HEAD, SOFTCAP, DOCUMENTS = 8, 64, 30.0, 8
@@ -387,7 +388,7 @@ def main() -> None:
     goals = targets()
     evaluate(goals, cases)
     command = "bench/flex.py " + " ".join(sys.argv[1:])
-    header = [(f"torch {torch.__version__}, {args.threads} threads, float32, batch 1, {HEADS} heads, head dim {D_HEAD}, "
+    header = [describe().line(), (f"torch {torch.__version__}, {args.threads} threads, float32, batch 1, {HEADS} heads, head dim {D_HEAD}, "
               f"N = {args.n}, window {args.window} each side, {DOCUMENTS} sequences of {args.n // DOCUMENTS}; "
               f"median of {args.rounds} interleaved rounds"),
               (f"load average {load_before} at start, {loadavg()} at end ({os.cpu_count()} CPUs); "
