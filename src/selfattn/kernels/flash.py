@@ -322,7 +322,9 @@ class _FlashAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, float_mask, settings, *captured):
         mask, scale, block_q, block_k, group, _, dropout, softcap, score_mod = settings
-        low = q.dtype != torch.float64  # float64's own lse loses nothing the backward would see
+        # lse's remainder, for the backward only: none without one, and none in float64, whose
+        # own lse loses nothing the backward would see
+        low = q.dtype != torch.float64 and any(ctx.needs_input_grad)
         output, lse, *lse_low = flash_forward(q, k, v, mask, scale, block_q, block_k, group, score_mod=score_mod,
                                               dropout=dropout, softcap=softcap, lse_low=low)
         ctx.save_for_backward(q, k, v, output, lse, float_mask, *lse_low)

@@ -16,6 +16,7 @@ from selfattn.kernels.flash_tiles import (
     block_spans,
     log_tile,
     group_rows,
+    query_factor,
     score_bound,
     ungroup_rows,
     visible_tiles,
@@ -84,7 +85,7 @@ def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k
     # forward's own softmax. Scaled after the product instead, S differs from the forward's by
     # a few ulps of |S|, and with large scores (softcap tests scale q by c) P, and every
     # gradient with it, lost up to 6x PyTorch's float32 accuracy.
-    q_scaled = q * (scale / softcap if softcap else scale)
+    q_scaled = q * query_factor(scale, softcap)
     per_row = (q, q_scaled, grad_out, -lse_safe, delta)  # sliced per row block below (views where the layout allows)
     rows_of, row_data = {}, {}  # key block -> the row blocks that see it; row block -> its grouped 3-D slices
     for (r0, r1), tiles in zip(block_spans(q_len, block_q), visible_tiles(mask, q_len, kv_len, block_q, block_k)):

@@ -173,7 +173,7 @@ def flash_forward(q, k, v, mask, scale: float, block_q: int, block_k: int, group
     keys_t = k.transpose(-2, -1)  # (..., Hk, d, kv_len): a view, sliced per key block
     lead = torch.broadcast_shapes(q.shape[:-3] + (k.shape[-3],) if q.dim() >= 3 else (), k.shape[:-2])
     for (r0, r1), tiles in zip(block_spans(q_len, block_q), visible_tiles(mask, q_len, kv_len, block_q, block_k)):
-        q_scaled = group_rows(q, (r0, r1), group) * (scale / softcap if softcap else scale)  # (..., Hk, G * bq, d)
+        q_scaled = group_rows(q, (r0, r1), group) * query_factor(scale, softcap)  # (..., Hk, G * bq, d)
         state = online_softmax_start(q_scaled.shape[:-1], d_v, q)
         if not bounded:
             for c0, c1, partial in tiles:
@@ -202,6 +202,13 @@ def flash_forward(q, k, v, mask, scale: float, block_q: int, block_k: int, group
         if low is not None:
             low[..., r0:r1] = ungroup_rows(lse_remainder(state, lse_block)[..., None], group)[..., 0]
     return (output, lse) if low is None else (output, lse, low)
+
+
+def query_factor(scale: float, softcap: float = 0.0) -> float:
+    """What q is multiplied by before the product Q K^T: scale, or scale / c with a softcap c
+    (the tile is then c tanh(Q K^T scale / c)). The forward and the backward both take it from
+    here, so that the backward's scores round exactly as the forward's did."""
+    return scale / softcap if softcap else scale
 
 
 def lse_remainder(state, lse: torch.Tensor) -> torch.Tensor:
