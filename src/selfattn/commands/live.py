@@ -277,7 +277,6 @@ def attention_json(models: LiveModels, body: Any) -> dict[str, Any]:
         raise RequestError(f"the text has {n} tokens: every head of a layer at once takes at most "
                            f"{int((MAX_LAYER_CELLS / outline.heads) ** 0.5)}; pick one head")
     weights = out.attentions[layer][0, :, -n:, -n:]  # (heads, n, n); a decoder pads on the left
-    info = model.attention_info(layer) if hasattr(model, "attention_info") else None
     return {
         "model": name,
         "layer": layer,
@@ -285,23 +284,22 @@ def attention_json(models: LiveModels, body: Any) -> dict[str, Any]:
         "tokens": tokens,
         "labels": token_labels(tokens),
         "weights": weights.tolist() if every else weights[head].tolist(),
-        **layer_facts(outline, info, n),
+        "kind": outline.kind,
+        **layer_facts(model.attention_info(layer), n),
     }
 
 
-def layer_facts(outline: ModelOutline, info, n: int) -> dict[str, Any]:
-    """What the page draws beside the weights: the mask, the positions, the shared key/value heads."""
-    causal = outline.kind == "decoder"
-    window = getattr(info, "window", None)
-    ranges = [[max(0, i + 1 - window) if window else 0, i + 1 if causal else n] for i in range(n)]
-    group = outline.heads // outline.kv_heads
+def layer_facts(info, n: int) -> dict[str, Any]:
+    """What the page draws beside the weights, from the layer's ``AttentionInfo``: the mask as
+    each query's range of keys, the positions, the shared key/value heads."""
+    window = info.window
+    ranges = [[max(0, i + 1 - window) if window else 0, i + 1 if info.causal else n] for i in range(n)]
     return {
-        "kind": outline.kind,
-        "causal": causal,
+        "causal": info.causal,
         "window": window,
         "mask_ranges": ranges,
-        "positional": getattr(info, "positional", "learned"),
-        "rope_base": getattr(info, "rope_base", None),
-        "kv_heads": outline.kv_heads,
-        "kv_head_of": [h // group for h in range(outline.heads)],
+        "positional": info.positional,
+        "rope_base": info.rope_base,
+        "kv_heads": info.n_kv_heads,
+        "kv_head_of": [info.kv_head(h) for h in range(info.n_heads)],
     }

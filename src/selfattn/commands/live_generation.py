@@ -95,6 +95,7 @@ class LiveGeneration:
         self.result = None
         self.ids: list[int] = []
         self._window = None  # (start, the forward over the window from start)
+        self._texts: dict[int, str] = {}  # new tokens -> their text, for each step's piece
 
     def _check_size(self, outline) -> None:
         """Refuse an answer of more than ``MAX_STEP_NUMBERS`` attention numbers, saying how many tokens fit."""
@@ -195,8 +196,6 @@ class LiveGeneration:
             yield self.step(t)
 
     def step(self, t: int) -> dict[str, Any]:
-        import torch
-
         from selfattn.models.generation import sampling_probs
         from selfattn.pipeline.steps import softmax
         from selfattn.viz.token_labels import token_label
@@ -246,10 +245,14 @@ class LiveGeneration:
 
     def _piece(self, t: int) -> str:
         """The text step t adds (a token that is part of a character adds nothing until it completes)."""
-        padder = self.model._padder()
-        before = padder.continuation(self.prompt_ids, self.ids[:t])
-        after = padder.continuation(self.prompt_ids, self.ids[: t + 1])
+        before, after = self._text(t), self._text(t + 1)
         return after[len(before):] if after.startswith(before) else after
+
+    def _text(self, count: int) -> str:
+        """The text of the first ``count`` new tokens, decoded once (each step reads its own and the one before)."""
+        if count not in self._texts:
+            self._texts[count] = self.model._padder().continuation(self.prompt_ids, self.ids[:count])
+        return self._texts[count]
 
     def whole(self) -> dict[str, Any]:
         """The answer in one JSON object: ``ids``, ``text`` and every step (from ``first_step``)."""
