@@ -129,6 +129,67 @@ def test_gradients_equal_autograd_through_a_dense_reference(mask_name):
         torch.testing.assert_close(a, b, atol=1e-11, rtol=1e-11)
 
 
+ADDS_A_BIAS = {  # score_mod -> whether it is score + something independent of the score (the backward's fast path)
+    "alibi": True, "relative": True, "softcap": False, "per-batch": False,
+    "nested": True, "bias first": True, "identity": True, "a subtracted bias": True,
+    "score subtracted": False, "alpha 2": False, "where": False, "scaled": False, "softcap of alibi": False,
+    "float32 bias on float64": True, "float64 bias on float32": False, "in place on a clone": True,
+}
+FORMS = {
+    **{name: SCORE_MODS[name] for name in ("alibi", "relative", "softcap", "per-batch")},
+    "nested": lambda s, b, h, q, kv: (s + TABLE[q - kv + 64]) - SLOPES[h] * (q - kv),
+    "bias first": lambda s, b, h, q, kv: TABLE[q - kv + 64] + s,
+    "identity": lambda s, b, h, q, kv: s,
+    "a subtracted bias": lambda s, b, h, q, kv: torch.sub(s, SLOPES[h]),
+    "score subtracted": lambda s, b, h, q, kv: 1.0 - s,
+    "alpha 2": lambda s, b, h, q, kv: torch.add(TABLE[q - kv + 64], s, alpha=2),
+    "where": lambda s, b, h, q, kv: torch.where(q >= kv, s, -5.0),
+    "scaled": lambda s, b, h, q, kv: s * 2.0,
+    "softcap of alibi": lambda s, b, h, q, kv: 4 * torch.tanh((s + SLOPES[h] * (kv - q)) / 4),
+    "float32 bias on float64": lambda s, b, h, q, kv: s + TABLE.float()[q - kv + 64],
+    "float64 bias on float32": lambda s, b, h, q, kv: s + TABLE[q - kv + 64],
+    "in place on a clone": lambda s, b, h, q, kv: s.clone().add_(SLOPES[h]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ADDS_A_BIAS))
+def test_which_score_mods_add_a_bias(name):
+    from selfattn.kernels.score_mod_form import adds_a_bias
+    from selfattn.masks.block_mask import mask_indices
+
+    dtype = torch.float32 if name == "float64 bias on float32" else torch.float64
+    assert adds_a_bias(FORMS[name], *mask_indices(2, 4), dtype) is ADDS_A_BIAS[name]
+
+
+@pytest.mark.parametrize("name", sorted(ADDS_A_BIAS))
+@pytest.mark.parametrize("mask_name", ["none", "causal"])
+def test_gradients_of_every_score_mod_form_equal_the_dense_reference(name, mask_name):
+    """Both backward paths (a bias passes dS on; anything else runs autograd per tile) against autograd on the whole matrix."""
+    dtype = torch.float32 if name == "float64 bias on float32" else torch.float64
+    q, k, v = (t.to(dtype).requires_grad_() for t in inputs(2, 4, 4, 21, 21, 8))
+    mod, mask_mod = FORMS[name], MASK_MODS[mask_name]
+    block_mask = None if mask_mod is None else sa.create_block_mask(mask_mod, None, None, 21, 21, BLOCK_SIZE=8)
+    out = sa.flex_attention(q, k, v, score_mod=mod, block_mask=block_mask)
+    grad = torch.randn_like(out)
+    got = torch.autograd.grad(out, (q, k, v), grad)
+    expected = torch.autograd.grad(dense_reference(q, k, v, lambda *a: mod(*a).to(dtype), mask_mod), (q, k, v), grad)
+    tolerance = 1e-4 if dtype == torch.float32 else 1e-11
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, atol=tolerance, rtol=tolerance)
+
+
+def test_a_bias_without_learnable_tensors_needs_no_autograd_in_the_backward(monkeypatch):
+    """The fast path is taken: no autograd.grad call per tile for ALiBi; one per tile for a softcap."""
+    calls = []
+    real = torch.autograd.grad
+    monkeypatch.setattr(torch.autograd, "grad", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    for name in ("alibi", "softcap"):
+        calls.clear()
+        q, k, v = (t.requires_grad_() for t in inputs(1, 4, 4, 300, 300, 8))
+        sa.flex_attention(q, k, v, score_mod=SCORE_MODS[name]).sum().backward()
+        assert (len(calls) == 0) if name == "alibi" else (len(calls) >= 3), (name, len(calls))  # 300 rows: 3 row blocks
+
+
 def test_gradcheck_in_float64_with_a_captured_bias_and_gqa():
     causal = sa.create_block_mask(MASK_MODS["causal"], None, None, 9, 9, BLOCK_SIZE=4)
     g = torch.Generator().manual_seed(3)

@@ -344,7 +344,7 @@ class _FlashAttention(torch.autograd.Function):
         if auto_k:
             block_k = choose_blocks(mask, q.shape[-2], k.shape[-2], math.prod(q.shape[:-2]), rows)[1]
         if score_mod is not None:
-            score_mod.start_backward(ctx.needs_input_grad[5:])
+            score_mod.start_backward(ctx.needs_input_grad[5:], q.dtype, q.device)
         dq, dk, dv = flash_backward(
             grad_out.contiguous(), q, k, v, output, lse, mask, scale, rows, block_k, group, mask_grad, score_mod=score_mod,
             dropout=dropout, softcap=softcap, lse_low=lse_low[0] if lse_low else None,

@@ -113,9 +113,10 @@ def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k
             elif score_mod is None:  # S - lse = c t - lse, with c t rounded first as the forward rounds it (not fused)
                 probs = torch.mul(tanh, softcap, out=probs_buffer.get(shape, q_i)).add_(neg_lse_i)
             else:  # S = score_mod(scale Q_i K_j^T, softcapped), recorded for its backward; then S - lse
-                raw = torch.bmm(qs_i, k_j.transpose(1, 2)) if tanh is None else tanh * softcap
-                modded = score_mod.record(raw, heads_view, r0, (r0, r1), (c0, c1))
-                probs = torch.add(modded, neg_lse_i, out=probs_buffer.get(shape, q_i))
+                fresh = not score_mod.adds_bias  # autograd through the score_mod keeps raw: not in a reused buffer
+                out = None if fresh else probs_buffer.get(shape, q_i)
+                raw = torch.bmm(qs_i, k_j.transpose(1, 2), out=out) if tanh is None else torch.mul(tanh, softcap, out=out)
+                probs = score_mod.record(raw, neg_lse_i, heads_view, r0, (r0, r1), (c0, c1))
             added = partial and getattr(mask, "additive", False)  # a float mask: added, -inf and all
             if added:
                 mask.apply(heads_view(probs, r0), (r0, r1), (c0, c1))

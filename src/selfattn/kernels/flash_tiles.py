@@ -125,7 +125,11 @@ def score_tile(q_scaled, key, mask, rows: tuple[int, int], cols: tuple[int, int]
         scores.tanh_().mul_(softcap)
     if score_mod is not None:  # before the mask, as FlexAttention: a score_mod never sees a hidden pair's -inf
         heads = ungroup_rows(scores, group)  # (..., Hq, bq, bk): a view of the scores
-        heads.copy_(score_mod(heads, rows, cols))
+        modded = score_mod(heads, rows, cols)
+        if group == 1 and modded.shape == scores.shape and modded.is_contiguous() and modded.data_ptr() != heads.data_ptr():
+            scores = modded  # a new tensor in the tile's own layout: used as it is, one copy fewer
+        else:
+            heads.copy_(modded)
     if partial:
         mask.apply(ungroup_rows(scores, group), rows, cols)  # the mask sees (..., Hq, bq, bk): a view of the scores
     return scores

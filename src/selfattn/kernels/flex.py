@@ -24,6 +24,7 @@ import torch
 
 from selfattn.errors import OptionError, ShapeError
 from selfattn.kernels.flash import flash_with_offset
+from selfattn.kernels.score_mod_form import adds_a_bias
 from selfattn.masks.block_mask import as_block_mask, check_mod_result, mask_indices
 from selfattn.masks.structured import StructuredMask
 
@@ -98,15 +99,18 @@ def flex_attention(
 class TileScoreMod:
     """A score_mod as the tile loops call it: on one tile's scores, with the tile's index tensors.
 
-    Forward: ``mod(scores, rows, cols)`` -> new scores. Backward, per tile: ``record`` runs
-    it again under autograd on the raw scores, ``backward(ds)`` carries dS through it and
-    adds into ``captured_grads``.
+    Forward: ``mod(scores, rows, cols)`` -> new scores. Backward, per tile: ``record``
+    recomputes the tile's scores, ``backward(ds)`` carries dS through the score_mod and adds
+    into ``captured_grads``. A score_mod that adds a bias (``score_mod_form.adds_a_bias``,
+    worked out once per call) passes dS on as it is, and runs autograd only for the captured
+    tensors that want a gradient; any other is run again under autograd on every tile.
     """
 
     def __init__(self, fn, batch: int, heads: int) -> None:
         self.fn = fn
         self.batch, self.heads = batch, heads
         self.captured = captured_tensors(fn)
+        self.adds_bias = False  # score + bias(b, h, q, kv)? worked out by ``start_backward`` (``score_mod_form``)
         self.captured_grads: list[torch.Tensor | None] = []
         self._wanted: tuple[bool, ...] = ()
         self._saved = None
@@ -124,32 +128,52 @@ class TileScoreMod:
             )
         return check_mod_result(result, tuple(scores.shape), "score_mod", None).to(scores.dtype).expand(scores.shape)
 
-    def start_backward(self, wanted: tuple[bool, ...]) -> None:
-        """Zero the captured tensors' gradients; ``wanted``: which of them autograd asks for."""
+    def start_backward(self, wanted: tuple[bool, ...], dtype: torch.dtype, device=None) -> None:
+        """Zero the captured tensors' gradients; ``wanted``: which of them autograd asks for.
+        Works out, once, whether the score_mod adds a bias (``adds_bias``) for scores of ``dtype``."""
         self._wanted = tuple(wanted)
         self.captured_grads = [torch.zeros_like(t) if w else None for t, w in zip(self.captured, self._wanted)]
+        b, h = mask_indices(self.batch, self.heads, device)
+        self.adds_bias = adds_a_bias(self.fn, b, h, dtype, device)
 
-    def record(self, raw: torch.Tensor, heads_view, r0: int, rows: tuple[int, int], cols: tuple[int, int]) -> torch.Tensor:
-        """score_mod(raw) under autograd, kept for ``backward``; returns it detached in raw's layout."""
+    def record(self, raw: torch.Tensor, shift: torch.Tensor, heads_view, r0: int, rows: tuple[int, int],
+               cols: tuple[int, int]) -> torch.Tensor:
+        """score_mod(raw) + shift in raw's layout (shift: -lse, one per row), with what ``backward`` needs kept.
+
+        A bias: written into raw's own memory, and no autograd unless a captured tensor wants
+        a gradient (then through the bias alone). Otherwise score_mod(raw) runs under autograd
+        and the result is a new tensor."""
+        wanted = any(self._wanted)
+        if self.adds_bias:
+            heads = heads_view(raw, r0)
+            with torch.set_grad_enabled(wanted):
+                modded = self(heads, rows, cols)
+            self._saved = (None, modded if wanted else None, heads_view, r0)
+            torch.add(modded.detach(), heads_view(shift, r0), out=heads)
+            return raw
         raw.requires_grad_(True)
         with torch.enable_grad():
             modded = self(heads_view(raw, r0), rows, cols)
         self._saved = (raw, modded, heads_view, r0)
         result = raw.detach().clone()
         heads_view(result, r0).copy_(modded.detach())
-        return result
+        return result.add_(shift)
 
     def backward(self, ds: torch.Tensor) -> torch.Tensor:
         """dS of the modified scores -> dS of the raw ones (raw's layout); captured gradients added."""
         raw, modded, heads_view, r0 = self._saved
         self._saved = None
+        if modded is None:  # a bias, and no captured tensor wants a gradient: d(s + bias) / ds = 1
+            return ds
         wanted = [t for t, w in zip(self.captured, self._wanted) if w]
-        grads = torch.autograd.grad(modded, [raw, *wanted], grad_outputs=heads_view(ds, r0), allow_unused=True)
+        sources = wanted if raw is None else [raw, *wanted]
+        grads = list(torch.autograd.grad(modded, sources, grad_outputs=heads_view(ds, r0), allow_unused=True))
+        raw_grad = ds if raw is None else grads.pop(0)  # a bias passes dS on as it is
         spots = [i for i, w in enumerate(self._wanted) if w]
-        for index, grad in zip(spots, grads[1:]):
+        for index, grad in zip(spots, grads):
             if grad is not None:
                 self.captured_grads[index] += grad
-        return grads[0] if grads[0] is not None else torch.zeros_like(raw)
+        return raw_grad if raw_grad is not None else torch.zeros_like(raw)
 
 
 def captured_tensors(fn, seen: set[int] | None = None) -> tuple[torch.Tensor, ...]:
