@@ -34,11 +34,13 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HEADS, D_HEAD = 8, 64
 MASKS = ("none", "causal")
+SETTLE_S = 0.1
 PASSES = ("forward", "fwd+bwd")
 
 
 def worker(threads: int, expected_src: str) -> None:
-    """Answer requests {"n", "mask", "pass", "save"} with {"seconds"}: one call each, after the inputs exist."""
+    """Answer requests {"n", "mask", "pass", "save", "impl"} with {"seconds"}: one call each, after the inputs exist.
+    impl "sdpa" times torch's scaled_dot_product_attention on the same inputs instead of flash_attention."""
     import torch
 
     import selfattn
@@ -63,7 +65,10 @@ def worker(threads: int, expected_src: str) -> None:
         for t in qkv:
             t.grad = None
         start = time.perf_counter()
-        out = selfattn.flash_attention(*qkv, is_causal=request["mask"] == "causal")
+        if request.get("impl") == "sdpa":  # the peer, for bench/busy.py
+            out = torch.nn.functional.scaled_dot_product_attention(*qkv, is_causal=request["mask"] == "causal")
+        else:
+            out = selfattn.flash_attention(*qkv, is_causal=request["mask"] == "causal")
         if backward:
             out.backward(grad_out)
         seconds = time.perf_counter() - start
@@ -89,8 +94,11 @@ class Worker:
             raise RuntimeError(f"the {self.label} worker stopped (exit status {self.process.wait()}); its error is above")
         return json.loads(line)
 
-    def call(self, n: int, mask: str, pass_: str, save: str | None = None) -> float:
-        self.process.stdin.write(json.dumps({"n": n, "mask": mask, "pass": pass_, "save": save}) + "\n")
+    def call(self, n: int, mask: str, pass_: str, save: str | None = None, impl: str = "flash") -> float:
+        # torch's threads spin for a few milliseconds after a call before they sleep; the other side's would
+        # still be running when this side starts and look like a competing process (kernels.workers): wait.
+        time.sleep(SETTLE_S)
+        self.process.stdin.write(json.dumps({"n": n, "mask": mask, "pass": pass_, "save": save, "impl": impl}) + "\n")
         self.process.stdin.flush()
         return self._answer()["seconds"]
 

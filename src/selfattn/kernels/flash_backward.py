@@ -8,6 +8,7 @@ tile's probabilities P = exp(S - lse) instead of storing them, in row blocks of 
 from __future__ import annotations
 
 import math
+import threading
 
 import torch
 
@@ -15,12 +16,14 @@ from selfattn.kernels.flash_tiles import (
     TileBuffer,
     block_spans,
     log_tile,
+    logging_tiles,
     group_rows,
     query_factor,
     score_bound,
     ungroup_rows,
     visible_tiles,
 )
+from selfattn.kernels.workers import run_units
 from selfattn.kernels.online_softmax import NEG_INF, exp_floor, exp_flush_tiny_
 from selfattn.masks.states import mask_slice
 
@@ -92,17 +95,26 @@ def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k
         if tiles:
             row_data[r0] = [group_rows(t, (r0, r1), group).reshape(-1, group * (r1 - r0), t.shape[-1])
                             for t in per_row]  # (B Hk, G bq, .)
-            row_data[r0].append(torch.zeros_like(row_data[r0][0]))  # dQ_i
         for c0, c1, partial in tiles:
             rows_of.setdefault((c0, c1), []).append((r0, r1, partial))
     heads_view = lambda t, r: ungroup_rows(t.view(*lead, *t.shape[-2:]), group)  # noqa: E731 - (..., Hq, bq, bk) for masks
-    probs_buffer, dp_buffer, kept_buffer, tanh_buffer, dk_sum, dv_sum = (TileBuffer() for _ in range(6))
-    for (c0, c1), row_blocks in sorted(rows_of.items()):
+    local = threading.local()  # per thread: its tile buffers and its own dQ_i sums (key blocks run on several threads)
+    all_dq = []
+
+    def key_block(unit) -> None:
+        (c0, c1), row_blocks = unit
+        if not hasattr(local, "buffers"):
+            local.buffers, local.dq = tuple(TileBuffer() for _ in range(6)), {}
+            all_dq.append(local.dq)
+        probs_buffer, dp_buffer, kept_buffer, tanh_buffer, dk_sum, dv_sum = local.buffers
         k_j, v_j = k3[:, c0:c1], v3[:, c0:c1]  # (B Hk, bk, d)
         dk_j, dv_j = dk_sum.get(k_j.shape, k_j).zero_(), dv_sum.get(v_j.shape, v_j).zero_()  # contiguous: summed in place
         for r0, r1, partial in row_blocks:
             log_tile("backward", r0, c0)
-            q_i, qs_i, do_i, neg_lse_i, delta_i, dq_i = row_data[r0]
+            q_i, qs_i, do_i, neg_lse_i, delta_i = row_data[r0]
+            dq_i = local.dq.get(r0)
+            if dq_i is None:
+                dq_i = local.dq[r0] = torch.zeros_like(q_i)
             shape = (q_i.shape[0], q_i.shape[1], c1 - c0)
             tanh = None
             if softcap:  # t = tanh(scale Q_i K_j^T / c), kept for dS_raw = dS (1 - t^2). (1 - t^2 loses digits
@@ -144,11 +156,17 @@ def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k
                 ds.addcmul_(ds, tanh.square_(), value=-1.0)
             dq_i.baddbmm_(ds, k_j, alpha=scale)  # scale (G bq, bk) @ (bk, d)
             _add_row_sums(dk_j, ds, q_i, scale)  # dK_j += scale dS^T Q_i
-        dk3[:, c0:c1] += dk_j
+        dk3[:, c0:c1] += dk_j  # key blocks are disjoint: no two threads write the same rows
         dv3[:, c0:c1] += dv_j
-    for r0, (*_, dq_i) in row_data.items():
-        r1 = r0 + dq_i.shape[1] // group
-        dq[..., r0:r1, :] += heads_view(dq_i, r0)
+
+    units = sorted(rows_of.items(), key=lambda unit: -len(unit[1]))  # the most row blocks first
+    # A dropout's generator is shared state, and so is a mask gradient whose key axis broadcasts: one thread then.
+    shared = dropout is not None or (mask_grad is not None and mask_grad.shape[-1] != kv_len)
+    run_units(units, key_block, sequential=logging_tiles() or shared)
+    for sums in all_dq:
+        for r0, dq_i in sums.items():
+            r1 = r0 + dq_i.shape[1] // group
+            dq[..., r0:r1, :] += heads_view(dq_i, r0)
     for grad, acc in ((dk, dk3), (dv, dv3)):
         if acc.data_ptr() != grad.data_ptr():  # a temporary (another dtype or layout): add it now
             grad += acc.view(grad.shape)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import threading
 
 import torch
 
@@ -27,6 +28,7 @@ from selfattn.kernels.online_softmax import (
     online_softmax_update,
     online_sum_update,
 )
+from selfattn.kernels.workers import run_units
 from selfattn.masks.dense_states import DenseStates
 from selfattn.masks.states import EMPTY, PARTIAL, mask_slice
 
@@ -76,6 +78,11 @@ def count_tiles():
 def log_tile(kind: str, row: int, col: int) -> None:
     if _tile_log is not None:
         _tile_log.append((kind, row, col))
+
+
+def logging_tiles() -> bool:
+    """Whether ``count_tiles`` is recording: then the loops run in one thread, in order."""
+    return _tile_log is not None
 
 
 def visible_tiles(mask, q_len: int, kv_len: int, block_q: int, block_k: int) -> list[list[tuple[int, int, bool]]]:
@@ -173,10 +180,15 @@ def flash_forward(q, k, v, mask, scale: float, block_q: int, block_k: int, group
         bounded = False
     elif bounded is None:
         bounded = exp_is_bounded(q, k, scale, mask, softcap)
-    buffer = TileBuffer()
     keys_t = k.transpose(-2, -1)  # (..., Hk, d, kv_len): a view, sliced per key block
     lead = torch.broadcast_shapes(q.shape[:-3] + (k.shape[-3],) if q.dim() >= 3 else (), k.shape[:-2])
-    for (r0, r1), tiles in zip(block_spans(q_len, block_q), visible_tiles(mask, q_len, kv_len, block_q, block_k)):
+    buffers = threading.local()  # one score tile's memory per thread
+
+    def row_block(unit) -> None:
+        (r0, r1), tiles = unit
+        buffer = getattr(buffers, "tile", None)
+        if buffer is None:
+            buffer = buffers.tile = TileBuffer()
         q_scaled = group_rows(q, (r0, r1), group) * query_factor(scale, softcap)  # (..., Hk, G * bq, d)
         state = online_softmax_start(q_scaled.shape[:-1], d_v, q)
         if not bounded:
@@ -205,6 +217,10 @@ def flash_forward(q, k, v, mask, scale: float, block_q: int, block_k: int, group
         lse[..., r0:r1] = ungroup_rows(lse_block[..., None], group)[..., 0]
         if low is not None:
             low[..., r0:r1] = ungroup_rows(lse_remainder(state, lse_block)[..., None], group)[..., 0]
+
+    units = list(zip(block_spans(q_len, block_q), visible_tiles(mask, q_len, kv_len, block_q, block_k)))
+    units.sort(key=lambda unit: -len(unit[1]))  # the longest rows first, so that the threads finish together
+    run_units(units, row_block, sequential=logging_tiles() or dropout is not None)  # a dropout's generator is shared
     return (output, lse) if low is None else (output, lse, low)
 
 

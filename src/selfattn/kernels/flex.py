@@ -18,6 +18,7 @@ its own flex_attention on the CPU.
 
 from __future__ import annotations
 
+import threading
 import types
 
 import torch
@@ -113,7 +114,8 @@ class TileScoreMod:
         self.adds_bias = False  # score + bias(b, h, q, kv)? worked out by ``start_backward`` (``score_mod_form``)
         self.captured_grads: list[torch.Tensor | None] = []
         self._wanted: tuple[bool, ...] = ()
-        self._saved = None
+        self._tile = threading.local()  # what ``record`` keeps for ``backward``: per thread, as the tiles run on several
+        self._adding = threading.Lock()
 
     def __call__(self, scores: torch.Tensor, rows: tuple[int, int], cols: tuple[int, int]) -> torch.Tensor:
         """The tile's new scores.   scores (B, Hq, r, c) -> (B, Hq, r, c)"""
@@ -148,21 +150,21 @@ class TileScoreMod:
             heads = heads_view(raw, r0)
             with torch.set_grad_enabled(wanted):
                 modded = self(heads, rows, cols)
-            self._saved = (None, modded if wanted else None, heads_view, r0)
+            self._tile.saved = (None, modded if wanted else None, heads_view, r0)
             torch.add(modded.detach(), heads_view(shift, r0), out=heads)
             return raw
         raw.requires_grad_(True)
         with torch.enable_grad():
             modded = self(heads_view(raw, r0), rows, cols)
-        self._saved = (raw, modded, heads_view, r0)
+        self._tile.saved = (raw, modded, heads_view, r0)
         result = raw.detach().clone()
         heads_view(result, r0).copy_(modded.detach())
         return result.add_(shift)
 
     def backward(self, ds: torch.Tensor) -> torch.Tensor:
         """dS of the modified scores -> dS of the raw ones (raw's layout); captured gradients added."""
-        raw, modded, heads_view, r0 = self._saved
-        self._saved = None
+        raw, modded, heads_view, r0 = self._tile.saved
+        self._tile.saved = None
         if modded is None:  # a bias, and no captured tensor wants a gradient: d(s + bias) / ds = 1
             return ds
         wanted = [t for t, w in zip(self.captured, self._wanted) if w]
@@ -170,9 +172,10 @@ class TileScoreMod:
         grads = list(torch.autograd.grad(modded, sources, grad_outputs=heads_view(ds, r0), allow_unused=True))
         raw_grad = ds if raw is None else grads.pop(0)  # a bias passes dS on as it is
         spots = [i for i, w in enumerate(self._wanted) if w]
-        for index, grad in zip(spots, grads):
-            if grad is not None:
-                self.captured_grads[index] += grad
+        with self._adding:
+            for index, grad in zip(spots, grads):
+                if grad is not None:
+                    self.captured_grads[index] += grad
         return raw_grad if raw_grad is not None else torch.zeros_like(raw)
 
 
