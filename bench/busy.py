@@ -30,7 +30,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from kernel_ab import ROOT, Worker, extract, resolve  # noqa: E402
-from machine import describe  # noqa: E402
+from machine import machine_line  # noqa: E402
 
 PASSES = ("forward", "fwd+bwd")
 TARGET = 1.5  # busy ratio / quiet ratio, flash / SDPA
@@ -112,7 +112,7 @@ def main() -> None:
     import torch
 
     threads = args.threads or torch.get_num_threads()
-    print(describe(), flush=True)
+    print(machine_line(), flush=True)
     started = time.time()
     scratch = tempfile.mkdtemp(prefix="busy-bench-")
     workers = {}
@@ -142,7 +142,7 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as out:
             json.dump({"n": args.n, "threads": threads, "rounds": args.rounds, "old": args.old, "commit": commit,
-                       "machine": describe(), "rows": rows}, out, indent=1)
+                       "machine": machine_line(), "rows": rows}, out, indent=1)
 
 
 if __name__ == "__main__":

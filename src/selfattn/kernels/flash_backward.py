@@ -99,7 +99,8 @@ def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k
             rows_of.setdefault((c0, c1), []).append((r0, r1, partial))
     heads_view = lambda t, r: ungroup_rows(t.view(*lead, *t.shape[-2:]), group)  # noqa: E731 - (..., Hq, bq, bk) for masks
     local = threading.local()  # per thread: its tile buffers and its own dQ_i sums (key blocks run on several threads)
-    all_dq = []
+    all_dq = [{r0: torch.zeros_like(data[0]) for r0, data in row_data.items()}]  # this thread's, made before the loop
+    local.buffers, local.dq = tuple(TileBuffer() for _ in range(6)), all_dq[0]
 
     def key_block(unit) -> None:
         (c0, c1), row_blocks = unit
@@ -159,10 +160,10 @@ def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k
         dk3[:, c0:c1] += dk_j  # key blocks are disjoint: no two threads write the same rows
         dv3[:, c0:c1] += dv_j
 
-    units = sorted(rows_of.items(), key=lambda unit: -len(unit[1]))  # the most row blocks first
+    units = sorted(rows_of.items())
     # A dropout's generator is shared state, and so is a mask gradient whose key axis broadcasts: one thread then.
     shared = dropout is not None or (mask_grad is not None and mask_grad.shape[-1] != kv_len)
-    run_units(units, key_block, sequential=logging_tiles() or shared)
+    run_units(units, key_block, cost=lambda unit: len(unit[1]), sequential=logging_tiles() or shared)
     for sums in all_dq:
         for r0, dq_i in sums.items():
             r1 = r0 + dq_i.shape[1] // group

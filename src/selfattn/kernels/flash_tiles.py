@@ -219,8 +219,8 @@ def flash_forward(q, k, v, mask, scale: float, block_q: int, block_k: int, group
             low[..., r0:r1] = ungroup_rows(lse_remainder(state, lse_block)[..., None], group)[..., 0]
 
     units = list(zip(block_spans(q_len, block_q), visible_tiles(mask, q_len, kv_len, block_q, block_k)))
-    units.sort(key=lambda unit: -len(unit[1]))  # the longest rows first, so that the threads finish together
-    run_units(units, row_block, sequential=logging_tiles() or dropout is not None)  # a dropout's generator is shared
+    run_units(units, row_block, cost=lambda unit: len(unit[1]),  # shared out, the rows with most tiles go first
+              sequential=logging_tiles() or dropout is not None)  # a dropout's generator is shared state
     return (output, lse) if low is None else (output, lse, low)
 
 

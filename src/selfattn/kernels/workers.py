@@ -11,13 +11,18 @@ backward), largest first, to one Python thread per torch thread; each of those t
 runs torch on one core (``torch.set_num_threads(1)`` is per thread under OpenMP), and a
 thread that finds its core shared simply takes fewer units. torch's calls release the GIL,
 so the threads run at once; the Python between calls is a few microseconds per tile.
+
+This happens only while the cores are contended (``cores_are_shared``): on a quiet machine
+the one-core threads made the backward 6-10% slower than torch's own threading (each
+core then works through whole tiles of every head, twice the data per core), so there
+the loops run as before, in the calling thread.
 """
 
 from __future__ import annotations
 
-import os
 import queue
 import threading
+import time
 
 import torch
 
@@ -74,62 +79,59 @@ def _pool(threads: int) -> _Pool:
         return pool
 
 
+# The last long run of units: did this process get less CPU time than its threads' wall time?
+_contended = False
+MIN_WALL_S = 0.02  # runs shorter than this are not measured: too little time to tell
+SLACK = 0.25  # cores: a quiet machine gives torch's threads within 0.05 of their count (measured), a shared core 0.7 fewer
+
+
 def cores_are_shared() -> bool:
-    """Whether another process is running now on a core torch's threads would use.
+    """Whether the last long run of tile loops got less CPU time than its threads could have.
 
-    Linux's /proc/loadavg counts the threads runnable now on the whole machine (its fourth
-    field, "running/total"); /proc/self/task says which of them are ours (this thread, and
-    torch's own while they spin waiting for work). Ours are counted before and after, and the
-    larger count taken, so that one of ours going to sleep in between is not taken for
-    another process. Others running, plus torch's threads, more than the cores: torch's threads
-    would share a core. About 60 us a call. Where those files do not exist: False, and torch
-    runs every call on all its threads.
+    Measured, not guessed from the load: after each run of at least MIN_WALL_S, the process's
+    CPU time (every thread's, torch's spinning included) over the wall time. On a quiet machine
+    torch's threads, or ours, keep their cores: 1.96-2.0 cores on 2 threads here; with one core
+    taken by a busy-loop process, 1.0 (torch's threads) and 1.2-1.3 (ours). Below threads - SLACK
+    the next run shares its units out; a run that gets its cores back turns it off again.
     """
-    try:
-        before = _our_running()
-        with open("/proc/loadavg", "rb") as file:
-            running = int(file.read().split()[3].split(b"/")[0])
-        ours = max(before, _our_running())
-    except (OSError, ValueError, IndexError):
-        return False
-    return running - ours + torch.get_num_threads() > _cores()
+    return _contended
 
 
-def _our_running() -> int:
-    count = 0
-    for task in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{task}/stat", "rb") as file:
-                count += file.read().rsplit(b")", 1)[1].split()[0] == b"R"
-        except OSError:  # the thread ended meanwhile
-            pass
-    return count
-
-
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
+def _measured(threads: int, wall: float, cpu: float) -> None:
+    global _contended
+    if wall >= MIN_WALL_S:
+        _contended = cpu / wall < threads - SLACK
 
 
 def in_worker() -> bool:
     return getattr(_local, "worker", False)
 
 
-def run_units(units: list, run, sequential: bool = False) -> list:
-    """``[run(unit) for unit in units]``, shared between torch's threads, each unit on one thread.
+def run_units(units: list, run, cost=None, sequential: bool = False) -> list:
+    """``[run(unit) for unit in units]``; while another process holds a core, shared between one-core threads.
 
     Args:
-        units: the work, largest first (a thread takes the next unit when it finishes one).
+        units: the work, in the order a single thread should run it.
         run: unit -> result; units must write to disjoint memory.
-        sequential: run them in this thread, in order (tile logging).
+        cost: unit -> a number: shared out, the costliest units go first, so that the threads
+            finish together. None: in the given order.
+        sequential: run them in this thread, in order, whatever the machine's load (tile
+            logging, shared state).
 
     Returns:
         The results in the units' order. An exception in a unit is raised here, after every
         unit has finished.
     """
     threads = torch.get_num_threads()
-    if sequential or threads < 2 or len(units) < 2 or in_worker() or not cores_are_shared():
+    if sequential or threads < 2 or len(units) < 2 or in_worker():
         return [run(unit) for unit in units]
-    return _pool(threads).map(run, units)
+    wall, cpu = time.perf_counter(), time.process_time()
+    if not cores_are_shared():
+        results = [run(unit) for unit in units]
+    else:
+        order = sorted(range(len(units)), key=lambda i: -cost(units[i])) if cost else list(range(len(units)))
+        results = [None] * len(units)
+        for i, result in zip(order, _pool(threads).map(run, [units[i] for i in order])):
+            results[i] = result
+    _measured(threads, time.perf_counter() - wall, time.process_time() - cpu)
+    return results
