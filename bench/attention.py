@@ -333,7 +333,8 @@ def run_masks(args) -> None:
     log = lambda message: print(f"  {time.time() - started:5.0f} s: {message}", file=sys.stderr, flush=True)  # noqa: E731
     rows = attention_masks.time_masks(args.rounds or 5, log=log)
     long_rows = attention_masks.long_window(os.path.abspath(__file__), args.threads)
-    header = (f"torch {torch.__version__}, {args.threads} threads, batch 1, 8 heads, head dim 64, float32, N = 4096; "
+    header = (describe().line(args.threads, torch.__version__) + "  \n"
+              f"batch 1, 8 heads, head dim 64, float32, N = 4096; "
               f"median of {args.rounds or 5} interleaved rounds; load average {load_before} at start, {loadavg()} at end "
               f"({os.cpu_count()} CPUs); {(time.time() - started) / 60:.1f} min; command: bench/attention.py "
               + " ".join(sys.argv[1:]))

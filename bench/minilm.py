@@ -14,7 +14,9 @@ Needs the model package and transformers (both installed by `make install`).
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import sys
 import time
 
 import torch
@@ -22,6 +24,9 @@ import torch
 from selfattn import load_pretrained
 from selfattn.models.files import model_folder
 from selfattn.models.tokenizer import Encoded
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from machine import machine_line  # noqa: E402
 
 SEED_SENTENCE = "The cat sat on the warm mat"
 
@@ -54,7 +59,8 @@ def main() -> None:
         impl: BertModel.from_pretrained(folder, attn_implementation=impl, local_files_only=True).eval()
         for impl in ("sdpa", "eager")
     }
-    print(f"torch {torch.__version__}, {args.threads} threads, float32, inference mode, {args.rounds} interleaved rounds")
+    print(machine_line())
+    print(f"float32, inference mode, {args.rounds} interleaved rounds")
     print(f"{'input':<10} {'ours ms':>16} {'sdpa ms':>16} {'eager ms':>16} {'ours/sdpa':>14} {'ours/eager':>14} {'max |diff|':>11}")
     with torch.inference_mode():
         for length in (None, 256):

@@ -33,6 +33,9 @@ import time
 
 import torch
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from machine import machine_line  # noqa: E402
+
 
 def launcher() -> list[str]:
     """torchrun next to this Python, or the same launcher through ``python -m``."""
@@ -105,7 +108,8 @@ def main() -> None:
     settings = (f"N = {args.seq_len}, batch 1, {args.heads} heads, head dim {args.head_dim}, {args.dtype}, "
                 f"zigzag shards, {rows[0]['backend']} on {rows[0]['device']}")
     notes = [
-        f"torch {torch.__version__}; {settings}",
+        machine_line(),
+        settings,
         f"{os.cpu_count()} CPUs shared by the P ranks (threads/rank: " + (f"{args.threads}, --threads" if args.threads
         else "CPUs // P, at least 1") + "): time is the same cores split P ways, not P machines",
         f"load average {load_before} at start, {loadavg()} at end; run took {(time.time() - started) / 60:.1f} min",

@@ -12,7 +12,11 @@ import argparse
 import statistics
 import subprocess
 import sys
+import os
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from machine import describe  # noqa: E402
 
 COMMANDS = {
     'python -c "import torch"': [sys.executable, "-c", "import torch"],
@@ -32,6 +36,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
     rounds = parser.parse_args().rounds
+    print(describe().line(), flush=True)  # no torch here: the commands import it themselves
     times: dict[str, list[float]] = {name: [] for name in COMMANDS}
     for i in range(rounds):
         for name, command in COMMANDS.items():

@@ -52,3 +52,28 @@ def test_kernel_ab_quick_against_head(tmp_path):
     for row in rows:
         assert math.isclose(row["new/old"], row["new_ms"] / row["old_ms"]), row
         assert row["max_diff"] < 1e-4, row  # the same seeded inputs give the same attention at both revisions
+
+
+def test_summary_quick_judges_every_headline(tmp_path):
+    out = tmp_path / "summary.json"
+    run_script("bench/summary.py", "--quick", "--json", str(out))
+    result = json.loads(out.read_text())
+    assert result["machine"].split(";")[0] and "torch" in result["machine"]
+    labels = {row["label"] for row in result["rows"]}
+    assert {"plain, no mask", "GQA 8 query / 2 kv heads", "causal + ALiBi score_mod vs built-in ALiBi",
+            "dense causal + ALiBi bias (1, 8, N, N)"} <= labels
+    for row in result["rows"]:
+        assert math.isclose(row["ratio"], row["ours_ms"] / row["peer_ms"]), row
+        assert row["verdict"] == ("pass" if row["ratio"] <= row["limit"] else "miss"), row
+        if row["diff"] is not None:
+            assert row["diff"] < 1e-4, row  # ours and its peer compute the same attention
+
+
+def test_busy_quick_compares_quiet_and_busy(tmp_path):
+    out = tmp_path / "busy.json"
+    run_script("bench/busy.py", "--quick", "--threads", "2", "--json", str(out))
+    rows = json.loads(out.read_text())["rows"]
+    assert {(r["pass"], r["kernel"]) for r in rows} == {("forward", "new"), ("fwd+bwd", "new")}
+    for r in rows:
+        assert math.isclose(r["quiet_ratio"], r["quiet_ms"] / r["sdpa_quiet_ms"])
+        assert math.isclose(r["busy/quiet"], r["busy_ratio"] / r["quiet_ratio"])

@@ -59,12 +59,31 @@ def test_float_states_find_the_extent_and_expanded_masks_take_the_exact_reductio
     float_mask.block_states(128, 128, 256)
     finite = mask[torch.isfinite(mask)]
     assert float_mask.extent == (float("-inf"), float(finite.max())) and float_mask.hides
-    assert math.isinf(float_mask.largest_bias())
+    assert float_mask.largest_bias() == max(abs(float(finite.min())), abs(float(finite.max())))  # the finite entries
     expanded = mask[:1].expand(4, 256, 256)  # a view that cannot be reshaped into blocks
     torch.testing.assert_close(DenseStates(expanded).states(128, 128, 256), reduced_by_loop(expanded, 128, 128),
                                atol=0, rtol=0)
     small = FloatMask(torch.full((256, 256), -2.5))
     assert not small.hides and small.largest_bias() == 2.5
+
+
+def test_the_finite_extent_of_a_hiding_mask_reads_only_the_blocks_its_edge_crosses():
+    """A causal float mask with values: its finite (min, max) exactly, whichever block holds them; a large
+    mask without structure (every block mixes -inf and numbers) says infinite instead."""
+    g = torch.Generator().manual_seed(3)
+    i, j = torch.arange(512)[:, None], torch.arange(512)[None, :]
+    values = torch.rand(2, 512, 512, generator=g, dtype=torch.float64) * 4 - 2
+    values[1, 300, 299] = -7.5  # the lowest finite entry, in a block the diagonal crosses
+    causal = values.masked_fill(j > i, float("-inf"))
+    assert FloatMask(causal).largest_bias() == 7.5
+    assert DenseStates(causal).finite_extent() == (-7.5, float(causal[torch.isfinite(causal)].max()))
+    scattered = values.masked_fill(torch.rand(512, 512, generator=g) < 0.5, float("-inf"))  # 32 mixed blocks: read
+    assert FloatMask(scattered).largest_bias() == float(scattered[torch.isfinite(scattered)].abs().max())
+    wide = torch.zeros(4096, 4096).masked_fill(torch.rand(4096, 4096, generator=g) < 0.5, float("-inf"))
+    assert math.isinf(FloatMask(wide).largest_bias())  # 2048 mixed blocks: another pass would cost too much
+    first = causal[:1]
+    assert FloatMask(first.expand(3, 512, 512)).largest_bias() == float(first[torch.isfinite(first)].abs().max())
+    assert math.isinf(FloatMask(torch.full((256, 256), float("-inf"))).largest_bias())  # nothing visible
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])

@@ -313,13 +313,18 @@ class FloatMask:
         return scores.add_(mask_slice(self.mask, rows, cols).to(scores.dtype))
 
     def largest_bias(self) -> float:
-        """max |b| over the entries, from their min and max; infinite for a mask that hides keys.
+        """max |b| over the finite entries.
 
-        With -inf in the mask the finite entries' bound would cost two more passes over
-        it, about what skipping the running max saves: such a mask takes the online softmax.
+        From the mask's min and max; for a mask with -inf in it, from its finite entries where
+        the block summary finds them without another pass (``DenseStates.finite_extent``: a
+        causal or window float mask, whose -inf and finite entries meet only along an edge).
+        Otherwise infinite, and the mask takes the online softmax.
         """
         low, high = self.extent
-        return max(abs(low), abs(high))
+        if low != NEG_INF:
+            return max(abs(low), abs(high))
+        finite = self._states.finite_extent()
+        return float("inf") if finite is None else max(abs(finite[0]), abs(finite[1]))
 
 
 def block_spans(length: int, block: int) -> list[tuple[int, int]]:

@@ -16,6 +16,7 @@ import torch
 from selfattn.masks.states import EMPTY, FULL, NEG_INF, states_from
 
 BASE_ROWS, BASE_COLS = 64, 128  # a divisor of every row block the kernel chooses; its smallest key block
+MIXED_BLOCKS = 512  # base blocks with both -inf and finite entries that finite_extent reads again, at most
 
 
 class DenseStates:
@@ -30,6 +31,8 @@ class DenseStates:
         self.mask = mask.detach()  # only read: a mask that requires grad gets its gradient elsewhere
         self._maps: dict[tuple[int, int, int], torch.Tensor] = {}
         self._extent: tuple[float, float] | None = None  # a float mask's (min, max), when a reduction found them
+        self._blocks: tuple[torch.Tensor, torch.Tensor] | None = None  # the base blocks' (min, max), float masks
+        self._finite: tuple[float, float] | None | bool = False  # finite_extent's answer once known (False: not yet)
 
     def states(self, block_q: int, block_k: int, rows: int) -> torch.Tensor:
         """int8 (ceil(rows / block_q), ceil(kv_len / block_k)) of EMPTY / FULL / PARTIAL."""
@@ -60,12 +63,41 @@ class DenseStates:
         if extremes is None:
             return states_of_dense(self.mask, BASE_ROWS, BASE_COLS, rows)
         low, high = extremes
+        self._blocks = extremes
         self._extent = (float(low.min()), float(high.max()))
         return states_from(high == NEG_INF, (low == 0) & (high == 0))
 
+    def finite_extent(self) -> tuple[float, float] | None:
+        """(min, max) over the finite entries of a float mask that has -inf in it, or None when that
+        would cost another pass over the mask.
+
+        The base map's blocks give it where no block mixes -inf with finite entries; the blocks
+        that do (for a causal or window mask, those its edge crosses: 64 at 4096 x 4096) are read
+        again one by one, up to MIXED_BLOCKS of them. A mask without such structure answers None."""
+        if self._finite is not False:
+            return self._finite
+        self._finite = None
+        self.extent()  # makes the base map when the blocks tile the mask
+        if self._blocks is None:
+            return None
+        low, high = self._blocks
+        visible = high != NEG_INF
+        if not bool(visible.any()):
+            return None
+        mixed = visible & (low == NEG_INF)
+        if int(mixed.sum()) > MIXED_BLOCKS:
+            return None
+        whole = low[visible & ~mixed]
+        lowest = float(whole.min()) if whole.numel() else float("inf")
+        for a, b in mixed.nonzero().tolist():
+            block = self.mask[..., a * BASE_ROWS:(a + 1) * BASE_ROWS, b * BASE_COLS:(b + 1) * BASE_COLS]
+            lowest = min(lowest, float(block[block != NEG_INF].min()))
+        self._finite = (lowest, float(high[visible].max()))
+        return self._finite
+
 
 def block_extremes(mask: torch.Tensor, block_q: int, block_k: int) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """(min, max) of a float mask over each block and every leading axis, two reductions and no
+    """(min, max) of a float mask over each block and every leading axis, two passes over it and no
     bool copy of the tensor.   -> (n_r, n_c) twice; None where the blocks do not tile the mask
     (its lengths not multiples of the block, a row axis of 1, a layout that does not view)."""
     if mask.dtype == torch.bool or mask.dim() < 2:
@@ -74,10 +106,14 @@ def block_extremes(mask: torch.Tensor, block_q: int, block_k: int) -> tuple[torc
     if rows == 1 or rows % block_q or cols % block_k:
         return None
     try:
-        blocks = mask.view(-1, rows // block_q, block_q, cols // block_k, block_k)
+        row_blocks = mask.view(-1, rows // block_q, block_q, cols)  # (lead, n_r, bq, cols)
     except RuntimeError:  # an expanded or strided mask: the exact reduction instead
         return None
-    return blocks.amin(dim=(0, 2, 4)), blocks.amax(dim=(0, 2, 4))
+    # Down each block's rows first, along whole contiguous rows: 14 ms a reduction for a (8, 4096, 4096) float
+    # mask here (one read of it takes 20), against 37 for the min over a block at once; then the small rest.
+    low = row_blocks.amin(dim=2).view(-1, rows // block_q, cols // block_k, block_k).amin(dim=3).amin(dim=0)
+    high = row_blocks.amax(dim=2).view(-1, rows // block_q, cols // block_k, block_k).amax(dim=3).amax(dim=0)
+    return low, high
 
 
 def coarsen_states(states: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
