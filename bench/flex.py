@@ -17,8 +17,10 @@ a time ratio, ours / peer: below 1 means ours is faster.
        plain flash_attention without a mask. Target <= 1.3.
     c  dense masks: flash_attention and scaled_dot_product_attention against SDPA with the same
        mask: an all-zero float mask, an ALiBi bias -slope |i - j| (no -inf), causal + ALiBi as one
-       float mask with -inf, a bool causal mask, and the two without structure: a random normal
-       float bias and a random bool mask (each key visible with probability 1/2). Target <= 1.0.
+       float mask with -inf, a bool causal mask, one causal 0 / -inf float mask (1, 1, N, N) shared by the
+       heads, and the two without structure: a random normal float bias and a random bool mask (each key
+       visible with probability 1/2). Targets: <= 1.2 where there is nothing to skip (the zero and the
+       random masks), forward <= 0.7 for the three that hide half the tiles, else <= 1.0.
        The zero and random float cases also time "bare torch loop" (forward): the same tiles as
        the fewest torch calls that compute them, without flash_attention's checks and bookkeeping.
     d  a sliding window (255 each side), and 8 packed documents of N/8, as dense bool tensors
@@ -54,7 +56,10 @@ from attention import loadavg, make_inputs, max_diff, run_once
 HEADS, D_HEAD, SOFTCAP, DOCUMENTS = 8, 64, 30.0, 8
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DENSE = ("c. zero float mask", "c. ALiBi float bias", "c. causal + ALiBi float mask", "c. causal bool mask",
-         "c. random float bias", "c. random bool mask")
+         "c. random float bias", "c. random bool mask", "c. shared causal float mask")
+# Masks with nothing to skip or bound away, where the kernel does SDPA's work in eager torch calls: at most 1.2x.
+UNSTRUCTURED = ("c. zero float mask", "c. random float bias", "c. random bool mask")
+HIDING = ("c. causal + ALiBi float mask", "c. causal bool mask", "c. shared causal float mask")  # forward <= 0.7
 WINDOW, DOCS, VARLEN = "d. sliding window", "d. packed documents", "e. varlen 8 causal sequences"
 CASES = ("a. causal + ALiBi", "b. softcap", *DENSE, WINDOW, DOCS, VARLEN)
 BARE = (DENSE[0], DENSE[4])  # float masks without -inf, where the bare loop (no running max) is exact
@@ -171,6 +176,7 @@ def build_cases(n: int, window: int, inputs: dict, compile_flex: bool = True) ->
     noise = torch.Generator().manual_seed(18)
     random_bias = torch.randn(n, n, generator=noise)  # no structure: every tile is added, nothing skipped or bounded away
     random_bool = torch.rand(n, n, generator=noise) < 0.5  # half the keys of every row, scattered: every tile partial
+    shared_causal = torch.zeros(1, 1, n, n).masked_fill(~causal_bool, float("-inf"))  # one 0 / -inf mask for all heads
 
     def alibi(score, b, h, q_idx, kv_idx):
         return score - slopes[h] * (q_idx - kv_idx)
@@ -215,7 +221,8 @@ def build_cases(n: int, window: int, inputs: dict, compile_flex: bool = True) ->
              "flash_attn_func softcap": lambda q, k, v: t(sa.flash_attn_func(t(q), t(k), t(v), softcap=SOFTCAP)),
              "flex softcap": lambda q, k, v: sa.flex_attention(q, k, v, score_mod=softcap)}
         cases.append(Case(CASES[1], pass_, b, {"flash_attn_func softcap": "flex softcap"}))
-        for name, mask in zip(DENSE, (torch.zeros(n, n), alibi_abs, causal_alibi, causal_bool, random_bias, random_bool)):
+        masks = (torch.zeros(n, n), alibi_abs, causal_alibi, causal_bool, random_bias, random_bool, shared_causal)
+        for name, mask in zip(DENSE, masks):
             c = {"sdpa": lambda q, k, v, m=mask: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
                  "flash": lambda q, k, v, m=mask: sa.flash_attention(q, k, v, attn_mask=m),
                  "reference": lambda q, k, v, m=mask: sa.scaled_dot_product_attention(q, k, v, attn_mask=m)}
@@ -252,8 +259,9 @@ def targets() -> list[Target]:
         out.append(Target("b. flash_attn_func softcap <= 1.3 x plain flash", CASES[1], pass_, "flash_attn_func softcap",
                           "flash plain", 1.3))
         for case in DENSE:
+            limit = 1.2 if case in UNSTRUCTURED else 0.7 if case in HIDING and pass_ == "forward" else 1.0
             for impl in ("flash", "reference"):
-                out.append(Target(f"{case}: {impl} <= SDPA", case, pass_, impl, "sdpa", 1.0))
+                out.append(Target(f"{case}: {impl} <= {limit:g} x SDPA", case, pass_, impl, "sdpa", limit))
         for case in (WINDOW, DOCS):
             out.append(Target(f"{case}: dense bool <= 1.25 x structured", case, pass_, "flash dense bool",
                               "flash structured", 1.25))

@@ -15,7 +15,10 @@ is removed at the end, also after an error or Ctrl-C.
     .venv/bin/python bench/kernel_ab.py --old HEAD~1               # N = 4096, 5 rounds
     .venv/bin/python bench/kernel_ab.py --old v0.3 --n 2048,4096 --rounds 7
     .venv/bin/python bench/kernel_ab.py --old HEAD --quick         # smoke check: N = 256, 1 round
-    options: --threads T  --json PATH
+    .venv/bin/python bench/kernel_ab.py --old HEAD~5 --cases none,causal,gqa,alibi-score_mod,shared-float-causal
+    options: --threads T  --json PATH  --cases (none, causal; also gqa: 8 query / 2 kv heads, alibi-score_mod:
+             flex_attention with causal + ALiBi as a user's score_mod and a causal block mask, shared-float-causal:
+             one (1, 1, N, N) causal 0 / -inf float mask)
 """
 
 from __future__ import annotations
@@ -34,8 +37,42 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HEADS, D_HEAD = 8, 64
 MASKS = ("none", "causal")
+# --cases beyond the default two: GQA 8 query / 2 kv heads (no mask), causal + ALiBi as a user's score_mod
+# through flex_attention with a causal block mask, and one causal 0 / -inf float mask shared by the heads.
+EXTRA = ("gqa", "alibi-score_mod", "shared-float-causal")
 SETTLE_S = 0.1
 PASSES = ("forward", "fwd+bwd")
+
+
+_calls: dict = {}
+
+
+def attention_call(selfattn, torch, impl: str, mask: str, n: int):
+    """(q, k, v) -> O for a case; its masks and score_mod made once per (case, N) and kept."""
+    key = (impl, mask, n)
+    if key in _calls:
+        return _calls[key]
+    F = torch.nn.functional
+    if impl == "sdpa":  # the peer, for bench/busy.py
+        call = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=mask == "causal")  # noqa: E731
+    elif mask in ("none", "causal"):
+        call = lambda q, k, v: selfattn.flash_attention(q, k, v, is_causal=mask == "causal")  # noqa: E731
+    elif mask == "gqa":
+        call = lambda q, k, v: selfattn.flash_attention(q, k, v, enable_gqa=True)  # noqa: E731
+    elif mask == "alibi-score_mod":
+        slopes = torch.tensor([2 ** (-8 * (h + 1) / HEADS) for h in range(HEADS)])
+        block = selfattn.create_block_mask(lambda b, h, q, kv: q >= kv, None, None, n, n)
+        alibi = lambda score, b, h, q, kv: score - slopes[h] * (q - kv)  # noqa: E731
+        call = lambda q, k, v: selfattn.flex_attention(q, k, v, score_mod=alibi, block_mask=block)  # noqa: E731
+    elif mask == "shared-float-causal":
+        i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+        bias = torch.zeros(1, 1, n, n).masked_fill(j > i, float("-inf"))
+        call = lambda q, k, v: selfattn.flash_attention(q, k, v, attn_mask=bias)  # noqa: E731
+    else:
+        raise SystemExit(f"unknown case {mask!r}")
+    _calls.clear()
+    _calls[key] = call
+    return call
 
 
 def worker(threads: int, expected_src: str) -> None:
@@ -55,20 +92,21 @@ def worker(threads: int, expected_src: str) -> None:
     for line in sys.stdin:
         request = json.loads(line)
         backward = request["pass"] == "fwd+bwd"
-        key = (request["n"], backward)
+        n, mask = request["n"], request["mask"]
+        key = (n, backward, mask == "gqa")
         if key not in inputs:
             inputs.clear()  # one size at a time: the cases come ordered by N
             g = torch.Generator().manual_seed(0)  # as bench/attention.py's make_inputs
-            qkv = [torch.randn(1, HEADS, request["n"], D_HEAD, generator=g) for _ in range(3)]
-            inputs[key] = ([t.requires_grad_(backward) for t in qkv], torch.randn(1, HEADS, request["n"], D_HEAD, generator=g))
+            kv_heads = 2 if mask == "gqa" else HEADS
+            qkv = [torch.randn(1, HEADS, n, D_HEAD, generator=g)] + [torch.randn(1, kv_heads, n, D_HEAD, generator=g)
+                                                                      for _ in range(2)]
+            inputs[key] = ([t.requires_grad_(backward) for t in qkv], torch.randn(1, HEADS, n, D_HEAD, generator=g))
         qkv, grad_out = inputs[key]
         for t in qkv:
             t.grad = None
+        call = attention_call(selfattn, torch, request.get("impl", "flash"), mask, n)
         start = time.perf_counter()
-        if request.get("impl") == "sdpa":  # the peer, for bench/busy.py
-            out = torch.nn.functional.scaled_dot_product_attention(*qkv, is_causal=request["mask"] == "causal")
-        else:
-            out = selfattn.flash_attention(*qkv, is_causal=request["mask"] == "causal")
+        out = call(*qkv)
         if backward:
             out.backward(grad_out)
         seconds = time.perf_counter() - start
@@ -139,11 +177,11 @@ def max_diff(old_path: str, new_path: str) -> float:
     return max(float((a - b).abs().max()) for a, b in zip(old, new))
 
 
-def compare(workers: dict, lengths, rounds: int, scratch: str) -> list[dict]:
+def compare(workers: dict, lengths, rounds: int, scratch: str, masks=MASKS) -> list[dict]:
     """One row per (N, mask, pass): each side's median ms, new / old and the max |diff|."""
     rows = []
     for n in lengths:
-        for mask in MASKS:
+        for mask in masks:
             for pass_ in PASSES:
                 saved = {side: os.path.join(scratch, f"{side}.pt") for side in workers}
                 for side, w in workers.items():  # warm-up, which also saves the results
@@ -166,6 +204,8 @@ def main() -> None:
     parser.add_argument("--n", type=lambda s: [int(x) for x in s.split(",")], default=[4096], help="lengths, comma-separated")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=None, help="torch threads in each worker (default: torch's)")
+    parser.add_argument("--cases", type=lambda s: s.split(","), default=list(MASKS),
+                        help=f"comma-separated, from {','.join(MASKS + EXTRA)} (default: none,causal)")
     parser.add_argument("--quick", action="store_true", help="N = 256, 1 round")
     parser.add_argument("--json", metavar="PATH")
     parser.add_argument("--worker", metavar="SRC", help=argparse.SUPPRESS)
@@ -184,6 +224,9 @@ def main() -> None:
         parser.error(f"--old {args.old!r} is not a revision of {ROOT}")
     if args.quick:
         args.n, args.rounds = [256], 1
+    unknown = [c for c in args.cases if c not in MASKS + EXTRA]
+    if unknown:
+        parser.error(f"unknown --cases {','.join(unknown)}; choose from {','.join(MASKS + EXTRA)}")
     if any(n < 1 for n in args.n) or args.rounds < 1:
         parser.error("--n and --rounds must be positive")
     started = time.time()
@@ -193,7 +236,7 @@ def main() -> None:
         old_src = extract(commit, scratch)
         workers["old"] = Worker("old", old_src, args.threads)
         workers["new"] = Worker("new", os.path.join(ROOT, "src"), args.threads)
-        rows = compare(workers, args.n, args.rounds, scratch)
+        rows = compare(workers, args.n, args.rounds, scratch, args.cases)
     except KeyboardInterrupt:
         raise SystemExit("kernel_ab: interrupted; the old tree is removed")
     except RuntimeError as error:  # a worker stopped: its traceback is above
@@ -205,9 +248,9 @@ def main() -> None:
     print(f"selfattn.flash_attention, {args.old} = {commit[:10]} (old) against the working tree (new); {args.threads} threads, float32, "
           f"batch 1, {HEADS} heads, head dim {D_HEAD}; median of {args.rounds} alternating rounds; "
           f"{(time.time() - started) / 60:.1f} min")
-    print(f"{'N':>6}  {'mask':6}  {'pass':7}  {'old ms':>9}  {'new ms':>9}  {'new/old':>7}  max |new - old|")
+    print(f"{'N':>6}  {'case':19}  {'pass':7}  {'old ms':>9}  {'new ms':>9}  {'new/old':>7}  max |new - old|")
     for r in rows:
-        print(f"{r['n']:>6}  {r['mask']:6}  {r['pass']:7}  {r['old_ms']:9.1f}  {r['new_ms']:9.1f}  {r['new/old']:7.2f}  {r['max_diff']:.1e}")
+        print(f"{r['n']:>6}  {r['mask']:19}  {r['pass']:7}  {r['old_ms']:9.1f}  {r['new_ms']:9.1f}  {r['new/old']:7.2f}  {r['max_diff']:.1e}")
     if args.json:
         with open(args.json, "w") as out:
             json.dump({"old": args.old, "commit": commit, "threads": args.threads, "rounds": args.rounds, "rows": rows}, out, indent=1)
