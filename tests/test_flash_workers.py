@@ -103,3 +103,16 @@ def test_contention_is_read_from_the_cpu_time_of_long_runs(monkeypatch):
     assert workers.cores_are_shared()
     workers._measured(2, 1.0, 1.97)  # the cores are back
     assert not workers.cores_are_shared()
+
+
+def test_the_callers_modes_reach_the_workers(contended):
+    """Inference mode and autocast are per thread: the workers take the caller's, so writing into
+    an inference tensor works and the products run in the caller's autocast dtype."""
+    q, k, v = (t.float() for t in tensors(n=600))
+    expected = sa.flash_attention(q, k, v, block_q=64, block_k=64)
+    with torch.inference_mode():
+        out = sa.flash_attention(q, k, v, block_q=64, block_k=64)
+    torch.testing.assert_close(out, expected)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        low = sa.flash_attention(q, k, v, block_q=64, block_k=64)
+    torch.testing.assert_close(low.float(), expected, atol=0.1, rtol=0.1)

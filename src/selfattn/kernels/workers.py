@@ -20,6 +20,8 @@ the loops run as before, in the calling thread.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import queue
 import threading
 import time
@@ -35,6 +37,7 @@ class _Pool:
     """``threads`` daemon threads, all started at once, each running torch on one core."""
 
     def __init__(self, threads: int) -> None:
+        self.process = os.getpid()  # a forked child has none of these threads: it makes its own pool
         self.tasks: queue.SimpleQueue = queue.SimpleQueue()
         ready = threading.Barrier(threads + 1)
         for number in range(threads):
@@ -46,9 +49,17 @@ class _Pool:
         torch.set_num_threads(1)  # this thread's torch calls run on one core (OpenMP's setting is per thread)
         ready.wait()
         while True:
-            run, unit, grad, results, index, done = self.tasks.get()
+            run, unit, modes, results, index, done = self.tasks.get()
+            grad, inference, autocast = modes
             try:
-                with torch.set_grad_enabled(grad):  # autograd's mode is per thread: the caller's
+                # Inference mode, autocast and autograd's mode are per thread: the caller's. (Grad mode last:
+                # inference_mode(False) would turn it on.)
+                with contextlib.ExitStack() as stack:
+                    if inference:
+                        stack.enter_context(torch.inference_mode())
+                    if autocast is not None:
+                        stack.enter_context(torch.autocast("cpu", dtype=autocast))
+                    stack.enter_context(torch.set_grad_enabled(grad))
                     results[index] = (True, run(unit))
             except BaseException as error:  # noqa: BLE001 - handed back to the caller, raised there
                 results[index] = (False, error)
@@ -57,9 +68,10 @@ class _Pool:
     def map(self, run, units: list) -> list:
         results: list = [None] * len(units)
         done = threading.Semaphore(0)
-        grad = torch.is_grad_enabled()
+        autocast = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None
+        modes = (torch.is_grad_enabled(), torch.is_inference_mode_enabled(), autocast)
         for index, unit in enumerate(units):
-            self.tasks.put((run, unit, grad, results, index, done))
+            self.tasks.put((run, unit, modes, results, index, done))
         for _ in units:
             done.acquire()
         for ok, value in results:
@@ -71,7 +83,7 @@ class _Pool:
 def _pool(threads: int) -> _Pool:
     with _lock:
         pool = _pools.get(threads)
-        if pool is None:
+        if pool is None or pool.process != os.getpid():
             pool = _pools[threads] = _Pool(threads)
             # set_num_threads(1) in the workers also set the count that threads started later begin
             # with; give back the caller's, so that no other thread inherits 1.
