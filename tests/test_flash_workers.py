@@ -97,6 +97,9 @@ def test_the_units_really_run_on_the_workers_and_errors_come_back(contended):
 
 def test_contention_is_read_from_the_cpu_time_of_long_runs(monkeypatch):
     monkeypatch.setattr(workers, "_contended", False)
+    monkeypatch.setattr(workers, "_warm", False)
+    workers._measured(2, 1.0, 1.3)  # the process's first long run: not counted
+    assert not workers.cores_are_shared()
     workers._measured(2, 1.0, 1.3)  # a busy-loop process took most of a core
     assert workers.cores_are_shared()
     workers._measured(2, 0.001, 2.0)  # too short to tell: unchanged

@@ -104,15 +104,22 @@ def cores_are_shared() -> bool:
     CPU time (every thread's, torch's spinning included) over the wall time. On a quiet machine
     torch's threads, or ours, keep their cores: 1.96-2.0 cores on 2 threads here; with one core
     taken by a busy-loop process, 1.0 (torch's threads) and 1.2-1.3 (ours). Below threads - SLACK
-    the next run shares its units out; a run that gets its cores back turns it off again.
+    the next run shares its units out; a run that gets its cores back turns it off again. The
+    process's first long run is not counted: starting torch's threads and touching fresh
+    memory made it look contended on a quiet machine.
     """
     return _contended
 
 
+_warm = False  # the process's first long run starts torch's threads and touches fresh memory: not a measure
+
+
 def _measured(threads: int, wall: float, cpu: float) -> None:
-    global _contended
+    global _contended, _warm
     if wall >= MIN_WALL_S:
-        _contended = cpu / wall < threads - SLACK
+        if _warm:
+            _contended = cpu / wall < threads - SLACK
+        _warm = True
 
 
 def in_worker() -> bool:
