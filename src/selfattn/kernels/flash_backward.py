@@ -53,8 +53,9 @@ def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k
     softcap: the forward's c: with t = tanh(scale Q K^T / c), S = c t and dS_raw = dS (1 - t^2).
 
     lse_low: the forward's ``lse_remainder`` (None: none). P = exp(S - lse) exp(-low), and
-    exp(-low) is one number per row: it multiplies dO's row once, here, and so reaches dV,
-    dP, D and dS without touching a tile. Without it P loses lse's rounding, an ulp of |S|.
+    exp(-low) is one number per row: it multiplies dO's rows (a row block at a time) and D,
+    and so reaches dV, dP and dS without touching a tile. Without it P loses lse's
+    rounding, an ulp of |S|.
 
     grads: (dQ, dK, dV) tensors shaped like q, k, v to add into (a ring accumulates its
     steps this way without temporaries); by default fresh zeros. Returns them.
@@ -71,8 +72,9 @@ def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k
     runs about 12 torch calls per tile, and on small tiles their fixed cost is much of the time.
     """
     q_len, kv_len = q.shape[-2], k.shape[-2]
-    if lse_low is not None:  # P = exp(S - lse) r, r = exp(-low) per row: folded into dO (dV, dP and D are linear in it)
-        grad_out = grad_out * torch.exp(-lse_low)[..., None]
+    # P = exp(S - lse) r with r = exp(-low) per row: folded into dO's rows (dV, dP and D are linear in it),
+    # a row block at a time in the loop below, so that no scaled copy of dO is held.
+    row_factor = None if lse_low is None else torch.exp(-lse_low)[..., None]  # (..., Hq, q_len, 1)
     flush = score_mod is not None or backward_may_underflow(q, k, scale, mask, lse, softcap)  # else a plain exp: two passes fewer
     if grads is None:
         grads = tuple(torch.zeros(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
@@ -81,15 +83,18 @@ def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k
     k3, v3 = k.reshape(-1, *k.shape[-2:]), v.reshape(-1, *v.shape[-2:])  # (B Hk, kv_len, d), views unless broadcast
     dk3, dv3 = _accumulator(dk, q.dtype), _accumulator(dv, q.dtype)
     delta = (grad_out * output).sum(dim=-1, keepdim=True)  # D = rowsum(dO * O): (..., Hq, q_len, 1)
+    if row_factor is not None:
+        delta = delta * row_factor
     # exp(S - lse) with lse = +inf for rows that see nothing: their P is 0, not exp(-inf + inf).
     lse_safe = torch.where(lse == NEG_INF, torch.full_like(lse, float("inf")), lse)[..., None]  # (..., Hq, q_len, 1)
     # The scores are recomputed exactly as the forward made them, from q times scale (scale / c
     # with a softcap) and then the product: the same roundings, so that exp(S - lse) is the
     # forward's own softmax. Scaled after the product instead, S differs from the forward's by
     # a few ulps of |S|, and with large scores (softcap tests scale q by c) P, and every
-    # gradient with it, lost up to 6x PyTorch's float32 accuracy.
-    q_scaled = q * query_factor(scale, softcap)
-    per_row = (q, q_scaled, grad_out, -lse_safe, delta)  # sliced per row block below (views where the layout allows)
+    # gradient with it, lost up to 6x PyTorch's float32 accuracy. Scaled per tile (a few hundred
+    # kilobytes), not as one copy of q: at 16k tokens the two copies held 64 MB more than SDPA.
+    factor = query_factor(scale, softcap)
+    per_row = (q, grad_out, -lse_safe, delta) + (() if row_factor is None else (row_factor,))  # sliced per row block below
     rows_of, row_data = {}, {}  # key block -> the row blocks that see it; row block -> its grouped 3-D slices
     for (r0, r1), tiles in zip(block_spans(q_len, block_q), visible_tiles(mask, q_len, kv_len, block_q, block_k)):
         if tiles:
@@ -112,7 +117,10 @@ def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k
         dk_j, dv_j = dk_sum.get(k_j.shape, k_j).zero_(), dv_sum.get(v_j.shape, v_j).zero_()  # contiguous: summed in place
         for r0, r1, partial in row_blocks:
             log_tile("backward", r0, c0)
-            q_i, qs_i, do_i, neg_lse_i, delta_i = row_data[r0]
+            q_i, do_i, neg_lse_i, delta_i, *factor_i = row_data[r0]
+            qs_i = q_i * factor  # bit for bit the forward's scale Q_i
+            if factor_i:
+                do_i = do_i * factor_i[0]
             dq_i = local.dq.get(r0)
             if dq_i is None:
                 dq_i = local.dq[r0] = torch.zeros_like(q_i)
