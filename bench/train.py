@@ -33,7 +33,6 @@ import dataclasses
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -43,6 +42,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import describe  # noqa: E402
 from peer_gpt import PeerGPT, copy_from_ours  # noqa: E402
 
 from selfattn.attention import paths  # noqa: E402
@@ -297,12 +297,8 @@ def loss_runs(task: TextTask, vocab, args) -> dict:
 
 
 def machine(threads: int) -> str:
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in subprocess.run(
-            ["lscpu"], capture_output=True, text=True, check=True).stdout.splitlines() if line.startswith("Model name"))
-    except (OSError, subprocess.SubprocessError, StopIteration):
-        cpu = platform.processor() or platform.machine()
-    return f"torch {torch.__version__}, {threads} threads, {cpu} ({os.cpu_count()} CPUs), Python {platform.python_version()}"
+    """bench/machine.py's line for this CPU, with torch's threads, then Python's version."""
+    return f"{describe().line(threads, torch.__version__)}; Python {platform.python_version()}"
 
 
 def fmt(pair: tuple[float, float]) -> str:
