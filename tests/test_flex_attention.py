@@ -290,3 +290,26 @@ def test_bad_input_is_a_typed_one_line_error(call, message):
     with pytest.raises(sa.SelfAttnError) as caught:
         call(q, k, v)
     assert message in str(caught.value) and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("form", ["alibi", "alibi + table", "softcap of alibi"])
+def test_captured_tensors_get_their_gradients_on_both_paths(form):
+    """Learnable slopes and tables: through the bias path (autograd on the bias alone) and the general one
+    (a softcap around the bias), against autograd through the dense reference, float64."""
+    slopes = torch.tensor([0.5, 0.25, 0.125, 0.0625], dtype=torch.float64, requires_grad=True)
+    table = torch.randn(64, dtype=torch.float64, generator=torch.Generator().manual_seed(2), requires_grad=True)
+    mods = {
+        "alibi": lambda s, b, h, q, kv: s + slopes[h] * (kv - q),
+        "alibi + table": lambda s, b, h, q, kv: s + slopes[h] * (kv - q) + table[q - kv + 32],
+        "softcap of alibi": lambda s, b, h, q, kv: 5 * torch.tanh((s + slopes[h] * (kv - q)) / 5),
+    }
+    mod = mods[form]
+    sources = [slopes, table] if form == "alibi + table" else [slopes]
+    q, k, v = (t.requires_grad_() for t in inputs(2, 4, 4, 29, 29, 8))
+    causal = sa.create_block_mask(MASK_MODS["causal"], None, None, 29, 29, BLOCK_SIZE=8)
+    out = sa.flex_attention(q, k, v, score_mod=mod, block_mask=causal)
+    grad = torch.randn_like(out)
+    got = torch.autograd.grad(out, (q, k, v, *sources), grad)
+    expected = torch.autograd.grad(dense_reference(q, k, v, mod, MASK_MODS["causal"]), (q, k, v, *sources), grad)
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, atol=1e-11, rtol=1e-11)
