@@ -134,6 +134,7 @@ ADDS_A_BIAS = {  # score_mod -> whether it is score + something independent of t
     "nested": True, "bias first": True, "identity": True, "a subtracted bias": True,
     "score subtracted": False, "alpha 2": False, "where": False, "scaled": False, "softcap of alibi": False,
     "float32 bias on float64": True, "float64 bias on float32": False, "in place on a clone": True,
+    "a view scaled in place": False, "an item set": False, "a view of the score scaled": False,
 }
 FORMS = {
     **{name: SCORE_MODS[name] for name in ("alibi", "relative", "softcap", "per-batch")},
@@ -149,7 +150,25 @@ FORMS = {
     "float32 bias on float64": lambda s, b, h, q, kv: s + TABLE.float()[q - kv + 64],
     "float64 bias on float32": lambda s, b, h, q, kv: s + TABLE[q - kv + 64],
     "in place on a clone": lambda s, b, h, q, kv: s.clone().add_(SLOPES[h]),
+    "a view scaled in place": lambda s, b, h, q, kv: _scaled_through_a_view(s + SLOPES[h]),
+    "an item set": lambda s, b, h, q, kv: _first_key_set(s + SLOPES[h]),
+    "a view of the score scaled": lambda s, b, h, q, kv: _view_scaled_then_returned(s.clone()),
 }
+
+
+def _scaled_through_a_view(t):
+    t[..., :1].mul_(2.0)  # the first key's scores doubled, through a view: not a bias
+    return t
+
+
+def _first_key_set(t):
+    t[..., 0] = -1.0  # the first key's scores replaced: not a bias
+    return t
+
+
+def _view_scaled_then_returned(t):
+    t.view(-1).mul_(0.5)  # the tensor itself halved through a view, then returned
+    return t
 
 
 @pytest.mark.parametrize("name", sorted(ADDS_A_BIAS))

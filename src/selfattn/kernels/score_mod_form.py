@@ -11,7 +11,8 @@ The form is read by running the score_mod once on a 2 x 2 probe tile under a
 ``TorchFunctionMode`` that follows every torch call: a tensor is "s + bias" when it is the
 score itself, or the sum (or difference, score side first) of one "s + bias" tensor and one
 that does not depend on the score. Anything else that touches the score makes the result
-"depends on s" and the score_mod general. Like FlexAttention, this assumes the score_mod does
+"depends on s" and the score_mod general, and so does any other write in place into a
+tensor made from the score (it may reach the score through a view). Like FlexAttention, this assumes the score_mod does
 the same torch calls for every tile (no branching on the scores' values).
 """
 
@@ -37,6 +38,10 @@ class _FormTracker(TorchFunctionMode):
         super().__init__()
         self.forms: dict[int, int] = {id(score): PLUS}
         self.alive: list[torch.Tensor] = [score]
+        # A write in place into something made from the score, other than adding an independent term: it may
+        # change the score itself through a view (``s[..., :1].mul_(2)``, ``t[i] = 0``) without the score's
+        # id being the result's, so the form of every tensor can no longer be trusted.
+        self.rewritten = False
 
     def form(self, value) -> int:
         if isinstance(value, torch.Tensor):
@@ -51,6 +56,8 @@ class _FormTracker(TorchFunctionMode):
         kwargs = kwargs or {}
         result = func(*args, **kwargs)
         form = self.result_form(func, args, kwargs, result)
+        if _writes_in_place(func) and args and self.form(args[0]) != INDEPENDENT and form != PLUS:
+            self.rewritten = True
         for tensor in _tensors(result):
             self.forms[id(tensor)] = max(form, self.forms.get(id(tensor), INDEPENDENT)) if form != PLUS else PLUS
             self.alive.append(tensor)
@@ -69,6 +76,13 @@ class _FormTracker(TorchFunctionMode):
             if func in _ADD and first == INDEPENDENT and second == PLUS:
                 return PLUS
         return DEPENDS
+
+
+def _writes_in_place(func) -> bool:
+    """torch's in-place calls: ``add_``-style methods, ``__iadd__``-style operators and item assignment."""
+    name = getattr(func, "__name__", "")
+    return name == "__setitem__" or (name.startswith("__i") and name.endswith("__")) or (
+        name.endswith("_") and not name.startswith("_"))
 
 
 def _tensors(value):
@@ -105,4 +119,5 @@ def adds_a_bias(fn, b: torch.Tensor, h: torch.Tensor, dtype: torch.dtype, device
             result = fn(score, b, h, q_idx, kv_idx)
     except Exception:  # noqa: BLE001 - the real call raises it again, with our message
         return False
-    return isinstance(result, torch.Tensor) and tracker.form(result) == PLUS and result.dtype == dtype
+    return (isinstance(result, torch.Tensor) and tracker.form(result) == PLUS and result.dtype == dtype
+            and not tracker.rewritten)
