@@ -20,6 +20,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 
@@ -126,15 +127,12 @@ def measure(n: int, rounds: int) -> list[Row]:
 def busy_rows(n: int, rounds: int) -> list[Row]:
     """bench/busy.py's two rows: flash / SDPA with one core busy, over the same quiet."""
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "busy.py")
-    out = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".summary-busy.json")
-    try:
+    with tempfile.TemporaryDirectory(prefix="summary-busy-") as scratch:  # not in the source tree
+        out = os.path.join(scratch, "busy.json")
         subprocess.run([sys.executable, script, "--n", str(n), "--rounds", str(rounds), "--json", out], check=True,
                        stdout=subprocess.DEVNULL)
         with open(out) as file:
             found = json.load(file)["rows"]
-    finally:
-        if os.path.exists(out):
-            os.remove(out)
     # ms: flash and SDPA with the core busy; ratio: (flash / SDPA busy) / (flash / SDPA quiet)
     return [Row("causal, one core busy: ratio busy / ratio quiet", r["pass"], "flash", "SDPA", 1.5, r["busy_ms"],
                 r["sdpa_busy_ms"], r["busy/quiet"]) for r in found if r["kernel"] == "new"]

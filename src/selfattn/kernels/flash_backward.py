@@ -104,8 +104,7 @@ def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k
             rows_of.setdefault((c0, c1), []).append((r0, r1, partial))
     heads_view = lambda t, r: ungroup_rows(t.view(*lead, *t.shape[-2:]), group)  # noqa: E731 - (..., Hq, bq, bk) for masks
     local = threading.local()  # per thread: its tile buffers and its own dQ_i sums (key blocks run on several threads)
-    all_dq = [{r0: torch.zeros_like(data[0]) for r0, data in row_data.items()}]  # this thread's, made before the loop
-    local.buffers, local.dq = tuple(TileBuffer() for _ in range(6)), all_dq[0]
+    all_dq = []  # every thread's dQ_i sums, added into dQ at the end
 
     def key_block(unit) -> None:
         (c0, c1), row_blocks = unit
