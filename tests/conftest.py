@@ -2,8 +2,14 @@ import os
 import sys
 from pathlib import Path
 
-import pytest
-import torch
+# Triton's interpreter runs our Triton kernels on CPU tensors (tests/test_triton_flash.py). It
+# must be chosen before triton is first imported, by anything: triton's own library functions
+# (tl.zeros, ...) are made for the interpreter or for a GPU at that moment. No other test
+# uses Triton; on a machine with CUDA, test_triton_flash.py says it is for the CPU.
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 

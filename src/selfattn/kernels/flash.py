@@ -36,6 +36,7 @@ from selfattn.checks import (
     is_causal_bias,
 )
 from selfattn.errors import OptionError, ShapeError
+from selfattn.kernels.backend import choose_backend
 from selfattn.kernels.flash_backward import flash_backward
 from selfattn.kernels.flash_tiles import FloatMask, flash_forward
 from selfattn.kernels.tile_dropout import check_dropout, tile_dropout
@@ -72,6 +73,7 @@ def flash_attention(
     return_lse: bool = False,
     dropout_p: float = 0.0,
     generator: torch.Generator | None = None,
+    backend: str = "auto",
 ):
     """O = softmax(scale Q K^T + mask) V, tile by tile.   (..., Hq, q_len, d), (..., Hk, kv_len, d), (..., Hk, kv_len, d_v)
 
@@ -119,6 +121,13 @@ def flash_attention(
             (``kernels.tile_dropout``).
         generator: the ``torch.Generator`` the dropout seed is drawn from; None: torch's
             default one, so ``torch.manual_seed`` reproduces a call. Unused without dropout.
+        backend: "auto" (default), "torch" or "triton". auto runs the Triton kernel
+            (``kernels.triton_kernels``, the same tiles and steps) on CUDA tensors when
+            triton is installed (``pip install 'selfattn[gpu]'``) and the call is one it
+            takes (no dropout; tiles, if given, powers of two from 16); the torch kernel
+            otherwise. "triton" on CPU tensors runs Triton's interpreter, and only with
+            TRITON_INTERPRET=1 set before triton is imported. ``selfattn.kernels.last_backend()``
+            says which ran and why.
 
     Returns:
         O (..., Hq, q_len, d_v) in the query's dtype, the leading axes broadcast; with
@@ -137,7 +146,9 @@ def flash_attention(
             dtype, does not broadcast, or (structured or torch causal) is for another
             q_len x kv_len.
         OptionError: attn_mask and is_causal=True together; block_q or block_k not a
-            positive int; dropout_p outside [0, 1); generator not a torch.Generator.
+            positive int; dropout_p outside [0, 1); generator not a torch.Generator;
+            backend not one of the three, or "triton" for a call it cannot run (the
+            message says why).
 
     Examples:
         >>> import selfattn as sa
@@ -161,19 +172,21 @@ def flash_attention(
     """
     causal_offset, attn_mask = causal_form(attn_mask, is_causal, query, key)
     output, lse = flash_with_offset(query, key, value, attn_mask, causal_offset, scale, enable_gqa, block_q, block_k,
-                                    dropout_p=dropout_p, generator=generator)
+                                    dropout_p=dropout_p, generator=generator, backend=backend)
     return (output, lse) if return_lse else output
 
 
 def flash_with_offset(query, key, value, attn_mask, causal_offset: int | None, scale=None, enable_gqa=False,
-                      block_q=None, block_k=None, score_mod=None, dropout_p=0.0, generator=None, softcap=0.0):
+                      block_q=None, block_k=None, score_mod=None, dropout_p=0.0, generator=None, softcap=0.0,
+                      backend="auto"):
     """``flash_attention`` with the causal rule given as a number: row i sees keys j <= i + offset
     (None: no causal rule). For callers that know their alignment, such as the modules.   -> (O, lse)
 
     score_mod: None, or a ``kernels.flex.TileScoreMod`` applied to every tile's scores
     (``flex_attention``); the tensors it captures receive gradients. dropout_p, generator:
     as in ``flash_attention``. softcap: c > 0 makes every score c tanh(score / c) before
-    score_mod and the mask (``flash_attn_func``'s softcap), 0 leaves them."""
+    score_mod and the mask (``flash_attn_func``'s softcap), 0 leaves them. backend: as in
+    ``flash_attention``; the Triton kernel takes a score_mod only when it is ALiBi (``.alibi``)."""
     if isinstance(attn_mask, StructuredMask):
         check_attention_inputs(query, key, value, None, 0.0, False, enable_gqa)
         attn_mask.check_size(query.shape[-2], key.shape[-2])
@@ -195,6 +208,12 @@ def flash_with_offset(query, key, value, attn_mask, causal_offset: int | None, s
     query, key, value = broadcast_leading(query, key, value, group)
     mask = tile_mask(attn_mask, causal_offset, query.shape[-2], key.shape[-2])
     float_mask = attn_mask if isinstance(mask, FloatMask) else None
+    if choose_backend(backend, query, dropout_p=dropout_p, score_mod=score_mod, block_q=block_q,
+                      block_k=block_k) == "triton":
+        from selfattn.kernels.triton_flash import triton_attention  # triton loads with the first Triton call
+
+        return triton_attention(query, key, value, mask, float_mask, scale, group, softcap,
+                                getattr(score_mod, "alibi", None), block_q, block_k)
     auto_k = block_k is None  # then the backward, with its shorter row blocks, chooses its own block_k
     if block_q is None or block_k is None:
         chosen_q, chosen_k = choose_blocks(mask, query.shape[-2], key.shape[-2], math.prod(query.shape[:-2]))

@@ -100,6 +100,8 @@ def flash_attn_func(
         mask = sliding_window_mask(q_len, kv_len, left=left, right=right, align="bottom_right", structured=True)
     slopes = None if alibi_slopes is None else check_slopes(alibi_slopes, batch, heads)
     score_mod = None if slopes is None else TileScoreMod(_alibi(slopes, offset), batch, heads)
+    if score_mod is not None:  # the same bias by its numbers, for the Triton kernel's built-in ALiBi
+        score_mod.alibi = (slopes, torch.arange(q_len) + offset, torch.arange(kv_len), None)
     qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, S, D) views
     out, lse, probs = _attend(qt, kt, vt, mask, score_mod, softmax_scale, return_attn_probs, dropout_p, softcap)
     out = out.transpose(1, 2).contiguous()  # (B, Sq, H, Dv)
@@ -184,6 +186,8 @@ def flash_attn_varlen_func(
         mask = mask & _window_rule(starts_q, starts_k, place_q, place_k, left, right)
     slopes = None if alibi_slopes is None else check_slopes(alibi_slopes, batch, heads)
     score_mod = None if slopes is None else TileScoreMod(_varlen_alibi(slopes, seq_q, place_q, place_k), 1, heads)
+    if score_mod is not None:  # slope row per query: its sequence's (or the one shared row)
+        score_mod.alibi = (slopes, place_q, place_k, seq_q if slopes.shape[0] > 1 else torch.zeros_like(seq_q))
     qt, kt, vt = (t.transpose(0, 1)[None] for t in (q, k, v))  # (1, H, total, D) views
     out, lse, probs = _attend(qt, kt, vt, mask, score_mod, softmax_scale, return_attn_probs, dropout_p, softcap)
     out = out[0].transpose(0, 1).contiguous()  # (total_q, H, Dv)

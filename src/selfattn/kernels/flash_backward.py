@@ -79,6 +79,8 @@ def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k
     if grads is None:
         grads = tuple(torch.zeros(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
     dq, dk, dv = grads
+    if not q.numel() or not k.numel():  # no query or no key: nothing to add (and no (B Hk, ...) view of nothing)
+        return dq, dk, dv
     lead = k.shape[:-2]  # (..., Hk): one batched product per tile covers every batch element and head
     k3, v3 = k.reshape(-1, *k.shape[-2:]), v.reshape(-1, *v.shape[-2:])  # (B Hk, kv_len, d), views unless broadcast
     dk3, dv3 = _accumulator(dk, q.dtype), _accumulator(dv, q.dtype)

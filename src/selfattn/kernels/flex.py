@@ -116,6 +116,9 @@ class TileScoreMod:
         self._wanted: tuple[bool, ...] = ()
         self._tile = threading.local()  # what ``record`` keeps for ``backward``: per thread, as the tiles run on several
         self._adding = threading.Lock()
+        # (slopes, q positions, key positions, slope row per query or None) when the score_mod is
+        # flash-attn's ALiBi, which the Triton kernel computes itself (``kernels.backend``)
+        self.alibi = None
 
     def __call__(self, scores: torch.Tensor, rows: tuple[int, int], cols: tuple[int, int]) -> torch.Tensor:
         """The tile's new scores.   scores (B, Hq, r, c) -> (B, Hq, r, c)"""
