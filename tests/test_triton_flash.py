@@ -361,3 +361,15 @@ def test_no_queries_or_no_keys(backend, q_len, kv_len):
     out, lse, grads, _ = _run(q, k, v, backend)
     assert out.shape == (1, 2, q_len, 16) and bool((out == 0).all()) and bool(torch.isneginf(lse).all())
     assert [tuple(g.shape) for g in grads] == [tuple(t.shape) for t in (q, k, v)] and all(bool((g == 0).all()) for g in grads)
+
+
+def test_the_torch_kernel_never_imports_triton():
+    """Triton is optional: a flash call on the CPU (backend auto) leaves it unimported."""
+    import subprocess
+    import sys
+
+    code = ("import sys, torch, selfattn as sa; q = torch.randn(1, 2, 9, 8); sa.flash_attention(q, q, q, is_causal=True); "
+            "sa.flash_attn_func(q.transpose(1, 2), q.transpose(1, 2), q.transpose(1, 2), softcap=3.0); "
+            "print('triton' in sys.modules, 'selfattn.kernels.triton_flash' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert result.stdout.split() == ["False", "False"]

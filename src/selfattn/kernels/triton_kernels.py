@@ -39,7 +39,6 @@ import triton
 import triton.language as tl
 
 NONE, BAND, TABLE, BIAS = 0, 1, 2, 3  # MASK: how a PARTIAL tile's hidden pairs are found
-INTERPRETED = bool(triton.knobs.runtime.interpret)  # as the decorators below read it: CPU tensors then
 
 
 @triton.jit
@@ -253,3 +252,8 @@ def dq_kernel(
         dq += tl.dot(ds.to(k_j.dtype), k_j, input_precision=PRECISION)  # dQ_i += dS K_j (scale below)
     tl.store(DQ + zh.to(tl.int64) * q_len * d + rows[:, None] * d + dims[None, :], (dq * scale).to(DQ.dtype.element_ty),
              mask=row_in[:, None] & (dims[None, :] < d))
+
+
+# Whether the decorators above made the kernels for Triton's interpreter (TRITON_INTERPRET=1 when
+# triton was first imported): they then run on CPU tensors, and only on those.
+INTERPRETED = type(forward_kernel).__name__ == "InterpretedFunction"
