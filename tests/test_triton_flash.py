@@ -373,3 +373,29 @@ def test_the_torch_kernel_never_imports_triton():
             "print('triton' in sys.modules, 'selfattn.kernels.triton_flash' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert result.stdout.split() == ["False", "False"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("head_dim", [16, 64, 96, 128, 256])
+def test_gpu_tiles_fit_in_shared_memory(head_dim, dtype):
+    """The GPU's default tiles (not run here): powers of two from 16, and the tiles one program
+    keeps (forward: Q_i, then K_j and V_j in two pipeline stages; dK/dV: K_j, V_j, then Q_i and
+    dO_i in two stages) within 200 KB, under the H100/H200's 227 KB of shared memory per block."""
+    from selfattn.kernels.triton_flash import default_blocks
+
+    size = torch.tensor([], dtype=dtype).element_size()
+    width = max(16, 1 << (head_dim - 1).bit_length())
+    (fq, fk), (bq, bk) = default_blocks(head_dim, dtype, torch.device("cuda"))
+    for block in (fq, fk, bq, bk):
+        assert block >= 16 and block & (block - 1) == 0
+    assert (fq * width + 2 * 2 * fk * width) * size <= 200_000
+    assert (2 * bk * width + 2 * 2 * bq * width) * size <= 200_000
+
+
+def test_attention_probs_from_lse_works_unchanged_on_tritons_lse():
+    q, k, v = _inputs(2, 2, 45, 60, 16, kv_heads=1)
+    window = sliding_window_mask(45, 60, left=9, align="bottom_right", structured=True)
+    _, lse = sa.flash_attention(q, k, v, attn_mask=window, enable_gqa=True, return_lse=True, backend="triton")
+    probs = sa.attention_probs_from_lse(q, k, lse, rows=[0, 17, 44], attn_mask=window.dense(), enable_gqa=True)
+    scores = (q @ k.transpose(-2, -1) / 4).masked_fill(~window.dense(), float("-inf"))  # d = 16: scale 1/4
+    torch.testing.assert_close(probs, torch.softmax(scores, dim=-1)[..., [0, 17, 44], :], **TOL)

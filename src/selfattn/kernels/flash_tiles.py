@@ -45,7 +45,9 @@ def count_tiles():
 
     For tests and explanations: it shows which tiles a mask lets the kernel skip. Every
     tile that ``flash_attention`` (and ring attention, which runs the same tile loops)
-    computes inside the ``with`` block, forward and backward, is appended to the list.
+    computes inside the ``with`` block, forward and backward, is appended to the list. The
+    Triton kernel (``backend="triton"``) marks the tiles its programs visit, read back after
+    each launch: its backward appears twice per tile (the dK/dV kernel and the dQ kernel).
     A nested ``count_tiles`` records into its own list only and the outer one resumes
     when it ends. The list is module-wide state: do not count in two threads at once.
 

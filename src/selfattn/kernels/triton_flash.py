@@ -32,15 +32,19 @@ from selfattn.masks.states import EMPTY, PARTIAL
 BAND_FAR = 2**30  # a window side with no limit
 
 
-def default_blocks(head_dim: int, device: torch.device) -> tuple[tuple[int, int], tuple[int, int]]:
+def default_blocks(head_dim: int, dtype: torch.dtype, device: torch.device) -> tuple[tuple[int, int], tuple[int, int]]:
     """((block_q, block_k) of the forward, of the backward). Not tuned on a GPU (none was lent to
-    measure with): the common FlashAttention-2 choices, smaller for large heads, whose tiles
-    must fit in shared memory. Under the interpreter (CPU) 64 x 64: fewer, larger numpy steps."""
+    measure with): the common FlashAttention-2 choices, smaller where the tiles (float32's take
+    twice the bytes, large heads more) must still fit in shared memory with two pipeline stages.
+    Under the interpreter (CPU) 64 x 64: fewer, larger numpy steps."""
     if device.type != "cuda":
         return (64, 64), (64, 64)
-    if head_dim <= 128:
+    width = head_dim * (2 if dtype == torch.float32 else 1)  # a row's bytes, in units of a float16 row of 128
+    if width <= 128:
         return (128, 64), (64, 64)
-    return (64, 32), (32, 32)
+    if width <= 256:
+        return (64, 64), (32, 32)
+    return (32, 32), (16, 16)
 
 
 @dataclass
@@ -309,7 +313,7 @@ def triton_attention(q, k, v, mask, float_mask, scale: float, group: int, softca
     if not q.is_cuda and not tk.INTERPRETED:
         raise OptionError("the Triton kernels were made for the GPU (TRITON_INTERPRET was not set when they were "
                           "first imported): CPU tensors cannot run them")
-    forward, backward = default_blocks(q.shape[-1], q.device)
+    forward, backward = default_blocks(max(q.shape[-1], v.shape[-1]), q.dtype, q.device)
     if block_q is not None or block_k is not None:
         forward = (block_q or forward[0], block_k or forward[1])
         backward = (min(forward[0], 128), forward[1])  # the torch kernel's backward rows, at most 128
