@@ -399,3 +399,20 @@ def test_attention_probs_from_lse_works_unchanged_on_tritons_lse():
     probs = sa.attention_probs_from_lse(q, k, lse, rows=[0, 17, 44], attn_mask=window.dense(), enable_gqa=True)
     scores = (q @ k.transpose(-2, -1) / 4).masked_fill(~window.dense(), float("-inf"))  # d = 16: scale 1/4
     torch.testing.assert_close(probs, torch.softmax(scores, dim=-1)[..., [0, 17, 44], :], **TOL)
+
+
+def test_a_masks_tables_are_made_once_and_kept_while_it_lives(monkeypatch):
+    calls = []
+    mask = causal_mask(90, structured=True) & document_mask([40, 50], structured=True)
+    original = type(mask).allowed
+    monkeypatch.setattr(type(mask), "allowed", lambda self, rows, cols: calls.append(1) or original(self, rows, cols))
+    q, k, v = _inputs(1, 2, 90, 90, 16)
+    first = sa.flash_attention(q, k, v, attn_mask=mask, backend="triton")
+    made = len(calls)
+    again = sa.flash_attention(q, k, v, attn_mask=mask, backend="triton")
+    assert made > 0 and len(calls) == made  # the second call gathered no bits
+    torch.testing.assert_close(again, first, atol=0, rtol=0)
+    other = causal_mask(90, structured=True) & document_mask([60, 30], structured=True)  # another mask: its own tables
+    ref, _, _ = _dense_reference(q, k, v, other.dense(), torch.zeros(1, 2, 90, 16))
+    torch.testing.assert_close(sa.flash_attention(q, k, v, attn_mask=other, backend="triton"), ref, **TOL)
+    assert len(calls) > made

@@ -18,6 +18,7 @@ is worked out once per call:
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -26,7 +27,7 @@ from selfattn.errors import OptionError
 from selfattn.kernels import triton_kernels as tk
 from selfattn.kernels.backend import block_size_error
 from selfattn.kernels.flash_tiles import log_tile, logging_tiles
-from selfattn.masks.rules import SlidingWindowMask
+from selfattn.masks.rules import CausalMask, SlidingWindowMask
 from selfattn.masks.states import EMPTY, PARTIAL
 
 BAND_FAR = 2**30  # a window side with no limit
@@ -170,11 +171,40 @@ class Plan:
 
     def tiles(self, q, k, blocks: tuple[int, int]) -> tuple[BlockTables, MaskArgs]:
         if blocks not in self._passes:
-            q_len, kv_len = q.shape[-2], k.shape[-2]
-            tables = block_tables(self.mask, q_len, kv_len, *blocks, q.device)
-            args = mask_args(self.mask, self.float_mask, tables, tuple(q.shape[:-2]), q_len, kv_len, *blocks, q.device)
-            self._passes[blocks] = tables, args
+            q_len, kv_len, lead = q.shape[-2], k.shape[-2], tuple(q.shape[:-2])
+
+            def make():
+                tables = block_tables(self.mask, q_len, kv_len, *blocks, q.device)
+                return tables, mask_args(self.mask, self.float_mask, tables, lead, q_len, kv_len, *blocks, q.device)
+
+            if self.float_mask is not None:  # a float mask's numbers may change between calls: read anew
+                self._passes[blocks] = make()
+            else:
+                self._passes[blocks] = kept(self.mask, (blocks, q_len, kv_len, lead, str(q.device)), make)
         return self._passes[blocks]
+
+
+# The tables of earlier calls. A training loop or a benchmark calls again and again with the same
+# mask; making its tables costs a few torch calls and copies to the GPU (a TABLE mask also one
+# allowed() per row block), host time the GPU waits for. A causal or window rule and no mask are
+# kept by their numbers; any other structured mask by the object itself, for as long as it lives
+# (masks are not changed after they are made: their own block states are cached the same way).
+_BY_MASK: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_BY_RULE: dict = {}
+RULES_KEPT = 64
+
+
+def kept(mask, key: tuple, make):
+    """make()'s result for this mask and key, made once."""
+    if mask is None or type(mask) in (SlidingWindowMask, CausalMask):
+        store, key = _BY_RULE, (None if mask is None else (mask.offset, *mask._sides), *key)
+    else:
+        store = _BY_MASK.setdefault(mask, {})
+    if key not in store:
+        if store is _BY_RULE and len(store) >= RULES_KEPT:
+            store.pop(next(iter(store)))  # the oldest
+        store[key] = make()
+    return store[key]
 
 
 def alibi_rows(alibi, lead: tuple[int, ...], q_len: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
