@@ -267,7 +267,9 @@ def test_softcap_within_flash_attns_criterion_for_any_lengths(q_len, kv_len, kv_
     _assert_within_criterion(*_criterion(q, k, v, grad, ours_opts, ref_opts, orderings=(False, True)))
 
 
-@pytest.mark.xfail(strict=True, reason="open: FlashAttention-2's D = rowsum(dO * O) for a row that sees one key")
+# Not strict: on an Intel Xeon with AVX-512 it fails (dK up to 4.9x the criterion); on an AMD EPYC with AVX2,
+# whose float32 products round otherwise, it passes. The open point is the same on both.
+@pytest.mark.xfail(strict=False, reason="open: FlashAttention-2's D = rowsum(dO * O) for a row that sees one key")
 def test_softcap_gradients_when_many_rows_see_a_single_key():
     """53 queries, 11 keys, bottom-right causal: 43 rows see key 0 alone. Their P is exactly 1 and
     their true dS = P (dP - D) is 0, but D comes from O (FlashAttention-2's rowsum(dO * O)), which

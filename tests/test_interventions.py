@@ -200,7 +200,9 @@ def test_patching_matches_transformers(request, which):
         for head in range(got.shape[1]):
             with Reference(theirs, [(layer, head)], "patch", sources=sources):
                 expected[layer, head] = (lp(corrupted) - lp_corrupted) / (lp_clean - lp_corrupted)
-    torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+    # A fraction of a log-prob difference: float32 rounding in both models is divided by it (1.5e-4 apart on
+    # an AMD EPYC with AVX2, below 1e-4 on an Intel Xeon with AVX-512).
+    torch.testing.assert_close(got, expected, atol=3e-4, rtol=1e-4)
 
 
 def test_the_model_is_exactly_as_before_after_the_block_even_after_an_error(induction):

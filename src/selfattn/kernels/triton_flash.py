@@ -17,6 +17,7 @@ is worked out once per call:
 
 from __future__ import annotations
 
+import contextlib
 import math
 import weakref
 from dataclasses import dataclass
@@ -243,6 +244,11 @@ def _constants(plan: Plan, args: MaskArgs, q, v, blocks, count: bool) -> dict:
                 num_warps=4 if max(block_d, block_dv) <= 64 else 8, num_stages=2)
 
 
+def on_device(t: torch.Tensor):
+    """Launches on t's GPU (Triton launches on the current one), nothing to do on the CPU."""
+    return torch.cuda.device(t.device) if t.is_cuda else contextlib.nullcontext()
+
+
 def triton_next_pow2(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
 
@@ -254,7 +260,7 @@ def _log_visits(kind: str, visits: torch.Tensor, blocks: tuple[int, int]) -> Non
 
 def run_forward(q, k, v, plan: Plan):
     """O and lse (float32) by ``forward_kernel``, one program per (row block, batch x head)."""
-    q_len, d_v = q.shape[-2], v.shape[-1]
+    d_v = v.shape[-1]
     out = torch.empty((*q.shape[:-1], d_v), dtype=q.dtype, device=q.device)
     lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
     programs = math.prod(q.shape[:-2])
@@ -263,13 +269,14 @@ def run_forward(q, k, v, plan: Plan):
     tables, args = plan.tiles(q, k, plan.forward_blocks)
     count = logging_tiles()
     visits = torch.zeros((tables.n_rows, tables.n_cols), dtype=torch.int32, device=q.device)
-    tk.forward_kernel[(tables.n_rows, programs)](
-        q, k, v, out, lse, lead_offsets(q), lead_offsets(k), lead_offsets(v), lead_offsets(out),
-        q.stride(-2), q.stride(-1), k.stride(-2), k.stride(-1), v.stride(-2), v.stride(-1), out.stride(-2),
-        tables.kv_count, tables.kv_index, tables.kv_slot, visits,
-        *_shared_args(plan, args, q, k, v), tables.n_cols, q.shape[-1], d_v, plan.scale, plan.softcap or 1.0,
-        **_constants(plan, args, q, v, plan.forward_blocks, count),
-    )
+    with on_device(q):
+        tk.forward_kernel[(tables.n_rows, programs)](
+            q, k, v, out, lse, lead_offsets(q), lead_offsets(k), lead_offsets(v), lead_offsets(out),
+            q.stride(-2), q.stride(-1), k.stride(-2), k.stride(-1), v.stride(-2), v.stride(-1), out.stride(-2),
+            tables.kv_count, tables.kv_index, tables.kv_slot, visits,
+            *_shared_args(plan, args, q, k, v), tables.n_cols, q.shape[-1], d_v, plan.scale, plan.softcap or 1.0,
+            **_constants(plan, args, q, v, plan.forward_blocks, count),
+        )
     if count:
         _log_visits("forward", visits.cpu(), plan.forward_blocks)
     return out, lse
@@ -281,7 +288,10 @@ def run_backward(grad_out, q, k, v, out, lse, plan: Plan, bias_grad: bool):
     dq = torch.zeros(q.shape, dtype=q.dtype, device=q.device)
     dk = torch.zeros(k.shape, dtype=k.dtype, device=k.device)
     dv = torch.zeros(v.shape, dtype=v.dtype, device=v.device)
-    dbias = torch.zeros((*q.shape[:-1], kv_len) if bias_grad else (1,), dtype=torch.float32, device=q.device)
+    dbias = torch.zeros(plan.float_mask.shape if bias_grad else (1,), dtype=torch.float32, device=q.device)
+    # the float mask's gradient as the kernels address it: (..., q_len, kv_len), broadcast axes of stride 0
+    dbias_view = dbias.expand(*q.shape[:-2], q_len, kv_len) if bias_grad else dbias.view(1, 1, 1)
+    dbias_at = (dbias_view, lead_offsets(dbias_view), dbias_view.stride(-2), dbias_view.stride(-1))
     if not q.numel() or not k.numel():
         return dq, dk, dv, dbias
     grad_out = grad_out.contiguous()
@@ -293,16 +303,17 @@ def run_backward(grad_out, q, k, v, out, lse, plan: Plan, bias_grad: bool):
     strides = (q.stride(-2), q.stride(-1), k.stride(-2), k.stride(-1), v.stride(-2), v.stride(-1), grad_out.stride(-2))
     constants = _constants(plan, args, q, v, plan.backward_blocks, count)
     visits = torch.zeros((2, tables.n_rows, tables.n_cols), dtype=torch.int32, device=q.device)
-    tk.dkdv_kernel[(tables.n_cols, math.prod(k.shape[:-2]))](
-        q, k, v, grad_out, lse, delta, dk, dv, *offsets, *strides,
-        tables.q_count, tables.q_index, tables.q_slot, visits[0], *shared,
-        tables.n_rows, tables.n_cols, q.shape[-1], v.shape[-1], plan.scale, plan.softcap or 1.0, **constants,
-    )
-    tk.dq_kernel[(tables.n_rows, math.prod(q.shape[:-2]))](
-        q, k, v, grad_out, lse, delta, dq, dbias, *offsets, *strides,
-        tables.kv_count, tables.kv_index, tables.kv_slot, visits[1], *shared,
-        tables.n_cols, q.shape[-1], v.shape[-1], plan.scale, plan.softcap or 1.0, BIAS_GRAD=bias_grad, **constants,
-    )
+    with on_device(q):
+        tk.dkdv_kernel[(tables.n_cols, math.prod(k.shape[:-2]))](
+            q, k, v, grad_out, lse, delta, dk, dv, *offsets, *strides,
+            tables.q_count, tables.q_index, tables.q_slot, visits[0], *shared,
+            tables.n_rows, tables.n_cols, q.shape[-1], v.shape[-1], plan.scale, plan.softcap or 1.0, **constants,
+        )
+        tk.dq_kernel[(tables.n_rows, math.prod(q.shape[:-2]))](
+            q, k, v, grad_out, lse, delta, dq, *dbias_at, *offsets, *strides,
+            tables.kv_count, tables.kv_index, tables.kv_slot, visits[1], *shared,
+            tables.n_cols, q.shape[-1], v.shape[-1], plan.scale, plan.softcap or 1.0, BIAS_GRAD=bias_grad, **constants,
+        )
     if count:  # each tile twice: once for dK and dV, once for dQ
         _log_visits("backward", visits[0].cpu(), plan.backward_blocks)
         _log_visits("backward", visits[1].cpu(), plan.backward_blocks)
@@ -327,7 +338,7 @@ class TritonFlash(torch.autograd.Function):
         q, k, v, out, lse, float_mask = ctx.saved_tensors
         bias_grad = float_mask is not None and ctx.needs_input_grad[3]
         dq, dk, dv, dbias = run_backward(grad_out, q, k, v, out, lse, ctx.plan, bias_grad)
-        mask_grad = dbias.sum_to_size(float_mask.shape).to(float_mask.dtype) if bias_grad else None
+        mask_grad = dbias.to(float_mask.dtype) if bias_grad else None
         return dq, dk, dv, mask_grad, None
 
 

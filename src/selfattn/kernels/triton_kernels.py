@@ -200,7 +200,7 @@ def dkdv_kernel(
 
 @triton.jit
 def dq_kernel(
-    Q, K, V, DO, LSE, DELTA, DQ, DBIAS, QOff, KOff, VOff, DOOff,
+    Q, K, V, DO, LSE, DELTA, DQ, DBias, DBiasOff, dbias_sr, dbias_sc, QOff, KOff, VOff, DOOff,
     sq_n, sq_d, sk_n, sk_d, sv_n, sv_d, sdo_n,
     KVCount, KVIndex, KVSlot, Visits,
     MaskLead, Table, table_leads, band_diag, band_left, band_right, Bias, BiasOff, bias_sr, bias_sc,
@@ -211,7 +211,8 @@ def dq_kernel(
     BIAS_GRAD: tl.constexpr,
 ):
     """One row block i of one (batch, head): dQ_i over its key blocks; with BIAS_GRAD also dS,
-    the float mask's gradient, into DBIAS (batch x head, q_len, kv_len)."""
+    the float mask's gradient, added into DBias at the mask's own shape (a mask broadcast over
+    heads or rows sums the dS of all of them: atomic adds)."""
     i = tl.program_id(0)
     zh = tl.program_id(1)
     zh_kv = (zh // heads) * kv_heads + (zh % heads) // group
@@ -244,9 +245,9 @@ def dq_kernel(
         p = tl.exp(s - lse_i[:, None])  # P = exp(S - lse)
         dp = tl.dot(do_i, tl.trans(v_j), input_precision=PRECISION)  # dP = dO_i V_j^T
         ds = p * (dp - delta_i[:, None])  # dS = P * (dP - D_i)
-        if BIAS_GRAD:  # the mask is added last: its gradient is dS itself
-            tl.store(DBIAS + zh.to(tl.int64) * q_len * kv_len + rows[:, None].to(tl.int64) * kv_len + cols[None, :], ds,
-                     mask=row_in[:, None] & col_in[None, :])
+        if BIAS_GRAD:  # the mask is added last: its gradient is dS itself, summed where the mask broadcasts
+            where = tl.load(DBiasOff + zh) + rows[:, None].to(tl.int64) * dbias_sr + cols[None, :].to(tl.int64) * dbias_sc
+            tl.atomic_add(DBias + where, ds, mask=row_in[:, None] & col_in[None, :])
         if SOFTCAP:
             ds = ds * (1.0 - t * t)
         dq += tl.dot(ds.to(k_j.dtype), k_j, input_precision=PRECISION)  # dQ_i += dS K_j (scale below)
