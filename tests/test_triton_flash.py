@@ -428,16 +428,46 @@ def test_attention_probs_from_lse_works_unchanged_on_tritons_lse():
 
 def test_a_masks_tables_are_made_once_and_kept_while_it_lives(monkeypatch):
     calls = []
-    mask = causal_mask(90, structured=True) & document_mask([40, 50], structured=True)
+    mask = causal_mask(90, structured=True) & padding_mask(torch.tensor([90, 61]), 90, structured=True)  # a TABLE mask
     original = type(mask).allowed
     monkeypatch.setattr(type(mask), "allowed", lambda self, rows, cols: calls.append(1) or original(self, rows, cols))
-    q, k, v = _inputs(1, 2, 90, 90, 16)
+    q, k, v = _inputs(2, 2, 90, 90, 16)
     first = sa.flash_attention(q, k, v, attn_mask=mask, backend="triton")
     made = len(calls)
     again = sa.flash_attention(q, k, v, attn_mask=mask, backend="triton")
     assert made > 0 and len(calls) == made  # the second call gathered no bits
     torch.testing.assert_close(again, first, atol=0, rtol=0)
-    other = causal_mask(90, structured=True) & document_mask([60, 30], structured=True)  # another mask: its own tables
-    ref, _, _ = _dense_reference(q, k, v, other.dense(), torch.zeros(1, 2, 90, 16))
+    other = causal_mask(90, structured=True) & padding_mask(torch.tensor([33, 90]), 90, structured=True)
+    ref, _, _ = _dense_reference(q, k, v, other.dense(), torch.zeros(2, 2, 90, 16))
     torch.testing.assert_close(sa.flash_attention(q, k, v, attn_mask=other, backend="triton"), ref, **TOL)
-    assert len(calls) > made
+    assert len(calls) > made  # another mask: its own tables
+
+
+def _document_masks():
+    docs = document_mask([30, 1, 49, 40], structured=True)
+    return {
+        "documents": (docs, triton_kernels.DOCS),
+        "causal documents": (causal_mask(120, structured=True) & docs, triton_kernels.DOCS),
+        "documents in a window": (docs & sliding_window_mask(120, left=9, right=3, structured=True), triton_kernels.DOCS),
+        "documents, causal and a window": (docs & causal_mask(120, structured=True)
+                                           & sliding_window_mask(120, left=20, structured=True), triton_kernels.TABLE),
+        "documents or a window": (docs | sliding_window_mask(120, left=5, structured=True), triton_kernels.TABLE),
+    }
+
+
+@pytest.mark.parametrize("name", list(_document_masks()))
+def test_packed_documents_are_compared_in_the_kernel(name):
+    """A DocumentMask alone or with one band is checked in the kernel from each query's and key's
+    document (DOCS); other combinations take the bits of their PARTIAL tiles (TABLE). Both right."""
+    from selfattn.kernels.triton_tables import block_tables, mask_args
+
+    mask, kind = _document_masks()[name]
+    tables = block_tables(mask, 120, 120, 64, 64, "cpu")
+    assert mask_args(mask, None, tables, (1, 2), 120, 120, 64, 64, "cpu").kind == kind
+    q, k, v = _inputs(1, 2, 120, 120, 16)
+    out, lse, grads, upstream = _run(q, k, v, "triton", attn_mask=mask, block_q=32, block_k=32)
+    ref_out, ref_lse, ref_grads = _dense_reference(q, k, v, mask.dense(), upstream)
+    torch.testing.assert_close(out, ref_out, **TOL)
+    torch.testing.assert_close(lse, ref_lse, **TOL)
+    for mine, theirs in zip(grads, ref_grads):
+        torch.testing.assert_close(mine, theirs, **TOL)

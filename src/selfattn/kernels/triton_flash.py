@@ -42,7 +42,8 @@ def _shared_args(plan: Plan, args: MaskArgs, q, k, v):
     bias = filler if args.bias is None else args.bias
     bias_offsets = filler if args.bias_offsets is None else args.bias_offsets
     alibi = (filler, filler, filler) if plan.slopes is None else (plan.slopes, plan.q_pos, plan.k_pos)
-    return (args.lead, args.table, args.table_leads, *args.band, bias, bias_offsets, *args.bias_strides, *alibi,
+    docs = (filler, filler) if args.docs is None else args.docs
+    return (args.lead, args.table, args.table_leads, *args.band, bias, bias_offsets, *args.bias_strides, *alibi, *docs,
             q_len, kv_len, heads, kv_heads, plan.group)
 
 

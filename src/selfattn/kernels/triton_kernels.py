@@ -27,8 +27,9 @@ is never loaded. ``slot`` says per visited tile whether it is FULL (-1: no mask)
 PARTIAL (>= 0), and for a table mask where its bits are.
 
 Mask kinds (``MASK``): NONE; BAND, a causal or sliding-window rule evaluated from the
-indices (i + diag - left <= j <= i + diag + right); TABLE, the bits of every PARTIAL tile
-gathered on the host from any structured mask; BIAS, a float mask added tile by tile.
+indices (i + diag - left <= j <= i + diag + right); DOCS, packed documents (the document of
+every query and key compared), with a band or not; TABLE, the bits of every PARTIAL tile
+gathered on the host from any other structured mask; BIAS, a float mask added tile by tile.
 Every kernel runs under Triton's interpreter (``TRITON_INTERPRET=1``) on CPU tensors,
 which is how the test suite checks it without a GPU.
 """
@@ -38,7 +39,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-NONE, BAND, TABLE, BIAS = 0, 1, 2, 3  # MASK: how a PARTIAL tile's hidden pairs are found
+NONE, BAND, TABLE, BIAS, DOCS = 0, 1, 2, 3, 4  # MASK: how a PARTIAL tile's hidden pairs are found
 
 
 @triton.jit
@@ -56,7 +57,7 @@ def tanh(x):
 @triton.jit
 def tile_scores(q, k, rows, cols, slot, zh, q_len, kv_len, scale, softcap,
                 MaskLead, Table, table_leads, band_diag, band_left, band_right, Bias, BiasOff, bias_sr, bias_sc,
-                Slopes, QPos, KPos,
+                Slopes, QPos, KPos, QDoc, KDoc,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr, SOFTCAP: tl.constexpr,
                 ALIBI: tl.constexpr, PRECISION: tl.constexpr):
     """S for one tile, -inf where hidden, and t = tanh(scale Q K^T / c) for the softcap's backward.   -> (BLOCK_M, BLOCK_N) x 2
@@ -84,6 +85,10 @@ def tile_scores(q, k, rows, cols, slot, zh, q_len, kv_len, scale, softcap,
             local = (rows % BLOCK_M)[:, None] * BLOCK_N + (cols % BLOCK_N)[None, :]
             bits = tl.load(Table + (slot.to(tl.int64) * table_leads + lead) * (BLOCK_M * BLOCK_N) + local)
             visible = visible & (bits != 0)
+        if MASK == 4:  # DOCS: the same document (packed sequences), and inside the band if one is given
+            same = tl.load(QDoc + rows, mask=row_in, other=-1)[:, None] == tl.load(KDoc + cols, mask=col_in, other=-2)[None, :]
+            offset = cols[None, :] - rows[:, None] - band_diag
+            visible = visible & same & (offset >= -band_left) & (offset <= band_right)
         if MASK == 3:  # BIAS: S += the float mask's tile (-inf hides)
             where = tl.load(BiasOff + zh) + rows[:, None].to(tl.int64) * bias_sr + cols[None, :].to(tl.int64) * bias_sc
             s = s + tl.load(Bias + where, mask=row_in[:, None] & col_in[None, :], other=0.0).to(tl.float32)
@@ -97,7 +102,7 @@ def forward_kernel(
     sq_n, sq_d, sk_n, sk_d, sv_n, sv_d, so_n,  # strides of a row and of a column
     KVCount, KVIndex, KVSlot, Visits,  # per row block: how many key blocks, which, their slots; tiles seen (COUNT)
     MaskLead, Table, table_leads, band_diag, band_left, band_right, Bias, BiasOff, bias_sr, bias_sc,
-    Slopes, QPos, KPos,
+    Slopes, QPos, KPos, QDoc, KDoc,
     q_len, kv_len, heads, kv_heads, group, n_cols, d, d_v, scale, softcap,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     MASK: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, PRECISION: tl.constexpr, COUNT: tl.constexpr,
@@ -126,7 +131,7 @@ def forward_kernel(
                       mask=(cols[:, None] < kv_len) & (dims_v[None, :] < d_v), other=0.0)  # (BLOCK_N, BLOCK_DV)
         s, _ = tile_scores(q_i, k_j, rows, cols, slot, zh, q_len, kv_len, scale, softcap,
                            MaskLead, Table, table_leads, band_diag, band_left, band_right, Bias, BiasOff, bias_sr,
-                           bias_sc, Slopes, QPos, KPos, BLOCK_M, BLOCK_N, MASK, SOFTCAP, ALIBI, PRECISION)
+                           bias_sc, Slopes, QPos, KPos, QDoc, KDoc, BLOCK_M, BLOCK_N, MASK, SOFTCAP, ALIBI, PRECISION)
         m_new = tl.maximum(m, tl.max(s, 1))  # m' = max(m, max S)
         shift = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing visible yet: shift by 0, no NaN
         r = tl.exp(m - shift)  # r = exp(m - m'): rescales the earlier terms
@@ -148,7 +153,7 @@ def dkdv_kernel(
     sq_n, sq_d, sk_n, sk_d, sv_n, sv_d, sdo_n,
     QCount, QIndex, QSlot, Visits,  # per key block: how many row blocks see it, which, their slots
     MaskLead, Table, table_leads, band_diag, band_left, band_right, Bias, BiasOff, bias_sr, bias_sc,
-    Slopes, QPos, KPos,
+    Slopes, QPos, KPos, QDoc, KDoc,
     q_len, kv_len, heads, kv_heads, group, n_rows, n_cols, d, d_v, scale, softcap,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     MASK: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, PRECISION: tl.constexpr, COUNT: tl.constexpr,
@@ -183,7 +188,7 @@ def dkdv_kernel(
             delta_i = tl.load(DELTA + zh.to(tl.int64) * q_len + rows, mask=row_in, other=0.0)
             s, t = tile_scores(q_i, k_j, rows, cols, slot, zh, q_len, kv_len, scale, softcap,
                                MaskLead, Table, table_leads, band_diag, band_left, band_right, Bias, BiasOff, bias_sr,
-                               bias_sc, Slopes, QPos, KPos, BLOCK_M, BLOCK_N, MASK, SOFTCAP, ALIBI, PRECISION)
+                               bias_sc, Slopes, QPos, KPos, QDoc, KDoc, BLOCK_M, BLOCK_N, MASK, SOFTCAP, ALIBI, PRECISION)
             p = tl.exp(s - tl.where(lse_i == float("-inf"), float("inf"), lse_i)[:, None])  # P = exp(S - lse); 0 if unseen
             dv += tl.dot(tl.trans(p.to(do_i.dtype)), do_i, input_precision=PRECISION)  # dV_j += P^T dO_i
             dp = tl.dot(do_i, tl.trans(v_j), input_precision=PRECISION)  # dP = dO_i V_j^T
@@ -204,7 +209,7 @@ def dq_kernel(
     sq_n, sq_d, sk_n, sk_d, sv_n, sv_d, sdo_n,
     KVCount, KVIndex, KVSlot, Visits,
     MaskLead, Table, table_leads, band_diag, band_left, band_right, Bias, BiasOff, bias_sr, bias_sc,
-    Slopes, QPos, KPos,
+    Slopes, QPos, KPos, QDoc, KDoc,
     q_len, kv_len, heads, kv_heads, group, n_cols, d, d_v, scale, softcap,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     MASK: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, PRECISION: tl.constexpr, COUNT: tl.constexpr,
@@ -241,7 +246,7 @@ def dq_kernel(
                       mask=col_in[:, None] & (dims_v[None, :] < d_v), other=0.0)
         s, t = tile_scores(q_i, k_j, rows, cols, slot, zh, q_len, kv_len, scale, softcap,
                            MaskLead, Table, table_leads, band_diag, band_left, band_right, Bias, BiasOff, bias_sr,
-                           bias_sc, Slopes, QPos, KPos, BLOCK_M, BLOCK_N, MASK, SOFTCAP, ALIBI, PRECISION)
+                           bias_sc, Slopes, QPos, KPos, QDoc, KDoc, BLOCK_M, BLOCK_N, MASK, SOFTCAP, ALIBI, PRECISION)
         p = tl.exp(s - lse_i[:, None])  # P = exp(S - lse)
         dp = tl.dot(do_i, tl.trans(v_j), input_precision=PRECISION)  # dP = dO_i V_j^T
         ds = p * (dp - delta_i[:, None])  # dS = P * (dP - D_i)

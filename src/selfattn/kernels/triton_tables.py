@@ -8,9 +8,10 @@ with the same mask):
 - the mask's block states at the Triton block size (``mask.block_states``, the very
   function the torch kernel's ``visible_tiles`` reads), turned into per-row-block lists
   of key blocks to visit and per-key-block lists of row blocks (``block_tables``);
-- how a PARTIAL tile is masked: a causal or window rule by its numbers (BAND), a float
-  mask by pointer (BIAS), any other structured mask by the bits of its PARTIAL tiles,
-  gathered here with ``mask.allowed`` (TABLE);
+- how a PARTIAL tile is masked: a causal or window rule by its numbers (BAND), packed
+  documents by the document of each query and key (DOCS), a float mask by pointer (BIAS),
+  any other structured mask by the bits of its PARTIAL tiles, gathered here with
+  ``mask.allowed`` (TABLE);
 - where each (batch, head) starts in every tensor (``lead_offsets``), so that broadcast
   and strided inputs are read in place.
 
@@ -26,8 +27,9 @@ from dataclasses import dataclass
 import torch
 
 from selfattn.kernels import triton_kernels as tk
-from selfattn.masks.rules import CausalMask, SlidingWindowMask
+from selfattn.masks.rules import CausalMask, DocumentMask, SlidingWindowMask
 from selfattn.masks.states import EMPTY, PARTIAL
+from selfattn.masks.structured import AndMask
 
 BAND_FAR = 2**30  # a window side with no limit
 
@@ -96,6 +98,7 @@ class MaskArgs:
     bias: torch.Tensor | None = None  # the float mask, broadcast to (..., q_len, kv_len) (BIAS)
     bias_offsets: torch.Tensor | None = None
     bias_strides: tuple[int, int] = (0, 0)
+    docs: tuple[torch.Tensor, torch.Tensor] | None = None  # int32 (q_len,), (kv_len,): each query's and key's document (DOCS)
 
 
 def mask_args(mask, float_mask, tables: BlockTables, lead: tuple[int, ...], q_len: int, kv_len: int,
@@ -110,8 +113,12 @@ def mask_args(mask, float_mask, tables: BlockTables, lead: tuple[int, ...], q_le
         return MaskArgs(tk.BIAS, none, none, 1, bias=bias, bias_offsets=lead_offsets(bias),
                         bias_strides=(bias.stride(-2), bias.stride(-1)))
     if isinstance(mask, SlidingWindowMask):  # and CausalMask: the band's numbers are the whole mask
-        left, right = (min(side, BAND_FAR) for side in mask._sides)
-        return MaskArgs(tk.BAND, none, none, 1, band=(mask.offset, left, right))
+        return MaskArgs(tk.BAND, none, none, 1, band=band_numbers(mask))
+    documents = document_parts(mask)
+    if documents is not None:  # packed documents (varlen), alone or with one band: compared in the kernel
+        document, band = documents
+        docs = tuple(ids.to(device=device, dtype=torch.int32) for ids in (document.q_doc, document.kv_doc))
+        return MaskArgs(tk.DOCS, none, none, 1, band=band_numbers(band), docs=docs)
     mask_lead = tuple(mask.lead)
     leads = math.prod(mask_lead)
     which = torch.arange(leads, dtype=torch.int32).view(mask_lead).expand(lead).contiguous().view(-1)  # program -> mask matrix
@@ -128,6 +135,28 @@ def mask_args(mask, float_mask, tables: BlockTables, lead: tuple[int, ...], q_le
         table[slot:slot + len(blocks)] = bits.permute(2, 0, 1, 3)  # (tiles, mask matrices, block_q, block_k)
         slot += len(blocks)
     return MaskArgs(tk.TABLE, which.to(device), table, leads)
+
+
+def band_numbers(band: SlidingWindowMask | None) -> tuple[int, int, int]:
+    """(diag, left, right) of a causal or window rule; None: a band that keeps every pair."""
+    if band is None:
+        return 0, BAND_FAR, BAND_FAR
+    left, right = (min(side, BAND_FAR) for side in band._sides)
+    return band.offset, left, right
+
+
+def document_parts(mask) -> tuple[DocumentMask, SlidingWindowMask | None] | None:
+    """(the documents, the band or None) when the mask is a DocumentMask, alone or joined by & with
+    one causal or window rule (flash-attn's varlen masks); else None."""
+    def parts(m):
+        return [p for inner in m.masks for p in parts(inner)] if isinstance(m, AndMask) else [m]
+
+    found = parts(mask)
+    documents = [m for m in found if isinstance(m, DocumentMask)]
+    bands = [m for m in found if isinstance(m, SlidingWindowMask)]
+    if len(documents) != 1 or len(bands) > 1 or len(found) != len(documents) + len(bands):
+        return None
+    return documents[0], (bands[0] if bands else None)
 
 
 @dataclass
