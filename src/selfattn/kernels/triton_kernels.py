@@ -17,8 +17,9 @@ the tile lives in registers. The names are the torch kernel's:
         dQ_i += scale dS K_j            (program per row block i: dq_kernel)
 
 The two backward kernels each recompute the tiles they visit (FlashAttention-2's loop over
-key blocks for dK and dV, and a second loop over row blocks for dQ): no atomic adds, and
-the result does not depend on the order programs run in.
+key blocks for dK and dV, and a second loop over row blocks for dQ): dQ, dK and dV need no
+atomic adds and do not depend on the order programs run in (a float mask's gradient is added
+atomically, where the mask is shared by heads or rows).
 
 Which tiles a program visits comes from the mask's block states, computed on the host
 (``triton_flash``): per row block, the key blocks that are not EMPTY (``kv_index``,
