@@ -11,6 +11,7 @@ import contextlib
 import math
 
 import torch
+import triton
 
 from selfattn.errors import OptionError
 from selfattn.kernels import triton_kernels as tk
@@ -34,7 +35,7 @@ def default_blocks(head_dim: int, dtype: torch.dtype, device: torch.device) -> t
     return (32, 32), (16, 16)
 
 
-def _shared_args(plan: Plan, args: MaskArgs, q, k, v):
+def _shared_args(plan: Plan, args: MaskArgs, q, k):
     """The arguments every kernel takes after its own: the mask, ALiBi, then the sizes."""
     q_len, kv_len = q.shape[-2], k.shape[-2]
     heads, kv_heads = q.shape[-3], k.shape[-3]
@@ -49,7 +50,7 @@ def _shared_args(plan: Plan, args: MaskArgs, q, k, v):
 
 def _constants(plan: Plan, args: MaskArgs, q, v, blocks, count: bool) -> dict:
     d, d_v = q.shape[-1], v.shape[-1]
-    block_d, block_dv = (max(16, triton_next_pow2(n)) for n in (d, d_v))
+    block_d, block_dv = (max(16, triton.next_power_of_2(n)) for n in (d, d_v))
     return dict(BLOCK_M=blocks[0], BLOCK_N=blocks[1], BLOCK_D=block_d, BLOCK_DV=block_dv, MASK=args.kind,
                 SOFTCAP=bool(plan.softcap), ALIBI=plan.slopes is not None,
                 PRECISION="ieee" if q.dtype == torch.float32 else "tf32", COUNT=count,
@@ -61,8 +62,9 @@ def on_device(t: torch.Tensor):
     return torch.cuda.device(t.device) if t.is_cuda else contextlib.nullcontext()
 
 
-def triton_next_pow2(n: int) -> int:
-    return 1 << max(0, n - 1).bit_length()
+def _visits(count: bool, shape: tuple[int, ...], filler: torch.Tensor) -> torch.Tensor:
+    """Where the kernels mark the tiles they visit (count_tiles is recording), else an unused pointer."""
+    return torch.zeros(shape, dtype=torch.int32, device=filler.device) if count else filler
 
 
 def _log_visits(kind: str, visits: torch.Tensor, blocks: tuple[int, int]) -> None:
@@ -80,13 +82,13 @@ def run_forward(q, k, v, plan: Plan):
         return out, lse
     tables, args = plan.tiles(q, k, plan.forward_blocks)
     count = logging_tiles()
-    visits = torch.zeros((tables.n_rows, tables.n_cols), dtype=torch.int32, device=q.device)
+    visits = _visits(count, (tables.n_rows, tables.n_cols), tables.kv_count)
     with on_device(q):
         tk.forward_kernel[(tables.n_rows, programs)](
             q, k, v, out, lse, lead_offsets(q), lead_offsets(k), lead_offsets(v), lead_offsets(out),
             q.stride(-2), q.stride(-1), k.stride(-2), k.stride(-1), v.stride(-2), v.stride(-1), out.stride(-2),
             tables.kv_count, tables.kv_index, tables.kv_slot, visits,
-            *_shared_args(plan, args, q, k, v), tables.n_cols, q.shape[-1], d_v, plan.scale, plan.softcap or 1.0,
+            *_shared_args(plan, args, q, k), tables.n_cols, q.shape[-1], d_v, plan.scale, plan.softcap or 1.0,
             **_constants(plan, args, q, v, plan.forward_blocks, count),
         )
     if count:
@@ -97,24 +99,23 @@ def run_forward(q, k, v, plan: Plan):
 def run_backward(grad_out, q, k, v, out, lse, plan: Plan, bias_grad: bool):
     """dQ, dK, dV (and dS for a float mask) by ``dkdv_kernel`` and ``dq_kernel``."""
     q_len, kv_len = q.shape[-2], k.shape[-2]
-    dq = torch.zeros(q.shape, dtype=q.dtype, device=q.device)
-    dk = torch.zeros(k.shape, dtype=k.dtype, device=k.device)
-    dv = torch.zeros(v.shape, dtype=v.dtype, device=v.device)
+    nothing = not q.numel() or not k.numel()  # then no kernel runs, and the gradients are zeros
+    dq, dk, dv = ((torch.zeros if nothing else torch.empty)(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
     dbias = torch.zeros(plan.float_mask.shape if bias_grad else (1,), dtype=torch.float32, device=q.device)
     # the float mask's gradient as the kernels address it: (..., q_len, kv_len), broadcast axes of stride 0
     dbias_view = dbias.expand(*q.shape[:-2], q_len, kv_len) if bias_grad else dbias.view(1, 1, 1)
     dbias_at = (dbias_view, lead_offsets(dbias_view), dbias_view.stride(-2), dbias_view.stride(-1))
-    if not q.numel() or not k.numel():
+    if nothing:
         return dq, dk, dv, dbias
     grad_out = grad_out.contiguous()
     delta = (grad_out.float() * out.float()).sum(-1)  # D = rowsum(dO * O): (..., Hq, q_len)
     tables, args = plan.tiles(q, k, plan.backward_blocks)
     count = logging_tiles()
-    shared = _shared_args(plan, args, q, k, v)
+    shared = _shared_args(plan, args, q, k)
     offsets = lead_offsets(q), lead_offsets(k), lead_offsets(v), lead_offsets(grad_out)
     strides = (q.stride(-2), q.stride(-1), k.stride(-2), k.stride(-1), v.stride(-2), v.stride(-1), grad_out.stride(-2))
     constants = _constants(plan, args, q, v, plan.backward_blocks, count)
-    visits = torch.zeros((2, tables.n_rows, tables.n_cols), dtype=torch.int32, device=q.device)
+    visits = [_visits(count, (tables.n_rows, tables.n_cols), tables.kv_count) for _ in range(2)]  # dK/dV's, dQ's
     with on_device(q):
         tk.dkdv_kernel[(tables.n_cols, math.prod(k.shape[:-2]))](
             q, k, v, grad_out, lse, delta, dk, dv, *offsets, *strides,

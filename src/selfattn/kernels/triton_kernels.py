@@ -98,6 +98,36 @@ def tile_scores(q, k, rows, cols, slot, zh, q_len, kv_len, scale, softcap,
 
 
 @triton.jit
+def load_tile(ptr, rows, cols, stride_r, stride_c, n_rows, n_cols):
+    """ptr[rows, cols]: a (len(rows), len(cols)) tile, 0 past n_rows and n_cols."""
+    return tl.load(ptr + rows[:, None] * stride_r + cols[None, :] * stride_c,
+                   mask=(rows[:, None] < n_rows) & (cols[None, :] < n_cols), other=0.0)
+
+
+@triton.jit
+def store_tile(ptr, rows, cols, stride_r, n_rows, n_cols, value):
+    """ptr[rows, cols] = value, in the pointer's dtype, within n_rows and n_cols (a row's columns contiguous)."""
+    tl.store(ptr + rows[:, None] * stride_r + cols[None, :], value.to(ptr.dtype.element_ty),
+             mask=(rows[:, None] < n_rows) & (cols[None, :] < n_cols))
+
+
+@triton.jit
+def row_stats(LSE, DELTA, zh, rows, q_len):
+    """lse_i and D_i of a row block, lse_i = +inf for a row that saw nothing (its P = exp(S - lse) is then 0)."""
+    at = zh.to(tl.int64) * q_len + rows
+    lse = tl.load(LSE + at, mask=rows < q_len, other=0.0)
+    return tl.where(lse == float("-inf"), float("inf"), lse), tl.load(DELTA + at, mask=rows < q_len, other=0.0)
+
+
+@triton.jit
+def tile_ds(s, lse_i, do_i, v_j, delta_i, PRECISION: tl.constexpr):
+    """The backward's tile: P = exp(S - lse_i), and dS = P * (dP - D_i) with dP = dO_i V_j^T.   -> P, dS"""
+    p = tl.exp(s - lse_i[:, None])
+    dp = tl.dot(do_i, tl.trans(v_j), input_precision=PRECISION)
+    return p, p * (dp - delta_i[:, None])
+
+
+@triton.jit
 def forward_kernel(
     Q, K, V, O, LSE, QOff, KOff, VOff, OOff,  # tensors; *Off: where each (batch, head) starts, in elements
     sq_n, sq_d, sk_n, sk_d, sv_n, sv_d, so_n,  # strides of a row and of a column
@@ -114,8 +144,7 @@ def forward_kernel(
     zh_kv = (zh // heads) * kv_heads + (zh % heads) // group  # its key/value head: GQA without copying K and V
     rows = i * BLOCK_M + tl.arange(0, BLOCK_M)
     dims, dims_v = tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_DV)
-    q_i = tl.load(Q + tl.load(QOff + zh) + rows[:, None] * sq_n + dims[None, :] * sq_d,
-                  mask=(rows[:, None] < q_len) & (dims[None, :] < d), other=0.0)  # (BLOCK_M, BLOCK_D)
+    q_i = load_tile(Q + tl.load(QOff + zh), rows, dims, sq_n, sq_d, q_len, d)  # (BLOCK_M, BLOCK_D)
     k_ptr, v_ptr = K + tl.load(KOff + zh_kv), V + tl.load(VOff + zh_kv)
     m = tl.full([BLOCK_M], float("-inf"), tl.float32)  # the largest score so far
     l = tl.zeros([BLOCK_M], tl.float32)  # sum_j exp(s_j - m)
@@ -126,10 +155,8 @@ def forward_kernel(
         if COUNT:
             tl.store(Visits + i * n_cols + j, 1)
         cols = j * BLOCK_N + tl.arange(0, BLOCK_N)
-        k_j = tl.load(k_ptr + cols[:, None] * sk_n + dims[None, :] * sk_d,
-                      mask=(cols[:, None] < kv_len) & (dims[None, :] < d), other=0.0)  # (BLOCK_N, BLOCK_D)
-        v_j = tl.load(v_ptr + cols[:, None] * sv_n + dims_v[None, :] * sv_d,
-                      mask=(cols[:, None] < kv_len) & (dims_v[None, :] < d_v), other=0.0)  # (BLOCK_N, BLOCK_DV)
+        k_j = load_tile(k_ptr, cols, dims, sk_n, sk_d, kv_len, d)  # (BLOCK_N, BLOCK_D)
+        v_j = load_tile(v_ptr, cols, dims_v, sv_n, sv_d, kv_len, d_v)  # (BLOCK_N, BLOCK_DV)
         s, _ = tile_scores(q_i, k_j, rows, cols, slot, zh, q_len, kv_len, scale, softcap,
                            MaskLead, Table, table_leads, band_diag, band_left, band_right, Bias, BiasOff, bias_sr,
                            bias_sc, Slopes, QPos, KPos, QDoc, KDoc, BLOCK_M, BLOCK_N, MASK, SOFTCAP, ALIBI, PRECISION)
@@ -143,8 +170,7 @@ def forward_kernel(
     seen = l > 0
     out = tl.where(seen[:, None], acc / tl.where(seen, l, 1.0)[:, None], 0.0)  # O_i = acc / l; 0 for a row that saw nothing
     lse = tl.where(seen, m + tl.log(tl.where(seen, l, 1.0)), float("-inf"))  # lse_i = m + log l
-    tl.store(O + tl.load(OOff + zh) + rows[:, None] * so_n + dims_v[None, :], out.to(O.dtype.element_ty),
-             mask=(rows[:, None] < q_len) & (dims_v[None, :] < d_v))
+    store_tile(O + tl.load(OOff + zh), rows, dims_v, so_n, q_len, d_v, out)
     tl.store(LSE + zh.to(tl.int64) * q_len + rows, lse, mask=rows < q_len)
 
 
@@ -165,10 +191,8 @@ def dkdv_kernel(
     zh_kv = tl.program_id(1)  # batch x key/value head
     cols = j * BLOCK_N + tl.arange(0, BLOCK_N)
     dims, dims_v = tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_DV)
-    k_j = tl.load(K + tl.load(KOff + zh_kv) + cols[:, None] * sk_n + dims[None, :] * sk_d,
-                  mask=(cols[:, None] < kv_len) & (dims[None, :] < d), other=0.0)  # (BLOCK_N, BLOCK_D)
-    v_j = tl.load(V + tl.load(VOff + zh_kv) + cols[:, None] * sv_n + dims_v[None, :] * sv_d,
-                  mask=(cols[:, None] < kv_len) & (dims_v[None, :] < d_v), other=0.0)  # (BLOCK_N, BLOCK_DV)
+    k_j = load_tile(K + tl.load(KOff + zh_kv), cols, dims, sk_n, sk_d, kv_len, d)  # (BLOCK_N, BLOCK_D)
+    v_j = load_tile(V + tl.load(VOff + zh_kv), cols, dims_v, sv_n, sv_d, kv_len, d_v)  # (BLOCK_N, BLOCK_DV)
     dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_DV], tl.float32)
     for g in range(0, group):  # the query heads of this key/value head
@@ -180,28 +204,19 @@ def dkdv_kernel(
             if COUNT:
                 tl.store(Visits + i * n_cols + j, 1)
             rows = i * BLOCK_M + tl.arange(0, BLOCK_M)
-            row_in = rows < q_len
-            q_i = tl.load(q_ptr + rows[:, None] * sq_n + dims[None, :] * sq_d,
-                          mask=row_in[:, None] & (dims[None, :] < d), other=0.0)  # (BLOCK_M, BLOCK_D)
-            do_i = tl.load(do_ptr + rows[:, None] * sdo_n + dims_v[None, :],
-                           mask=row_in[:, None] & (dims_v[None, :] < d_v), other=0.0)  # (BLOCK_M, BLOCK_DV)
-            lse_i = tl.load(LSE + zh.to(tl.int64) * q_len + rows, mask=row_in, other=0.0)
-            delta_i = tl.load(DELTA + zh.to(tl.int64) * q_len + rows, mask=row_in, other=0.0)
+            q_i = load_tile(q_ptr, rows, dims, sq_n, sq_d, q_len, d)  # (BLOCK_M, BLOCK_D)
+            do_i = load_tile(do_ptr, rows, dims_v, sdo_n, 1, q_len, d_v)  # (BLOCK_M, BLOCK_DV)
+            lse_i, delta_i = row_stats(LSE, DELTA, zh, rows, q_len)
             s, t = tile_scores(q_i, k_j, rows, cols, slot, zh, q_len, kv_len, scale, softcap,
                                MaskLead, Table, table_leads, band_diag, band_left, band_right, Bias, BiasOff, bias_sr,
                                bias_sc, Slopes, QPos, KPos, QDoc, KDoc, BLOCK_M, BLOCK_N, MASK, SOFTCAP, ALIBI, PRECISION)
-            p = tl.exp(s - tl.where(lse_i == float("-inf"), float("inf"), lse_i)[:, None])  # P = exp(S - lse); 0 if unseen
+            p, ds = tile_ds(s, lse_i, do_i, v_j, delta_i, PRECISION)  # P = exp(S - lse), dS = P * (dP - D_i)
             dv += tl.dot(tl.trans(p.to(do_i.dtype)), do_i, input_precision=PRECISION)  # dV_j += P^T dO_i
-            dp = tl.dot(do_i, tl.trans(v_j), input_precision=PRECISION)  # dP = dO_i V_j^T
-            ds = p * (dp - delta_i[:, None])  # dS = P * (dP - D_i)
             if SOFTCAP:  # through c tanh(x / c): dS_raw = dS (1 - t^2)
                 ds = ds * (1.0 - t * t)
             dk += tl.dot(tl.trans(ds.to(q_i.dtype)), q_i, input_precision=PRECISION)  # dK_j += dS^T Q_i (scale below)
-    tile = zh_kv.to(tl.int64) * kv_len * d
-    tl.store(DK + tile + cols[:, None] * d + dims[None, :], (dk * scale).to(DK.dtype.element_ty),
-             mask=(cols[:, None] < kv_len) & (dims[None, :] < d))
-    tl.store(DV + zh_kv.to(tl.int64) * kv_len * d_v + cols[:, None] * d_v + dims_v[None, :], dv.to(DV.dtype.element_ty),
-             mask=(cols[:, None] < kv_len) & (dims_v[None, :] < d_v))
+    store_tile(DK + zh_kv.to(tl.int64) * kv_len * d, cols, dims, d, kv_len, d, dk * scale)
+    store_tile(DV + zh_kv.to(tl.int64) * kv_len * d_v, cols, dims_v, d_v, kv_len, d_v, dv)
 
 
 @triton.jit
@@ -223,15 +238,10 @@ def dq_kernel(
     zh = tl.program_id(1)
     zh_kv = (zh // heads) * kv_heads + (zh % heads) // group
     rows = i * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_in = rows < q_len
     dims, dims_v = tl.arange(0, BLOCK_D), tl.arange(0, BLOCK_DV)
-    q_i = tl.load(Q + tl.load(QOff + zh) + rows[:, None] * sq_n + dims[None, :] * sq_d,
-                  mask=row_in[:, None] & (dims[None, :] < d), other=0.0)
-    do_i = tl.load(DO + tl.load(DOOff + zh) + rows[:, None] * sdo_n + dims_v[None, :],
-                   mask=row_in[:, None] & (dims_v[None, :] < d_v), other=0.0)
-    lse_i = tl.load(LSE + zh.to(tl.int64) * q_len + rows, mask=row_in, other=0.0)
-    lse_i = tl.where(lse_i == float("-inf"), float("inf"), lse_i)  # a row that saw nothing: P = 0
-    delta_i = tl.load(DELTA + zh.to(tl.int64) * q_len + rows, mask=row_in, other=0.0)
+    q_i = load_tile(Q + tl.load(QOff + zh), rows, dims, sq_n, sq_d, q_len, d)
+    do_i = load_tile(DO + tl.load(DOOff + zh), rows, dims_v, sdo_n, 1, q_len, d_v)
+    lse_i, delta_i = row_stats(LSE, DELTA, zh, rows, q_len)
     k_ptr, v_ptr = K + tl.load(KOff + zh_kv), V + tl.load(VOff + zh_kv)
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     for n in range(0, tl.load(KVCount + i)):
@@ -240,25 +250,19 @@ def dq_kernel(
         if COUNT:
             tl.store(Visits + i * n_cols + j, 1)
         cols = j * BLOCK_N + tl.arange(0, BLOCK_N)
-        col_in = cols < kv_len
-        k_j = tl.load(k_ptr + cols[:, None] * sk_n + dims[None, :] * sk_d,
-                      mask=col_in[:, None] & (dims[None, :] < d), other=0.0)
-        v_j = tl.load(v_ptr + cols[:, None] * sv_n + dims_v[None, :] * sv_d,
-                      mask=col_in[:, None] & (dims_v[None, :] < d_v), other=0.0)
+        k_j = load_tile(k_ptr, cols, dims, sk_n, sk_d, kv_len, d)
+        v_j = load_tile(v_ptr, cols, dims_v, sv_n, sv_d, kv_len, d_v)
         s, t = tile_scores(q_i, k_j, rows, cols, slot, zh, q_len, kv_len, scale, softcap,
                            MaskLead, Table, table_leads, band_diag, band_left, band_right, Bias, BiasOff, bias_sr,
                            bias_sc, Slopes, QPos, KPos, QDoc, KDoc, BLOCK_M, BLOCK_N, MASK, SOFTCAP, ALIBI, PRECISION)
-        p = tl.exp(s - lse_i[:, None])  # P = exp(S - lse)
-        dp = tl.dot(do_i, tl.trans(v_j), input_precision=PRECISION)  # dP = dO_i V_j^T
-        ds = p * (dp - delta_i[:, None])  # dS = P * (dP - D_i)
+        _, ds = tile_ds(s, lse_i, do_i, v_j, delta_i, PRECISION)  # dS = P * (dP - D_i)
         if BIAS_GRAD:  # the mask is added last: its gradient is dS itself, summed where the mask broadcasts
             where = tl.load(DBiasOff + zh) + rows[:, None].to(tl.int64) * dbias_sr + cols[None, :].to(tl.int64) * dbias_sc
-            tl.atomic_add(DBias + where, ds, mask=row_in[:, None] & col_in[None, :])
+            tl.atomic_add(DBias + where, ds, mask=(rows[:, None] < q_len) & (cols[None, :] < kv_len))
         if SOFTCAP:
             ds = ds * (1.0 - t * t)
         dq += tl.dot(ds.to(k_j.dtype), k_j, input_precision=PRECISION)  # dQ_i += dS K_j (scale below)
-    tl.store(DQ + zh.to(tl.int64) * q_len * d + rows[:, None] * d + dims[None, :], (dq * scale).to(DQ.dtype.element_ty),
-             mask=row_in[:, None] & (dims[None, :] < d))
+    store_tile(DQ + zh.to(tl.int64) * q_len * d, rows, dims, d, q_len, d, dq * scale)
 
 
 # Whether the decorators above made the kernels for Triton's interpreter (TRITON_INTERPRET=1 when
