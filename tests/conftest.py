@@ -8,6 +8,14 @@ from pathlib import Path
 # uses Triton; on a machine with CUDA, test_triton_flash.py says it is for the CPU.
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# The suite starts hundreds of Python processes (the CLI's wiring, torchrun's ranks, the
+# benchmarks' smoke runs). Where the environment says PYTHONDONTWRITEBYTECODE, each of them
+# would compile selfattn's modules anew (about 0.4 s each), and pytest would rewrite every
+# test module at each collection: the suite keeps its compiled files (in __pycache__, which
+# git ignores) for itself and the processes it starts.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
+
 import pytest  # noqa: E402
 import torch  # noqa: E402
 

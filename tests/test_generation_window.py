@@ -3,7 +3,9 @@
 Reference: for each row and step, the model's plain forward ``model(ids)`` on that row's
 window alone (no cache, no padding, positions from 0), where the window is read from
 ``Generation.window_starts``. The logits ``generate`` chose from are caught on their way
-into ``choose``. The sliding rule is checked on its own terms: a window ends at the newest
+into ``choose``. Windows that share a start are read off one forward over the longest of
+them (causal attention: a position's logits depend on the tokens up to it alone), so 600
+steps cost one forward per distinct start, not one per step. The sliding rule is checked on its own terms: a window ends at the newest
 token, never holds more than max_positions, and moves only when it is full.
 """
 
@@ -18,7 +20,7 @@ import torch
 import selfattn as sa
 from selfattn.models import generation
 from selfattn.models.decoder import DecoderConfig, DecoderModel
-from selfattn.models.generation import MAX_NEW_TOKENS
+from selfattn.models.generation_options import MAX_NEW_TOKENS
 
 # float32: the cached steps take the reference path one token at a time, a fresh forward over a
 # long window the tiled kernel; over stories260K's 512 positions they part by up to 2e-5 (the
@@ -72,15 +74,31 @@ def generate_and_check(model, prompts, max_new_tokens, use_cache=True, **options
         sequence = prompt + new
         starts = result.window_starts[row]
         assert len(starts) == len(new)
+        windows = []
         for t, start in enumerate(starts):
-            window = sequence[start: len(prompt) + t]  # what step t saw, ending at the newest token
-            assert 1 <= len(window) <= limit
+            end = len(prompt) + t  # step t saw sequence[start:end], ending at the newest token
+            assert 1 <= end - start <= limit
             if t > 0 and start != starts[t - 1]:  # it slid: from a full window (full of tokens, or part padding)
-                assert start > starts[t - 1] and (len(prompt) + t - 1 - starts[t - 1] == limit or starts[t - 1] == 0)
-            with torch.no_grad():
-                fresh = model(window).logits[0, -1]  # (vocab,)
-            torch.testing.assert_close(seen[t][row], fresh, atol=atol, rtol=atol)
+                assert start > starts[t - 1] and (end - 1 - starts[t - 1] == limit or starts[t - 1] == 0)
+            windows.append((start, end))
+        fresh = fresh_logits(model, sequence, windows)  # (steps, vocab)
+        torch.testing.assert_close(torch.stack([seen[t][row] for t in range(len(new))]), fresh, atol=atol, rtol=atol)
     return result, seen
+
+
+def fresh_logits(model, sequence: list[int], windows: list[tuple[int, int]]) -> torch.Tensor:
+    """The logits of a plain forward over sequence[start:end] at its last position, for each window.   -> (windows, vocab)
+
+    Causal attention makes position i's logits depend on tokens start..i alone, so the windows
+    that share a start are read off one forward over the longest of them (before the window
+    slides, every step's window starts at 0): one forward per distinct start, not per step.
+    """
+    longest: dict[int, int] = {}
+    for start, end in windows:
+        longest[start] = max(end, longest.get(start, 0))
+    with torch.no_grad():
+        runs = {start: model(sequence[start:end]).logits[0] for start, end in longest.items()}  # (end - start, vocab)
+    return torch.stack([runs[start][end - start - 1] for start, end in windows])
 
 
 def check_past_the_window(model, prompts, max_new_tokens, **options):

@@ -128,7 +128,8 @@ def test_a_text_without_repeats_scores_zero_on_dup_and_induct(run_cli, folders):
     status, out, err = run_cli("heads", "The cat", "--model", str(folders["gpt2"]))
     assert status == 0 and err == ""
     assert "no token repeats" in out
-    assert f"selfattn heads --model {folders['gpt2']} --probe induction" in out
+    unwrapped = " ".join(out.replace("\\\n", " ").split())  # a long command is continued with a backslash
+    assert f"selfattn heads --model {folders['gpt2']} --probe induction" in unwrapped
 
 
 # ---------------------------------------------------------------- the probe
