@@ -19,7 +19,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from selfattn.errors import ModelError
-from selfattn.models.checkpoint import find_model_folder, read_config, read_weights
+from selfattn.models.checkpoint import read_weights
+from selfattn.models.locate import find_model_folder, read_config
 
 HASH = "0123456789abcdef0123456789abcdef01234567"
 CACHE_VARIABLES = ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME")

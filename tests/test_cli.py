@@ -283,3 +283,15 @@ def test_any_user_input_ends_in_output_or_a_one_line_error(run_cli, sentence, qu
             assert json.loads(out)["tokens"] == sentence.split()
     else:
         assert status == 2 and out == "" and err.count("\n") == 1, (args, err)
+
+
+def test_the_package_help_names_every_command():
+    """help(selfattn) starts with the package docstring: its Commands line lists what the parser has."""
+    import re
+
+    import selfattn
+    from selfattn.cli import build_parser
+
+    (listed,) = re.findall(r"^Commands: ``selfattn ([^`]+)``", selfattn.__doc__, re.M)
+    subparsers = next(a for a in build_parser()._actions if a.dest == "command")
+    assert sorted(c.strip() for c in listed.split("|")) == sorted(subparsers.choices)

@@ -86,16 +86,16 @@ def test_no_module_borrows_torchs_attention_or_softmax():
 
 def test_build_trace_resolves_a_model_name_once(monkeypatch):
     """The config resolves the name when it is built; build_trace loads by that, without resolving again."""
-    import selfattn.models.loading as loading
+    import selfattn.models.locate as locate
 
     calls = []
-    real = loading.model_key
+    real = locate.model_key
 
     def counting(name):
         calls.append(name)
         return real(name)
 
-    monkeypatch.setattr(loading, "model_key", counting)  # both the config's check and the loader read it from here
+    monkeypatch.setattr(locate, "model_key", counting)  # both the config's check and the loader read it from here
     config = ExplainConfig(sentence="a b a", model="tiny-induction")
     trace = build_trace(config)
     assert calls == ["tiny-induction"] and config.model_key == "tiny-induction"

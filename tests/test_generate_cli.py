@@ -133,3 +133,20 @@ def test_bad_input_is_one_line_and_writes_nothing(run_cli, folders, tmp_path, mo
 def test_a_prompt_longer_than_the_positions(run_cli, folders):
     status, out, err = run_cli("generate", "cat " * 80, "--model", str(folders["gpt2"]))
     assert status == 2 and out == "" and "64 positions" in err and err.count("\n") == 1
+
+
+def test_help_and_an_unknown_model_name_every_decoder_and_no_encoder(run_cli, monkeypatch):
+    from selfattn.models.families import family_kinds
+
+    decoders = [name for name, kind in family_kinds().items() if kind == "decoder"]
+    encoders = [name for name, kind in family_kinds().items() if kind == "encoder"]
+    assert {"gpt2", "llama", "qwen3", "gemma3_text"} <= set(decoders) and encoders == ["bert"]
+    monkeypatch.setenv("COLUMNS", "200")
+    status, out, _ = run_cli("generate", "--help")
+    assert status == 0
+    described = " ".join(out.split())
+    assert all(name in described for name in decoders) and "llama2.c" in described
+    status, out, err = run_cli("generate", "x", "--model", "no-such-model")
+    assert status == 2 and out == "" and err.count("\n") == 1
+    assert all(name in err for name in decoders) and not any(name in err for name in encoders)
+    assert "all-MiniLM-L6-v2" not in err and "stories260K" in err and ".bin" in err and "folder" in err

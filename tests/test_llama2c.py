@@ -316,3 +316,20 @@ def test_the_walkthrough_says_which_features_rope_pairs(run_cli):
     assert "form 4 pairs of neighbours (x1 with x2, x3 with x4, …)" in " ".join(out.split())
     status, out, err = run_cli("explain", "--model", "stories260K", "Lily saw", "--format", "json")
     assert json.loads(out)["attention"]["rope_pairs"] == "interleaved"
+
+
+def test_the_walkthroughs_closing_hint_runs_as_printed(run_cli, tmp_path, monkeypatch):
+    """A checkpoint file's walkthrough ends with a `selfattn heads` command naming the file as given."""
+    import shlex
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine.bin").write_bytes(CHECKPOINT.read_bytes())
+    (tmp_path / "tok512.bin").write_bytes(TOKENIZER.read_bytes())  # found beside the checkpoint
+    status, out, err = run_cli("explain", "--model", "mine.bin", "Lily saw a cat")
+    assert status == 0, err
+    joined = out.replace("\\\n", " ")  # a long command goes on after a backslash
+    (hint,) = [line.strip() for line in joined.splitlines() if line.strip().startswith("selfattn heads")]
+    argv = shlex.split(hint)[1:]
+    assert argv[argv.index("--model") + 1] == "mine.bin"
+    status, out, err = run_cli(*argv)
+    assert status == 0 and err == "" and "Attention heads of mine" in out, err

@@ -114,7 +114,7 @@ def test_explain_is_the_cli_json(client, body, argv):
 
 def test_variants_are_the_names_explain_takes(client):
     from selfattn.positional import POSITIONAL_NAMES
-    from selfattn.trace.variants import VARIANTS
+    from selfattn.trace.variant_names import VARIANTS
 
     names = client.get("/api/variants").json()
     assert names == {"variants": list(VARIANTS), "positional": list(POSITIONAL_NAMES)}

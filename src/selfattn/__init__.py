@@ -37,7 +37,7 @@ Errors                    SelfAttnError (a ValueError) and its subclasses Config
                           SentenceError, QueryError, EmbeddingError, OptionError,
                           ShapeError, ModelError, DistributedError, TrainingError
 
-Commands: ``selfattn explain | plot | view | heads | similarity | compare | generate | ablate | patch | train``.
+Commands: ``selfattn explain | plot | view | heads | similarity | compare | generate | ablate | patch | train | serve``.
 """
 
 from __future__ import annotations
@@ -53,8 +53,8 @@ _EXPORTS = {
     "seed_embeddings": "selfattn.pipeline.embeddings",
     "random_embeddings": "selfattn.pipeline.embeddings",
     "resolve_embeddings": "selfattn.pipeline.embeddings",
-    "SEED_SENTENCE": "selfattn.pipeline.embeddings",
-    "SEED_TABLE": "selfattn.pipeline.embeddings",
+    "SEED_SENTENCE": "selfattn.pipeline.embedding_options",
+    "SEED_TABLE": "selfattn.pipeline.embedding_options",
     "load_embedding_file": "selfattn.pipeline.embedding_files",
     "attention_scores": "selfattn.pipeline.steps",
     "attention_scores_loop": "selfattn.pipeline.steps",
@@ -111,7 +111,7 @@ _EXPORTS = {
     "alibi_bias": "selfattn.positional",
     "VariantTrace": "selfattn.trace.variants",
     "trace_variant": "selfattn.trace.variants",
-    "VARIANTS": "selfattn.trace.variants",
+    "VARIANTS": "selfattn.trace.variant_names",
     "flash_attention": "selfattn.kernels.flash",
     "attention_probs_from_lse": "selfattn.kernels.probs_from_lse",
     "flex_attention": "selfattn.kernels.flex",

@@ -31,6 +31,7 @@ from selfattn.cli_options import (
 )
 from selfattn.cli_interventions import add_intervention_commands
 from selfattn.cli_serve import add_serve_command
+from selfattn.models.families import decoder_family_names
 from selfattn.viz import PLOT_KINDS
 
 
@@ -161,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     generate = commands.add_parser(
         "generate",
-        help="continue a prompt with a decoder model (GPT-2, Llama, Mistral, Qwen2)",
+        help=f"continue a prompt with a decoder model ({', '.join(decoder_family_names())}, llama2.c)",
         description=(
             "Continue a prompt with a decoder model, one token at a time on a key/value cache: the most "
             "likely token each step (temperature 0, the default), or a draw. In a terminal the text appears "
@@ -172,7 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("prompt", metavar="PROMPT", help="the text to continue, quoted")
     generate.add_argument("--model", required=True, metavar="MODEL",
                           help="a decoder: stories260K, tiny-induction or tiny-shakespeare (shipped), a folder in the "
-                          "Hugging Face layout, a llama2.c checkpoint file (.bin), or a hub id already in the local cache")
+                          f"Hugging Face layout of a decoder family ({', '.join(decoder_family_names())}), a llama2.c "
+                          "checkpoint file (.bin), or a hub id already in the local cache")
     add_tokenizer_option(generate)
     generate.add_argument("--max-new-tokens", type=int, default=20, metavar="N", help="the most tokens to add (default 20)")
     generate.add_argument("--temperature", type=float, default=0.0, metavar="T",
@@ -257,9 +259,13 @@ def config_from_args(args: argparse.Namespace, output_format: str):
 
 
 def run_explain(args: argparse.Namespace) -> int:
+    from selfattn.commands.options import check_inputs
+
+    config = config_from_args(args, args.format)
+    check_inputs(config)  # the sentence, the query, the embeddings file: before torch loads
     from selfattn.commands.explain import explain_command
 
-    explain_command(config_from_args(args, args.format), sys.stdout)
+    explain_command(config, sys.stdout)
     return 0
 
 
@@ -294,16 +300,25 @@ def run_plot(args: argparse.Namespace) -> int:
         if args.kind != "training":
             raise OptionError(f"--training goes with --kind training, not --kind {args.kind}")
         _refuse_with_training(args, layer=0, head=0, mask=None, tile=None, length=None, mask_mod=None)
+        from selfattn.commands.plot_options import check_training_picture
+        from selfattn.viz.output import PICTURE_EXTENSIONS
+
+        check_training_picture(args.training, args.output, PICTURE_EXTENSIONS)
         from selfattn.commands.training_pictures import plot_training
 
         print(f"wrote {plot_training(args.training, args.output)}")
         return 0
     if args.length is not None or args.mask_mod is not None:
         return _run_block_map(args)
+    from selfattn.commands.plot_options import check_plot_options
+
+    config = config_from_args(args, "plot")
+    options = dict(layer=args.layer, head=args.head, mask=args.mask, dim=args.dim, tile=args.tile,
+                   fixed_scale=args.fixed_scale)
+    check_plot_options(config, args.kind, args.output, **options)  # before torch loads
     from selfattn.commands.plot import plot
 
-    path = plot(config_from_args(args, "plot"), args.kind, args.output, layer=args.layer, head=args.head, mask=args.mask, dim=args.dim, tile=args.tile,
-                fixed_scale=args.fixed_scale)
+    path = plot(config, args.kind, args.output, **options)
     print(f"wrote {path}")
     return 0
 
@@ -320,6 +335,9 @@ def _run_block_map(args: argparse.Namespace) -> int:
     if args.block_size is not None:
         raise OptionError("--block-size is the flash variant's keys per block: give the block map's block size with --tile")
     _refuse_sentence_options(args, "--length draws a mask's block map, not a sentence's attention", layer=0, head=0)
+    from selfattn.commands.plot_options import check_block_map_options
+
+    check_block_map_options(args.output, length=args.length, tile=args.tile, mask=args.mask, mask_mod=args.mask_mod)
     from selfattn.commands.block_map import plot_block_map
 
     path = plot_block_map(args.output, length=args.length, tile=args.tile, mask=args.mask, mask_mod=args.mask_mod)
@@ -330,23 +348,35 @@ def _run_block_map(args: argparse.Namespace) -> int:
 def run_view(args: argparse.Namespace) -> int:
     if args.training is not None:
         _refuse_with_training(args, precision=4)
+        from selfattn.commands.plot_options import check_training_picture
+        from selfattn.viz.output import PAGE_EXTENSIONS
+
+        check_training_picture(args.training, args.output, PAGE_EXTENSIONS)
         from selfattn.commands.training_pictures import view_training
 
         print(f"wrote {view_training(args.training, args.output, layer=args.layer, head=args.head)}")
         return 0
     args.layer = 0 if args.layer is None else args.layer
     args.head = 0 if args.head is None else args.head
+    from selfattn.commands.plot_options import check_view_options
+
+    config = config_from_args(args, "html")
+    check_view_options(config, args.output, layer=args.layer, head=args.head)  # before torch loads
     from selfattn.commands.plot import view
 
-    path = view(config_from_args(args, "html"), args.output, layer=args.layer, head=args.head)
+    path = view(config, args.output, layer=args.layer, head=args.head)
     print(f"wrote {path}")
     return 0
 
 
 def run_heads(args: argparse.Namespace) -> int:
-    from selfattn.commands.heads import heads_command
+    from selfattn.commands.model_options import check_heads_options
 
     sentence = " ".join(args.sentence) if args.sentence else None
+    check_heads_options(sentence, args.model, args.format, args.precision, args.probe, args.probe_length, args.seed,
+                        args.texts)  # before torch loads
+    from selfattn.commands.heads import heads_command
+
     heads_command(sentence, args.model, args.format, args.precision, sys.stdout,
                   probe=args.probe, probe_length=args.probe_length, seed=args.seed, ablation=args.ablation,
                   texts_file=args.texts)
@@ -354,6 +384,9 @@ def run_heads(args: argparse.Namespace) -> int:
 
 
 def run_similarity(args: argparse.Namespace) -> int:
+    from selfattn.commands.model_options import check_similarity_options
+
+    check_similarity_options(args.sentences, args.model, args.format, args.precision)  # before torch loads
     from selfattn.commands.similarity import similarity_command
 
     similarity_command(args.sentences, args.model, args.format, args.precision, sys.stdout)
@@ -361,6 +394,10 @@ def run_similarity(args: argparse.Namespace) -> int:
 
 
 def run_generate(args: argparse.Namespace) -> int:
+    from selfattn.commands.model_options import check_generate_options
+
+    check_generate_options(args.model, args.max_new_tokens, args.temperature, args.top_k, args.top_p,
+                           args.seed)  # before torch loads
     from selfattn.commands.generate import generate_command
 
     generate_command(
@@ -371,19 +408,25 @@ def run_generate(args: argparse.Namespace) -> int:
 
 
 def run_compare(args: argparse.Namespace) -> int:
-    from selfattn.analysis.comparison import OPTIONS
-    from selfattn.commands.compare import compare
-    from selfattn.explain.compare_render import render_comparison
+    from selfattn.analysis.inputs import COMPARE_OPTIONS
+    from selfattn.commands.compare_options import check_compare
     from selfattn.explain.command_output import check_output
 
     check_output(args.format, args.precision)  # before any work
-    options = {name: getattr(args, name) for name in OPTIONS}  # explain's input flags, one field each
+    options = {name: getattr(args, name) for name in COMPARE_OPTIONS}  # explain's input flags, one field each
+    check_compare(args.sentence_a, args.sentence_b, args.query, args.model, **options)  # before torch loads
+    from selfattn.commands.compare import compare
+    from selfattn.explain.compare_render import render_comparison
+
     comparison = compare(args.sentence_a, args.sentence_b, args.query, model=args.model, **options)
     render_comparison(comparison, args.format, args.precision, sys.stdout)
     return 0
 
 
 def run_train(args: argparse.Namespace) -> int:
+    from selfattn.training.start import check_start
+
+    check_start(args.task, args.corpus, args.steps, args.out, args.seed, args.resume)  # before torch loads
     from selfattn.commands.train import train_command
 
     return train_command(args.task, args.corpus, args.steps, args.out, args.seed, args.resume, sys.stdout)
@@ -414,9 +457,11 @@ def run_command(args: argparse.Namespace) -> int:
         return args.run(args)
     from selfattn.errors import ModelError
     from selfattn.models.loading import named_tokenizer
+    from selfattn.models.locate import check_tokenizer_file
 
     if getattr(args, "model", None) is None:
         raise ModelError("--tokenizer goes with a llama2.c checkpoint given as --model FILE")
+    check_tokenizer_file(args.model, tokenizer)
     with named_tokenizer(args.model, tokenizer):
         return args.run(args)
 

@@ -76,15 +76,23 @@ def _model(args: argparse.Namespace) -> str:
 
 
 def run_ablate(args: argparse.Namespace) -> int:
-    from selfattn.commands.interventions import ablate_command
+    from selfattn.commands.model_options import check_ablate_options
 
     text = " ".join(args.text) if args.text else None
+    check_ablate_options(text, _model(args), args.heads, args.mode, args.format, args.precision, args.probe,
+                         args.probe_length, args.seed)  # before torch loads
+    from selfattn.commands.interventions import ablate_command
+
     ablate_command(text, _model(args), args.heads, args.mode, args.format, args.precision, sys.stdout,
                    probe=args.probe, probe_length=args.probe_length, seed=args.seed)
     return 0
 
 
 def run_patch(args: argparse.Namespace) -> int:
+    from selfattn.commands.model_options import check_patch_options
+
+    check_patch_options(args.clean, args.corrupted, _model(args), args.format, args.precision,
+                        args.output)  # before torch loads
     from selfattn.commands.interventions import patch_command
 
     patch_command(args.clean, args.corrupted, _model(args), args.target, args.format, args.precision, sys.stdout,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import textwrap
 
+from selfattn.errors import close_match
 from selfattn.models.families import family_names
 
 EXIT_USAGE = 2
@@ -135,7 +136,8 @@ class _Formatter(argparse.HelpFormatter):
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line on stderr and exit status 2, and help is wrapped."""
+    """argparse, but a usage error is one line on stderr and exit status 2, help is wrapped, and a
+    misspelled subcommand, choice or flag gets a suggestion ("did you mean --variant?")."""
 
     def __init__(self, *args, **kwargs) -> None:
         kwargs.setdefault("formatter_class", _Formatter)
@@ -143,6 +145,35 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}{self._flag_suggestion(parsed, extras)}")
+        return parsed
+
+    def _check_value(self, action, value):  # an argument given a value outside its choices
+        try:
+            super()._check_value(action, value)
+        except argparse.ArgumentError as error:
+            close = close_match(value, action.choices)
+            if close is None:
+                raise
+            raise argparse.ArgumentError(action, f"{error.message}; did you mean {close!r}?") from None
+
+    def _flag_suggestion(self, parsed: argparse.Namespace, extras: list[str]) -> str:
+        """"; did you mean --variant?" for the first unknown flag close to one the command takes, else ""."""
+        parser = self
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction) and getattr(parsed, action.dest, None) in action.choices:
+                parser = action.choices[getattr(parsed, action.dest)]
+        flags = [flag for action in parser._actions for flag in action.option_strings]
+        for extra in extras:
+            if extra.startswith("-"):
+                close = close_match(extra.split("=", 1)[0], flags)
+                if close is not None:
+                    return f"; did you mean {close}?"
+        return ""
 
 
 def add_model_option(command: argparse.ArgumentParser, default: str | None = MODEL_NAME) -> None:

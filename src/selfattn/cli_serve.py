@@ -36,6 +36,11 @@ def add_serve_command(commands) -> None:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    from selfattn.serve.run import serve
+    from selfattn.models.locate import model_key
+    from selfattn.serve.run import check_port, serve
+
+    for name in args.models:  # before torch loads: a model that is not there, or a port out of range
+        model_key(name)
+    check_port(args.port)
 
     return serve(args.host, args.port, args.models, browser=not args.no_browser)

@@ -5,6 +5,24 @@ Every error a user can cause is a subclass of ``SelfAttnError``, which is a
 anything else that escapes is our bug and keeps its traceback.
 """
 
+from __future__ import annotations
+
+import difflib
+
+
+def close_match(word, choices) -> str | None:
+    """The choice ``word`` most likely misspells, or None when none is close (difflib's ratio 0.6 or more)."""
+    if not isinstance(word, str):
+        return None
+    found = difflib.get_close_matches(word, [str(c) for c in choices], n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def did_you_mean(word, choices) -> str:
+    """A message's ending for a misspelled name: " (did you mean 'causal'?)", or "" when no choice is close."""
+    close = close_match(word, choices)
+    return f" (did you mean {close!r}?)" if close is not None else ""
+
 
 class SelfAttnError(ValueError):
     """Base class of every error a user can cause; catch it to catch them all.

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from typing import Any
-
-import torch
 
 from selfattn.errors import OptionError
 
@@ -62,7 +61,8 @@ def plain(value: Any, precision: int | None = None) -> Any:
 
     With ``precision``, finite floats are rounded to that many decimals (and -0.0 becomes 0.0).
     """
-    if isinstance(value, torch.Tensor):
+    torch = sys.modules.get("torch")  # not loaded yet: no tensor can exist (the CLI checks --precision before torch loads)
+    if torch is not None and isinstance(value, torch.Tensor):
         value = value.tolist()
     if isinstance(value, float):
         if math.isnan(value):

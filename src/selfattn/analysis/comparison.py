@@ -26,10 +26,6 @@ from selfattn.models.description import AttentionInfo
 from selfattn.analysis.head_roles import row_entropy
 
 TOP_TOKENS = 3  # as many as explain's "top"
-LABELS = ("A", "B")
-# The ExplainConfig fields compare passes on; the rest (sentence, query, model, format,
-# precision, layer, head) are its own or do not apply to a comparison.
-OPTIONS = ("embeddings", "embed", "dim", "seed", "variant", "heads", "kv_heads", "d_k", "positional", "block_size")
 
 
 @dataclass(frozen=True)

@@ -35,11 +35,11 @@ from dataclasses import dataclass
 import torch
 
 from selfattn.analysis.next_token import next_token_losses, target_id
+from selfattn.analysis.inputs import ABLATION_MODES
 from selfattn.attention.modules import MultiHeadAttention
-from selfattn.errors import ModelError, OptionError, SentenceError
+from selfattn.errors import ModelError, OptionError, SentenceError, did_you_mean
 from selfattn.models.tokenizer import Encoded
 
-MODES = ("zero", "mean")
 ROW_TOKENS = 4096  # rows x positions per batched forward of the per-head runs
 LOGIT_CELLS = 1 << 25  # and rows x positions x vocabulary of its logits (128 MB in float32)
 
@@ -123,8 +123,9 @@ def ablate(model, heads, mode: str = "zero") -> Iterator:
         >>> bool((knocked != model("abcab").logits).any())
         True
     """
-    if mode not in MODES:
-        raise OptionError(f"unknown ablation mode {mode!r}: choose one of {', '.join(MODES)}")
+    if mode not in ABLATION_MODES:
+        raise OptionError(f"unknown ablation mode {mode!r}: choose one of {', '.join(ABLATION_MODES)}"
+                          f"{did_you_mean(mode, ABLATION_MODES)}")
     modules = attention_modules(model)
     by_layer: dict[int, list[int]] = {}
     for layer, head in check_heads(model, heads):

@@ -12,49 +12,23 @@ import importlib.util
 import sys
 from pathlib import Path
 
+from selfattn.commands.plot_options import check_block_map_options, mask_mod_file
 from selfattn.errors import OptionError, SelfAttnError
 from selfattn.masks.block_mask import BlockMask, create_block_mask
-from selfattn.viz import plots
 from selfattn.viz.block_map import plot_block_mask
 from selfattn.viz.mask_specs import spec_mask
-
-DEFAULT_BLOCK = 128  # the block size of create_block_mask and of our flash kernel's rows
-MAX_LENGTH = 1 << 20  # the structured masks' maps cost O(length) to work out
-MAX_MASK_MOD_LENGTH = 1 << 16  # a mask_mod is evaluated at every pair: 65536^2 takes minutes on a CPU
-MAX_BLOCKS = 4096  # per axis: a picture has no more pixels than that
-
 
 def plot_block_map(output: str, *, length: int, tile: int | None = None, mask: str | None = None,
                    mask_mod: str | None = None) -> Path:
     """Draw the block map of ``mask`` (a spec) or ``mask_mod`` (FILE.py:NAME) over ``length`` positions."""
-    target = plots.check_output_path(output)
-    block = DEFAULT_BLOCK if tile is None else tile
-    if (mask is None) == (mask_mod is None):
-        raise OptionError("--length draws the block map of one mask: give --mask SPEC or --mask-mod FILE.py:NAME"
-                          if mask is None else "give --mask or --mask-mod, not both")
-    if isinstance(length, bool) or not isinstance(length, int) or not 1 <= length <= MAX_LENGTH:
-        raise OptionError(f"--length must be a whole number from 1 to {MAX_LENGTH}, got {length}")
-    if block < 1:
-        raise OptionError(f"--tile must be a whole number >= 1, got {block}")
-    _check_blocks(length, block)
+    target, block = check_block_map_options(output, length=length, tile=tile, mask=mask, mask_mod=mask_mod)
     if mask_mod is not None:
-        if length > MAX_MASK_MOD_LENGTH:
-            raise OptionError(f"--mask-mod evaluates the mask_mod at every pair: --length is at most "
-                              f"{MAX_MASK_MOD_LENGTH} with it, got {length}")
         structured = mask_mod_block_mask(mask_mod, length, block)
         title = f"mask_mod {mask_mod} over {length} tokens"
     else:
         structured, title = spec_mask(mask, length)
-        _check_blocks(structured.kv_len, block)  # causal-bottom-right adds its cached keys
     plot_block_mask(structured, target, block_size=block, q_len=length, title=title)
     return target
-
-
-def _check_blocks(positions: int, block: int) -> None:
-    blocks = -(-positions // block)
-    if blocks > MAX_BLOCKS:
-        raise OptionError(f"{positions} positions in blocks of {block} make {blocks} blocks per axis, more than the "
-                          f"{MAX_BLOCKS} a picture shows: give a larger --tile")
 
 
 def mask_mod_block_mask(where: str, length: int, block: int) -> BlockMask:
@@ -70,14 +44,7 @@ def mask_mod_block_mask(where: str, length: int, block: int) -> BlockMask:
 
 def load_mask_mod(where: str):
     """The function NAME of the Python file FILE.py, for ``where`` = FILE.py:NAME (imported with importlib)."""
-    path_text, colon, name = where.rpartition(":")
-    if not colon or not path_text or not name:
-        raise OptionError(f"--mask-mod {where!r}: give a Python file and a function in it, as FILE.py:NAME")
-    path = Path(path_text)
-    if path.suffix != ".py":
-        raise OptionError(f"--mask-mod {where!r}: {path} is not a Python file (.py)")
-    if not path.is_file():
-        raise OptionError(f"--mask-mod {where!r}: there is no file {path}")
+    path, name = mask_mod_file(where)
     module_name = f"selfattn_mask_mod_{abs(hash(str(path.resolve())))}"
     spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)

@@ -8,18 +8,16 @@ there is one, loads here once. ``analysis.comparison`` turns the two traces into
 from __future__ import annotations
 
 import dataclasses
-from contextlib import contextmanager
 
 import torch
 
-from selfattn.analysis.comparison import LABELS, OPTIONS, Comparison, compare_traces
-from selfattn.commands.options import ExplainConfig
+from selfattn.analysis.comparison import Comparison, compare_traces
+from selfattn.analysis.inputs import COMPARED
+from selfattn.commands.compare_options import about, check_compare, locate_query
 from selfattn.commands.traces import build_trace
-from selfattn.errors import EmbeddingError, OptionError, QueryError, SentenceError
 from selfattn.models.loading import shared_model
 from selfattn.models.queries import model_finder, model_query_piece
-from selfattn.pipeline.embeddings import SEED_TABLE
-from selfattn.pipeline.tokenize import check_text, find_query, missing_tokens, quote_tokens, read_position
+from selfattn.pipeline.tokenize import read_position
 
 
 def compare(sentence_a: str, sentence_b: str, query: str | int, model: str | None = None, **options) -> Comparison:
@@ -70,39 +68,26 @@ def compare(sentence_a: str, sentence_b: str, query: str | int, model: str | Non
         >>> [(t.token, round(t.weight, 3)) for t in c.heads[0].top_b]
         [('cat', 0.314), ('sat', 0.289), ('warm', 0.239)]
     """
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        raise OptionError(f"compare does not take {', '.join(unknown)}: its options are {', '.join(OPTIONS)}")
-    if query is None:
-        raise QueryError("give the query to compare: a token of both sentences or a 0-based position")
-    if isinstance(query, str):
-        check_text(query, "the query", QueryError)
+    configs, indices = check_compare(sentence_a, sentence_b, query, model, **options)
     sentences = (sentence_a, sentence_b)
-    for label, sentence in zip(LABELS, sentences):
-        if not isinstance(sentence, str) or not sentence.strip():
-            raise SentenceError(f"sentence {label} is empty: give at least one word")
-    configs = [ExplainConfig(sentence=s, model=model, format="json", **options) for s in sentences]
     if model is None:
-        configs = _shared_embeddings(configs)
-        tokens = [config.tokens for config in configs]
-        indices = [_locate(t, query, label, find_query, query) for t, label in zip(tokens, LABELS)]
         loaded = None
     else:
         loaded = shared_model(model)
         tokens, readable = [], []
-        for label, sentence in zip(LABELS, sentences):
-            with _about(label):
+        for label, sentence in zip(COMPARED, sentences):
+            with about(label):
                 encoded = loaded.tokenize(sentence)
             tokens.append(encoded.tokens[0])
             readable.append(loaded.tokenizer.readable(encoded.input_ids[0].tolist()))
         piece = query
         if isinstance(query, str) and read_position(query) is None:
             piece = model_query_piece(query, tokens, readable, loaded)
-        indices = [_locate(t, piece, label, model_finder(r, loaded), query, r)
-                   for t, r, label in zip(tokens, readable, LABELS)]
+        indices = [locate_query(t, piece, label, model_finder(r, loaded), query, r)
+                   for t, r, label in zip(tokens, readable, COMPARED)]
     traces = []
-    for config, index, label in zip(configs, indices, LABELS):
-        with _about(label):
+    for config, index, label in zip(configs, indices, COMPARED):
+        with about(label):
             traces.append(build_trace(dataclasses.replace(config, query=index)))
     causal = model is None or traces[0].attention.causal
     similarity = None if causal else _sentence_similarity(loaded, sentences)
@@ -114,38 +99,3 @@ def _sentence_similarity(model, sentences) -> float:
     with torch.no_grad():
         embeddings = model.encode(list(sentences)).to(torch.float64)  # (2, d), each of length 1
     return float(embeddings[0] @ embeddings[1])
-
-
-def _shared_embeddings(configs: list[ExplainConfig]) -> list[ExplainConfig]:
-    """One table for both sentences: "auto" would pick the seed's for one and random vectors for the other."""
-    first = configs[0]
-    if first.embed != "auto" or first.embeddings is not None or first.dim is not None:
-        return configs
-    every_token = first.tokens + configs[1].tokens
-    method = "random" if missing_tokens(every_token, SEED_TABLE) else "seed"
-    return [dataclasses.replace(config, embed=method) for config in configs]
-
-
-def _locate(tokens: list[str], query: str | int, label: str, find, shown: str | int,
-            readable: list[str] | None = None) -> int:
-    """The query's position in one sentence; a query that is not there names the sentence (and ``shown``, as given)."""
-    try:
-        return find(tokens, query)
-    except QueryError as error:
-        if isinstance(query, str) and read_position(query) is None:
-            listed = tokens if readable is None else [r.strip() or t for t, r in zip(tokens, readable)]
-            case = "case-sensitive" if readable is None else "as they read, in any case"
-            raise QueryError(
-                f"the query {shown!r} is not in sentence {label}: its tokens are "
-                f"{quote_tokens(listed, 12, count=True)} ({case}); give one of them or a 0-based position"
-            ) from None
-        raise QueryError(f"sentence {label}: {error}") from None
-
-
-@contextmanager
-def _about(label: str):
-    """Prefixes an error about one sentence with which it is: "sentence B: ..."."""
-    try:
-        yield
-    except (SentenceError, EmbeddingError) as error:
-        raise type(error)(f"sentence {label}: {error}") from None

@@ -11,12 +11,10 @@ import json
 import sys
 from typing import TextIO
 
-from selfattn.errors import ModelError
+from selfattn.commands.model_options import check_generate_options, not_a_decoder
 from selfattn.explain.generation import Streamer, generation_to_dict, window_note
 from selfattn.models.decoder import DecoderModel
-from selfattn.models.generation import check_options
 from selfattn.models.loading import shared_model
-from selfattn.models.registry import decoder_names, one_of
 
 
 def generate_command(
@@ -36,13 +34,10 @@ def generate_command(
     With text output, a generation that passed the model's positions adds one note line on
     ``notes`` (None: ``sys.stderr``); JSON says it in ``window_slid_at``.
     """
-    check_options(max_new_tokens, temperature, top_k, top_p, seed)
+    check_generate_options(model_name, max_new_tokens, temperature, top_k, top_p, seed)
     model = shared_model(model_name)
     if not isinstance(model, DecoderModel):
-        raise ModelError(
-            f"{model.name} is an encoder (BERT): it has no next-token head to generate with; "
-            f"give a {one_of(decoder_names())} model"
-        )
+        raise not_a_decoder(model.name)
     live = output_format == "text" and stream.isatty()
     if live:
         stream.write(prompt)

@@ -12,7 +12,6 @@ and ``explain.decoder_heads``.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TextIO
 
 import torch
@@ -22,14 +21,16 @@ from selfattn.analysis.head_roles import classify_heads
 from selfattn.analysis.head_runs import DecoderRun, decoder_over_texts, encoder_over_texts, probe_roles
 from selfattn.analysis.interventions import ablation_losses
 from selfattn.analysis.next_token import probe_positions, text_positions
-from selfattn.analysis.probes import PROBE_LENGTH, PROBE_SEED, Probe, check_probe_options, induction_probe_for
+from selfattn.analysis.inputs import PROBE_LENGTH, PROBE_SEED
+from selfattn.analysis.probes import Probe, induction_probe_for
 from selfattn.errors import OptionError, SentenceError
-from selfattn.explain.command_output import check_output, check_sentence, write_document, write_json
+from selfattn.commands.model_options import check_heads_options
+from selfattn.explain.command_output import write_document, write_json
 from selfattn.explain.decoder_heads import decoder_heads_document, decoder_heads_to_dict, decoder_texts_to_dict
 from selfattn.explain.encoder_heads import encoder_texts_document, encoder_texts_to_dict, heads_document, heads_to_dict
 from selfattn.models.loading import shared_model
 from selfattn.models.registry import decoder_names
-from selfattn.pipeline.embeddings import SEED_SENTENCE
+from selfattn.pipeline.embedding_options import SEED_SENTENCE
 
 
 def heads_command(
@@ -58,14 +59,8 @@ def heads_command(
             file that cannot be read or holds no text.
         SentenceError: the sentence is not a non-empty string, or too long for the model.
     """
-    check_output(output_format, precision)
-    check_probe_options(sentence, probe, probe_length, seed)
-    if texts_file is not None and (sentence is not None or probe is not None):
-        raise OptionError("--texts gives the inputs: give no sentence and no --probe with it")
-    texts = read_texts(texts_file) if texts_file is not None else None
+    texts = check_heads_options(sentence, model_name, output_format, precision, probe, probe_length, seed, texts_file)
     text = SEED_SENTENCE if sentence is None else sentence
-    if probe is None and texts is None:
-        check_sentence(text)
     model = shared_model(model_name)
     if model.attention_info(0).causal:
         made = None if probe is None else induction_probe_for(
@@ -83,33 +78,6 @@ def heads_command(
             f"--ablation reads the next-token loss, which only a decoder has: {model.name} is an encoder")
     encoder_heads(model, texts if texts is not None else [text], sentence is None and texts is None, output_format,
                   precision, stream, texts_file)
-
-
-def read_texts(path: str) -> list[str]:
-    """The texts of a file, one a line (blank lines skipped).
-
-    Raises:
-        OptionError: the file cannot be read, is not UTF-8, or holds no text.
-    """
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise OptionError(f"--texts {path}: no such file") from None
-    except IsADirectoryError:
-        raise OptionError(f"--texts {path} is a folder: give a file with one text a line") from None
-    except UnicodeDecodeError:
-        raise OptionError(f"--texts {path} is not UTF-8 text") from None
-    except OSError as error:
-        raise OptionError(f"--texts {path} cannot be read: {error.strerror or error}") from None
-    texts = [line.strip() for line in lines if line.strip()]
-    if not texts:
-        raise OptionError(f"--texts {path} holds no text: write one text a line")
-    for index, line in enumerate(texts):
-        try:
-            check_sentence(line)
-        except SentenceError as error:
-            raise SentenceError(f"--texts {path}, text {index + 1}: {error}") from None
-    return texts
 
 
 def encoder_heads(model, texts: list[str], is_seed: bool, output_format: str, precision: int, stream: TextIO,

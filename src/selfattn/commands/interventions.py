@@ -8,38 +8,19 @@ corrupted input (``patching``), as a table, JSON and a heatmap.
 
 from __future__ import annotations
 
-import re
 from typing import TextIO
 
 from selfattn.analysis.ablation import ablation_report
-from selfattn.analysis.interventions import MODES, patching
+from selfattn.analysis.interventions import patching
 from selfattn.analysis.next_token import probe_positions, text_positions
-from selfattn.analysis.probes import PROBE_LENGTH, PROBE_SEED, check_probe_options, induction_probe_for
+from selfattn.analysis.inputs import PROBE_LENGTH, PROBE_SEED
+from selfattn.analysis.probes import induction_probe_for
 from selfattn.errors import OptionError
-from selfattn.explain.command_output import check_output, check_sentence, write_document, write_json
+from selfattn.commands.model_options import check_ablate_options, check_patch_options
+from selfattn.explain.command_output import write_document, write_json
 from selfattn.explain.interventions import ablation_document, ablation_to_dict, patching_document, patching_to_dict
 from selfattn.models.loading import shared_model
 from selfattn.models.registry import decoder_names
-
-HEAD_PAIR = re.compile(r"\s*(\d+)\.(\d+)\s*")
-
-
-def parse_heads(spec: str) -> list[tuple[int, int]]:
-    """--heads "1.0,1.3" -> [(1, 0), (1, 3)].
-
-    Raises:
-        OptionError: not LAYER.HEAD pairs of whole numbers separated by commas.
-    """
-    pairs = []
-    for part in str(spec).split(","):
-        match = HEAD_PAIR.fullmatch(part)
-        if match is None:
-            raise OptionError(
-                f"--heads takes LAYER.HEAD pairs separated by commas, counted from 0, like 1.0,1.3: {part.strip()!r} "
-                f"in {spec!r} is not one")
-        pairs.append((int(match[1]), int(match[2])))
-    return pairs
-
 
 def decoder_model(model_name: str, command: str):
     """The model, if it is a decoder.
@@ -78,15 +59,7 @@ def ablate_command(
             text and a probe together or neither, an encoder.
         SentenceError: the text is not usable, or has fewer than two tokens.
     """
-    check_output(output_format, precision)
-    pairs = parse_heads(heads)
-    if mode not in MODES:
-        raise OptionError(f"unknown --mode {mode!r}: choose one of {', '.join(MODES)}")
-    check_probe_options(text, probe, probe_length, seed)
-    if text is None and probe is None:
-        raise OptionError("give a TEXT to score, or --probe induction")
-    if text is not None:
-        check_sentence(text, "the text")
+    pairs = check_ablate_options(text, model_name, heads, mode, output_format, precision, probe, probe_length, seed)
     model = decoder_model(model_name, "ablate")
     if probe is not None:
         made = induction_probe_for(model, PROBE_LENGTH if probe_length is None else probe_length,
@@ -114,14 +87,7 @@ def patch_command(
             target the same log-probability, or an output file that cannot be written.
         SentenceError: an input is not usable, or the two differ in token length.
     """
-    check_output(output_format, precision)
-    check_sentence(clean, "the clean text")
-    check_sentence(corrupted, "the corrupted text")
-    target_path = None
-    if output_file is not None:
-        from selfattn.viz.plots import check_output_path
-
-        target_path = check_output_path(output_file)
+    target_path = check_patch_options(clean, corrupted, model_name, output_format, precision, output_file)
     model = decoder_model(model_name, "patch")
     run = patching(model, clean, corrupted, target)
     data = patching_to_dict(model, clean, corrupted, run)

@@ -53,7 +53,7 @@ class LiveModels:
     """
 
     def __init__(self, extra: Sequence[str] = ()) -> None:
-        from selfattn.models.loading import model_key
+        from selfattn.models.locate import model_key
 
         self._keys: dict[str, str] = {}
         for name in (*BUILT_IN, *extra):
@@ -205,7 +205,7 @@ def explain_config(models: LiveModels, body: Any, output_format: str) -> Explain
 def variant_names() -> dict[str, list[str]]:
     """GET /api/variants: the names explain's ``variant`` and ``positional`` take, in order."""
     from selfattn.positional import POSITIONAL_NAMES
-    from selfattn.trace.variants import VARIANTS
+    from selfattn.trace.variant_names import VARIANTS
 
     return {"variants": list(VARIANTS), "positional": list(POSITIONAL_NAMES)}
 
@@ -236,9 +236,10 @@ def explorer_page(models: LiveModels, body: Any) -> str:
         trace = build_trace(config, model)
     layer, head = (shown["layer"], shown["head"]) if shown else (config.layer or 0, config.head or 0)
     if model is None:
-        from selfattn.commands.plot import attention_weights, check_layer_head
+        from selfattn.commands.plot import attention_weights
+        from selfattn.commands.plot_options import check_shown_head
 
-        check_layer_head(attention_weights(trace), layer, head)
+        check_shown_head(layer, head, *attention_weights(trace).shape[:2])
     return explorer_html(trace, config.precision, head=head, layer=layer)
 
 

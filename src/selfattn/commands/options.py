@@ -1,20 +1,31 @@
 """What one explanation is asked to do, as a frozen, validated record.
 
 CLI flags map one to one onto the fields of ``ExplainConfig``; an invalid value or
-combination fails when the config is built, before any work is done.
+combination fails when the config is built, before any work is done. ``check_toy_inputs``
+goes on to the sentence, the query and the embeddings file of the toy variants. Plain
+Python, no torch: the command line runs both before torch loads, so a bad argument is
+refused at once.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from selfattn.errors import OptionError, SentenceError
+from selfattn.errors import OptionError, SentenceError, did_you_mean
 from selfattn.formatting import check_precision
-from selfattn.pipeline.embeddings import SEED_SENTENCE, check_embedding_options
-from selfattn.pipeline.tokenize import tokenize
-from selfattn.kernels.flash import check_block_size
+from selfattn.kernels.tile_sizes import check_block_size
+from selfattn.models import locate
+from selfattn.pipeline.embedding_options import (
+    SEED_SENTENCE,
+    SEED_TABLE,
+    check_embedding_options,
+    check_embedding_path,
+    check_table_has,
+    embedding_width,
+)
+from selfattn.pipeline.tokenize import find_query, tokenize
 from selfattn.positional import POSITIONAL_NAMES
-from selfattn.trace.variants import MULTI_HEAD, PROJECTED, VARIANTS, default_heads
+from selfattn.trace.variant_names import MULTI_HEAD, PROJECTED, VARIANTS, default_d_k, default_heads
 
 FORMATS = ("text", "json", "markdown", "html", "plot")  # html: the explorer; plot: a picture
 # The toy variants' positions, as many as all-MiniLM-L6-v2 has: a sentence of up to this many
@@ -135,11 +146,8 @@ class ExplainConfig:
 
 def check_model_options(config: ExplainConfig) -> None:
     """With --model the tokens, embeddings and attention are the model's: refuse the options that would change them."""
-    # The loaders are imported with the first model, so explain's start-up without one does not pay for them.
-    from selfattn.models.loading import model_key as resolve_model
-
     # A model that is not there fails here, before anything loads; the resolved name is kept.
-    object.__setattr__(config, "model_key", resolve_model(config.model))
+    object.__setattr__(config, "model_key", locate.model_key(config.model))
     defaults = {"embeddings": None, "embed": "auto", "dim": None, "seed": 0, "variant": "simple", "heads": None,
                 "kv_heads": None, "d_k": None, "positional": "none", "block_size": None}
     for name, default in defaults.items():
@@ -156,9 +164,10 @@ def check_model_options(config: ExplainConfig) -> None:
 def check_variant_options(variant: str, heads, kv_heads, d_k, positional: str, block_size=None) -> None:
     """Each option must exist, be in range, and belong to the chosen variant."""
     if variant not in VARIANTS:
-        raise OptionError(f"unknown variant {variant!r}: choose one of {', '.join(VARIANTS)}")
+        raise OptionError(f"unknown variant {variant!r}: choose one of {', '.join(VARIANTS)}{did_you_mean(variant, VARIANTS)}")
     if positional not in POSITIONAL_NAMES:
-        raise OptionError(f"unknown positional encoding {positional!r}: choose one of {', '.join(POSITIONAL_NAMES)}")
+        raise OptionError(f"unknown positional encoding {positional!r}: choose one of {', '.join(POSITIONAL_NAMES)}"
+                          f"{did_you_mean(positional, POSITIONAL_NAMES)}")
     for flag, value, upper in (("--heads", heads, MAX_HEADS), ("--kv-heads", kv_heads, MAX_HEADS), ("--d-k", d_k, MAX_D_K)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= upper):
             raise OptionError(f"{flag} must be an integer from 1 to {upper}, got {value!r}")
@@ -198,3 +207,62 @@ def check_length(n_tokens: int, heads: int = 1) -> None:
             f"the sentence has {n_tokens} tokens; with {heads} heads the toy variants take at most {most} "
             f"(every head's n × n steps are kept: heads × tokens² at most {MAX_HEAD_CELLS}), in every format"
         )
+
+
+def check_inputs(config: ExplainConfig) -> None:
+    """What ``build_trace`` checks before it loads or computes anything: with a model the sentence
+    is not empty (its tokens are the model's); without, ``check_toy_inputs``."""
+    if config.model is None:
+        check_toy_inputs(config)
+    elif config.sentence is not None:
+        tokenize(config.sentence)  # refuses an empty sentence, as the model's tokenizer would
+
+
+def check_toy_inputs(config: ExplainConfig) -> tuple[list[str], int]:
+    """The toy variants' checks of the sentence, the query and the embedding options, before X is built.
+
+    In ``build_trace``'s order: the sentence is not empty and fits (``check_length``), the
+    query is one of its tokens or positions, an embeddings file is there with a known
+    extension (or the seed's table has every token, with --embed seed), and RoPE gets an even width of at least 2 where the options alone decide
+    the width (a file's vectors decide it once read, and ``check_rope_width`` runs then).
+
+    Args:
+        config: a config without a model.
+
+    Returns:
+        (the tokens, the query's position from 0).
+
+    Raises:
+        SentenceError: the sentence is empty or too long.
+        QueryError: the query picks no token.
+        EmbeddingError: the embeddings file is missing, a folder, or of an unknown kind.
+        OptionError: RoPE would turn an odd width, or a width below 2.
+    """
+    tokens = config.tokens
+    check_length(len(tokens), config.query_heads)
+    query = find_query(tokens, config.query)  # a negative position counts from the end
+    if config.embeddings is not None:
+        check_embedding_path(config.embeddings)
+    elif config.embed == "seed":
+        check_table_has(tokens, SEED_TABLE)
+    width = embedding_width(config.embed, config.embeddings, config.dim)
+    if width is not None:
+        check_rope_width(config, width)
+    return tokens, query
+
+
+def toy_d_k(config: ExplainConfig, d: int) -> int:
+    """The width of each head's queries and keys for embeddings of width ``d``: --d-k, or the variant's default."""
+    return config.d_k or (default_d_k(d, config.query_heads, config.positional) if config.variant in PROJECTED else d)
+
+
+def check_rope_width(config: ExplainConfig, d: int) -> None:
+    """OptionError when RoPE would turn an odd query/key width (with projections) or one below 2."""
+    if config.positional != "rope":
+        return
+    d_k = toy_d_k(config, d)
+    # Without projections an odd width turns its leading pairs and leaves the last feature.
+    if config.variant in PROJECTED and d_k % 2:
+        raise OptionError(f"RoPE turns pairs of features, so it needs an even width; this one is {d_k} (give an even --d-k)")
+    if d_k < 2:
+        raise OptionError(f"RoPE turns pairs of features, so it needs a width of at least 2; this one is {d_k} (give --dim 2 or more)")

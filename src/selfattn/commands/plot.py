@@ -17,7 +17,6 @@ model's own RoPE. The page holds every layer and head that fits its budget.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
 
@@ -25,6 +24,14 @@ import torch
 
 from selfattn.commands.model_pictures import positional_picture, rope_grid
 from selfattn.commands.options import ExplainConfig
+from selfattn.commands.plot_options import (
+    check_plot_options,
+    check_positional_picture,
+    check_shown_head,
+    check_view_options,
+    positional_picture_name,
+    rope_distance_config,
+)
 from selfattn.commands.traces import build_trace
 from selfattn.errors import OptionError
 from selfattn.models.loading import shared_model
@@ -32,13 +39,12 @@ from selfattn.masks import causal_bottom_right, causal_top_left, document_mask, 
 from selfattn.positional import apply_rope, rope_angles, sinusoidal_encoding
 from selfattn.positional.rope import rope_score_grid
 from selfattn.positional.sinusoidal import sinusoidal_score_grid
-from selfattn.trace.variants import PROJECTED, distance_check_key
-from selfattn.viz import PLOT_KINDS, model_pictures
+from selfattn.trace.variant_names import PROJECTED, distance_check_key
+from selfattn.viz import model_pictures
 from selfattn.viz.explorer import explorer_html
-from selfattn.viz.mask_specs import document_lengths, prefix_lm_mask, split_spec, unknown_spec
-from selfattn.viz.output import check_output_path, write_text
+from selfattn.viz.mask_specs import check_spec, document_lengths, prefix_lm_mask
+from selfattn.viz.output import write_text
 
-PAGE_EXTENSIONS = (".html", ".htm")
 POSITIONAL_PICTURE = {"positions": 64, "width": 64}  # an encoding is drawn for 64 positions x 64 features
 ROPE_TURN_POSITIONS = 8  # the RoPE picture turns each pair to positions 0-7
 ROPE_DISTANCE_POSITIONS = 16  # rope-distance: positions 0-15 on each axis, or the sentence's length if longer
@@ -64,17 +70,6 @@ def is_model(trace) -> bool:
     return trace.record.section("model") is not None
 
 
-def check_layer_head(weights: torch.Tensor, layer: int, head: int) -> None:
-    n_layers, n_heads = weights.shape[:2]
-    for name, value, count in (("--layer", layer, n_layers), ("--head", head, n_heads)):
-        if not 0 <= value < count:
-            noun = name.removeprefix("--")
-            raise OptionError(
-                f"{name} {value} is out of range: this input has {count} {noun}{'s' if count > 1 else ''} "
-                f"(0 to {count - 1})"
-            )
-
-
 def plot(
     config: ExplainConfig,
     kind: str,
@@ -93,19 +88,8 @@ def plot(
     """
     from selfattn.viz import plots, positional_plots  # matplotlib: only the pictures need it, not view's page
 
-    target = plots.check_output_path(output)
-    if kind not in PLOT_KINDS:
-        raise OptionError(f"unknown plot kind {kind!r}: choose one of {', '.join(PLOT_KINDS)}")
-    if kind == "training":  # a run's folder, not a sentence: viz.training_plot draws it
-        raise OptionError("--kind training draws a training run: give its folder with --training DIR")
-    if mask is not None and kind != "mask":
-        raise OptionError("--mask applies to --kind mask")
-    if tile is not None and kind != "mask":
-        raise OptionError("--tile applies to --kind mask")
-    if fixed_scale and kind != "heatmap":
-        raise OptionError("--fixed-scale applies to --kind heatmap")
-    if tile is not None and tile < 1:
-        raise OptionError(f"--tile must be a whole number >= 1, got {tile}")
+    target = check_plot_options(config, kind, output, layer=layer, head=head, mask=mask, dim=dim, tile=tile,
+                                fixed_scale=fixed_scale)
     if kind == "positional":
         if config.model is not None:
             picture = positional_picture(shared_model(config.model, config.model_key), layer, head)
@@ -126,7 +110,7 @@ def plot(
 
     trace = build_trace(config)
     weights = attention_weights(trace)  # (layers, heads, n, n)
-    check_layer_head(weights, layer, head)
+    check_shown_head(layer, head, *weights.shape[:2])
     tokens = model_pictures.trace_labels(trace)
     name = source_name(trace)
     hidden, label = _hidden(trace, config, kind, layer)  # (layers, n, n) bool or None: what a mask hides
@@ -181,9 +165,9 @@ def _hidden(trace, config: ExplainConfig, kind: str, layer: int) -> tuple[torch.
 
 def view(config: ExplainConfig, output: str, *, layer: int = 0, head: int = 0) -> Path:
     """Write the interactive explorer for the configured input as one HTML file."""
-    target = check_output_path(output, PAGE_EXTENSIONS)
+    target = check_view_options(config, output, layer=layer, head=head)
     trace = build_trace(config)
-    check_layer_head(attention_weights(trace), layer, head)
+    check_shown_head(layer, head, *attention_weights(trace).shape[:2])
     return write_text(target, explorer_html(trace, config.precision, head=head, layer=layer))
 
 
@@ -199,10 +183,10 @@ def mask_picture(spec: str | None, trace) -> tuple[torch.Tensor, list[str], list
         if is_model(trace):
             return (everyone if trace.allowed is None else trace.allowed), tokens, tokens, _model_mask_title(trace)
         return everyone, tokens, tokens, "No mask: every token may attend to every token"
-    name, value, argument = split_spec(spec)
-    if name == "none" and argument is None:
+    name, value, argument = check_spec(spec, n)
+    if name == "none":
         return torch.ones(n, n, dtype=torch.bool), tokens, tokens, "No mask"
-    if name == "causal" and argument is None:
+    if name == "causal":
         return causal_top_left(n), tokens, tokens, "Causal mask, aligned top-left (torch's is_causal)"
     if name == "causal-bottom-right":
         past = 3 if value is None else value
@@ -211,8 +195,6 @@ def mask_picture(spec: str | None, trace) -> tuple[torch.Tensor, list[str], list
         return causal_bottom_right(n, n + past), tokens, keys, title
     if name == "sliding-window":
         window = 3 if value is None else value
-        if window < 1:
-            raise OptionError(f"the sliding window must hold at least 1 token, got {window}")
         return sliding_window_mask(n, left=window - 1), tokens, tokens, f"Causal sliding window of {window} tokens"
     if name == "documents":
         lengths = document_lengths(spec, argument, n)
@@ -220,18 +202,12 @@ def mask_picture(spec: str | None, trace) -> tuple[torch.Tensor, list[str], list
         return document_mask(lengths), tokens, tokens, title
     if name == "padding":
         length = max(n - 2, 1) if value is None else value
-        if not 0 <= length <= n:
-            raise OptionError(f"padding:{length} needs a length from 0 to the {n} tokens of the sentence")
         keys = tokens[:length] + [f"[pad] {t}" for t in tokens[length:]]
         allowed = padding_mask([length], n)[0, 0].expand(n, n)  # (1, 1, 1, n) -> (n, n)
         return allowed, tokens, keys, f"Padding mask: keys after the first {length} are padding"
-    if name == "prefix-lm":
-        prefix = n // 2 if value is None else value
-        if not 0 <= prefix <= n:
-            raise OptionError(f"prefix-lm:{prefix} needs a prefix from 0 to the {n} tokens of the sentence")
-        title = f"Prefix-LM: the first {prefix} tokens see each other both ways, the rest causally"
-        return prefix_lm_mask(n, prefix).dense()[0, 0], tokens, tokens, title  # (1, 1, n, n) -> (n, n)
-    raise unknown_spec(spec)
+    prefix = n // 2 if value is None else value  # prefix-lm, the one name left
+    title = f"Prefix-LM: the first {prefix} tokens see each other both ways, the rest causally"
+    return prefix_lm_mask(n, prefix).dense()[0, 0], tokens, tokens, title  # (1, 1, n, n) -> (n, n)
 
 
 def _model_mask_title(trace) -> str:
@@ -285,14 +261,10 @@ def rope_distance_picture(config: ExplainConfig, layer: int = 0, head: int = 0) 
         OptionError: a pretrained model, another positional encoding, fewer than 2
             features, an odd --d-k, or a layer or head out of range.
     """
-    if config.model is not None:
-        raise OptionError("--kind rope-distance draws the toy variants' vectors; it does not take --model")
-    if config.positional not in ("none", "rope", "sinusoidal"):
-        raise OptionError(f"--kind rope-distance compares rope with sinusoidal; --positional {config.positional} does not apply")
     projected = config.variant in PROJECTED
-    trace = build_trace(replace(config, positional="rope" if projected else "none"))
+    trace = build_trace(rope_distance_config(config))
     weights = attention_weights(trace)  # (layers, heads, n, n): only to check --layer and --head
-    check_layer_head(weights, layer, head)
+    check_shown_head(layer, head, *weights.shape[:2])
     tokens, qi = trace.tokens, query_index(trace)
     ki = distance_check_key(qi, len(tokens))
     n = max(ROPE_DISTANCE_POSITIONS, len(tokens))
@@ -333,17 +305,14 @@ def _positional_figure(config: ExplainConfig, dim: int | None):
     """The sinusoidal table for 64 positions, or RoPE's turn of a few feature pairs at positions 0-7."""
     from selfattn.viz import positional_plots
 
-    name = "sinusoidal" if config.positional == "none" else config.positional
+    check_positional_picture(config, dim, POSITIONAL_PICTURE["width"])
+    name = positional_picture_name(config)
     width = dim or POSITIONAL_PICTURE["width"]
     positions = POSITIONAL_PICTURE["positions"]
     if name == "sinusoidal":
         table = sinusoidal_encoding(positions, width)
         title = f"Sinusoidal positional encoding ({positions} positions × {width} features)"
         return positional_plots.positional_figure(table, title=title)
-    if name != "rope":
-        raise OptionError(f"--kind positional draws sinusoidal or rope encodings, not {name}")
-    if width % 2:
-        raise OptionError(f"RoPE turns pairs of features, so --dim must be even, got {width}")
     # RoPE adds no table: it turns each feature pair of q and k by m theta_i at position m.
     # Every pair starts at (1, 0), so pair i at position m reads (cos m theta_i, sin m theta_i).
     positions = ROPE_TURN_POSITIONS

@@ -11,12 +11,12 @@ from typing import TextIO
 import torch
 
 from selfattn.analysis.similarity import cosine_similarities, extreme_pairs
-from selfattn.errors import ModelError, OptionError, SentenceError
-from selfattn.explain.command_output import check_output, check_sentence, write_document, write_json
-from selfattn.explain.similarity import label, similarity_document, similarity_to_dict
+from selfattn.errors import ModelError, SentenceError
+from selfattn.commands.model_options import check_similarity_options
+from selfattn.explain.command_output import label, write_document, write_json
+from selfattn.explain.similarity import similarity_document, similarity_to_dict
 from selfattn.models.loading import shared_model
 
-MAX_SIMILARITY_SENTENCES = 64
 
 
 def similarity_command(
@@ -35,8 +35,7 @@ def similarity_command(
         OptionError: an unknown format or precision, or too few or too many sentences.
         SentenceError: a sentence is not a non-empty string, or too long for the model.
     """
-    check_output(output_format, precision)
-    check_sentences(sentences)
+    check_similarity_options(sentences, model_name, output_format, precision)
     model = shared_model(model_name)
     if not hasattr(model, "encode"):
         raise ModelError(
@@ -58,24 +57,3 @@ def similarity_command(
         return
     doc = similarity_document(sentences, lengths, int(embeddings.shape[1]), similarity, most, least, precision)
     write_document(doc, f"Sentence similarity with {model.name}", output_format, stream)
-
-
-def check_sentences(sentences) -> None:
-    """Refuse anything but a list of 2 to ``MAX_SIMILARITY_SENTENCES`` non-empty strings.
-
-    Args:
-        sentences: what the user gave as the sentences.
-
-    Raises:
-        OptionError: not a list or tuple, or too few or too many sentences.
-        SentenceError: a sentence is not a non-empty string.
-    """
-    if isinstance(sentences, str) or not isinstance(sentences, (list, tuple)):
-        raise OptionError("give the sentences as a list of strings")
-    if not 2 <= len(sentences) <= MAX_SIMILARITY_SENTENCES:
-        raise OptionError(
-            f"similarity compares 2 to {MAX_SIMILARITY_SENTENCES} sentences, got {len(sentences)}: "
-            'quote each one, e.g. selfattn similarity "A cat sat" "A dog ran"'
-        )
-    for index, sentence in enumerate(sentences):
-        check_sentence(sentence, f"sentence {label(index)}")

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from selfattn.commands.options import ExplainConfig, check_length
-from selfattn.errors import OptionError
-from selfattn.pipeline.embeddings import SEED_SENTENCE, resolve_embeddings
-from selfattn.pipeline.tokenize import find_query
+from selfattn.commands.options import ExplainConfig, check_rope_width, check_toy_inputs, toy_d_k
+from selfattn.pipeline.embedding_options import SEED_SENTENCE
+from selfattn.pipeline.embeddings import resolve_embeddings
 from selfattn.trace.seed import Trace, trace_self_attention
-from selfattn.trace.variants import PROJECTED, VariantTrace, default_d_k, trace_variant
+from selfattn.trace.variant_names import PROJECTED
+from selfattn.trace.variants import VariantTrace, trace_variant
 
 if TYPE_CHECKING:
     from selfattn.trace.model import ModelTrace
@@ -71,22 +71,15 @@ def build_trace(config: ExplainConfig, model=None) -> Trace | VariantTrace | Mod
             query=config.query,
             source=config.model,
         )
-    tokens = config.tokens
-    check_length(len(tokens), config.query_heads)
-    # A negative position counts from the end; the trace records the position from 0.
-    query = find_query(tokens, config.query)
+    tokens, query = check_toy_inputs(config)  # the trace records the query's position from 0
     x, source = resolve_embeddings(
         tokens, config.embed, path=config.embeddings, dim=config.dim, seed=config.seed
     )
     if config.variant == "simple" and config.positional == "none":
         return trace_self_attention(tokens, x, query, source)
     d = int(x.shape[1])
-    d_k = config.d_k or (default_d_k(d, config.query_heads, config.positional) if config.variant in PROJECTED else d)
-    # Without projections an odd width turns its leading pairs and leaves the last feature.
-    if config.positional == "rope" and config.variant in PROJECTED and d_k % 2:
-        raise OptionError(f"RoPE turns pairs of features, so it needs an even width; this one is {d_k} (give an even --d-k)")
-    if config.positional == "rope" and d_k < 2:
-        raise OptionError(f"RoPE turns pairs of features, so it needs a width of at least 2; this one is {d_k} (give --dim 2 or more)")
+    check_rope_width(config, d)  # a file's vectors decide the width only now
+    d_k = toy_d_k(config, d)
     return trace_variant(
         tokens,
         x,

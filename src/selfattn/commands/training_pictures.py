@@ -13,19 +13,16 @@ import math
 from pathlib import Path
 
 from selfattn.errors import TrainingError
-from selfattn.models.files import DEFAULT_MODEL, MODELS, model_folder
+from selfattn.commands.plot_options import check_training_picture, run_folder
 import selfattn.training.run_files as run_files
 from selfattn.training.config import TrainConfig
 from selfattn.training.probe import read_snapshots
 from selfattn.training.records import Probe, TrainingRun
 from selfattn.viz import plots
-from selfattn.viz.output import check_output_path, write_text
+from selfattn.viz.output import PAGE_EXTENSIONS, PICTURE_EXTENSIONS, write_text
 from selfattn.viz.training_plot import training_figure
-from selfattn.viz.training_view import PAGE_EXTENSIONS, render_training_page, training_page_data
+from selfattn.viz.training_view import render_training_page, training_page_data
 
-# The models selfattn trained and ships with their run's records: tiny-induction, tiny-shakespeare
-# (stories260K ships too, but was trained elsewhere and has no run folder).
-SHIPPED = tuple(name for name, spec in MODELS.items() if name != DEFAULT_MODEL and spec.checkpoint is None)
 
 
 def read_run(folder) -> TrainingRun:
@@ -44,13 +41,7 @@ def read_run(folder) -> TrainingRun:
         TrainingError: the folder is missing, is a file, holds no run, or its run has
             logged no step yet.
     """
-    path = Path(folder)
-    if not path.exists() and str(folder) in SHIPPED:  # a model selfattn ships keeps its run's records
-        path = model_folder(str(folder))
-    if not path.exists():
-        raise TrainingError(f"there is no training run at {folder}: the folder does not exist")
-    if not path.is_dir():
-        raise TrainingError(f"{folder} is a file, not a training run's folder")
+    path = run_folder(folder)
     metrics = run_files.read_metrics(path)
     if not metrics:
         raise TrainingError(f"the run in {folder} has logged no step yet: nothing to draw")
@@ -149,7 +140,7 @@ def view_training(folder, output, layer: int | None = None, head: int | None = N
         TrainingError: the folder holds no run, or no stored probe attention.
         OptionError: ``layer`` or ``head`` is out of range.
     """
-    target = check_output_path(output, PAGE_EXTENSIONS)
+    target = check_training_picture(folder, output, PAGE_EXTENSIONS)
     return write_text(target, training_html(folder, layer, head))
 
 
@@ -167,5 +158,5 @@ def plot_training(folder, output) -> Path:
         OutputError: the output path cannot be written or has another extension.
         TrainingError: the folder holds no run, or one that logged no step yet.
     """
-    target = plots.check_output_path(output)
+    target = check_training_picture(folder, output, PICTURE_EXTENSIONS)
     return plots.save_figure(training_figure(read_run(folder)), target)

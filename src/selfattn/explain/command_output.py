@@ -124,3 +124,20 @@ def command_lines(start: str, rest: str) -> list[str]:
         One or two lines.
     """
     return [f"{start} {rest}"] if len(start) + len(rest) < 96 else [f"{start} \\", f"    {rest}"]
+
+
+def label(index: int) -> str:
+    """0 -> A, 25 -> Z, 26 -> AA, as spreadsheet columns.
+
+    Args:
+        index: a sentence's 0-based position.
+
+    Returns:
+        Its label.
+    """
+    text = ""
+    index += 1
+    while index:
+        index, rest = divmod(index - 1, 26)
+        text = chr(ord("A") + rest) + text
+    return text

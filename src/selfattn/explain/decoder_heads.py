@@ -14,7 +14,7 @@ import shlex
 from collections import Counter
 
 
-from selfattn.analysis.probes import PROBE_LENGTH
+from selfattn.analysis.inputs import PROBE_LENGTH
 from selfattn.explain.command_output import command_lines, shown_tokens
 from selfattn.explain.document import Document, Heading, Lines, Note, Paragraph, Table, display_token, fmt
 from selfattn.analysis.decoder_roles import (

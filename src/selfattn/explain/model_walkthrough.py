@@ -11,8 +11,9 @@ numbers come from the trace; nothing here computes attention.
 from __future__ import annotations
 
 import math
+import shlex
 
-
+from selfattn.explain.command_output import command_lines
 from selfattn.explain.document import (
     Document,
     Heading,
@@ -329,15 +330,16 @@ def _after_the_head(doc: Document, t: ModelTrace, p: int) -> None:
         looks.append("some at the first token")
     elif specials:
         looks.append(f"some at {' and '.join(specials)}")
-    model = "" if t.default_model else f" --model {t.model_name}"
+    # The model as it was given (a folder, a .bin file, a hub id), so the command runs as printed.
+    model = "" if t.default_model else f"--model {shlex.quote(t.model_source)}"
     doc.add(
         Paragraph(
             f"Heads differ a lot: {', '.join(looks)}, some spread their weight widely. To see what all "
             f"{t.n_layers * t.n_heads} heads do on this sentence, run"
         ),
-        Lines([f"selfattn heads{model} {_shell_quoted(t.sentence)}"]),
+        Lines(command_lines(f"selfattn heads {_shell_quoted(t.sentence)}", model) if model
+              else [f"selfattn heads {_shell_quoted(t.sentence)}"]),
         Paragraph(
-            ("then pick one and come back with --layer and --head" + ("" if t.builtin else " (give --model the folder or hub id you gave here)"))
-            + ". --format json has every number of this walkthrough."
+            "then pick one and come back with --layer and --head. --format json has every number of this walkthrough."
         ),
     )

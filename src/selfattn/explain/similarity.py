@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from selfattn.explain.command_output import shorten
+from selfattn.explain.command_output import label, shorten
 from selfattn.explain.document import Document, Lines, Note, Paragraph, Table, display_token, fmt
 from selfattn.explain.text import PIPED_WIDTH
 
@@ -110,20 +110,3 @@ def table_width(columns: list[str], rows: list[list[str]]) -> int:
         The table's width in characters.
     """
     return sum(max(len(row[c]) for row in [columns, *rows]) + 3 for c in range(len(columns))) + 1
-
-
-def label(index: int) -> str:
-    """0 -> A, 25 -> Z, 26 -> AA, as spreadsheet columns.
-
-    Args:
-        index: a sentence's 0-based position.
-
-    Returns:
-        Its label.
-    """
-    text = ""
-    index += 1
-    while index:
-        index, rest = divmod(index - 1, 26)
-        text = chr(ord("A") + rest) + text
-    return text

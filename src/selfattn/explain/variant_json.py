@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from selfattn.trace.record import AttentionTrace
-from selfattn.trace.variants import UNSCALED
+from selfattn.trace.variant_names import UNSCALED
 
 
 def positional_json(record: AttentionTrace) -> dict[str, Any]:

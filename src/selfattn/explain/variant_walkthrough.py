@@ -31,7 +31,8 @@ from selfattn.explain.document import (
     vector_cells,
 )
 from selfattn.explain.variant_notes import entropy, scaling_section, untrained_note
-from selfattn.trace.variants import MULTI_HEAD, VariantTrace
+from selfattn.trace.variant_names import MULTI_HEAD
+from selfattn.trace.variants import VariantTrace
 
 TERMS_SHOWN_UP_TO_DIM = 4
 

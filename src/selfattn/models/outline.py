@@ -10,10 +10,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from selfattn.models.checkpoint import read_config
+from selfattn.models.locate import read_config
 from selfattn.models.decoder_config import DecoderConfig
 from selfattn.models.files import model_folder, model_spec
-from selfattn.models.pretrained import family_of, is_builtin, locate
+from selfattn.models.locate import is_builtin, locate
+from selfattn.models.pretrained import family_of
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """``load_pretrained``: the built-in MiniLM, a local folder, or a hub id from the local cache.
 
-    name or path -> folder (``checkpoint.find_model_folder``) -> config.json's model_type
+    name or path -> folder (``locate.locate``) -> config.json's model_type
                  -> the family's config reader and weight table -> our model, frozen, eval
 
 The families are the records in ``selfattn.models.FAMILIES``, one file each in
@@ -16,11 +16,12 @@ import os
 from pathlib import Path
 
 from selfattn.errors import ModelError
-from selfattn.models.checkpoint import LAYOUT, find_cached, find_model_folder, read_config, read_weights
+from selfattn.models.checkpoint import read_weights
 from selfattn.models.decoder import DecoderConfig, DecoderModel
 from selfattn.models.encoder import BertModel
 from selfattn.models.family import Family
-from selfattn.models.files import ALIASES, MODELS, model_folder, model_spec
+from selfattn.models.files import model_folder, model_spec
+from selfattn.models.locate import LAYOUT, is_builtin, locate, model_name, read_config
 from selfattn.models.registry import families
 from selfattn.models.tokenizer import TextTokenizer
 from selfattn.models.weights import copy_weights
@@ -194,36 +195,6 @@ def load_decoder(folder: Path, data: dict, name: str) -> DecoderModel:
     rules, ignored = family.weight_table(config, state.keys())
     copy_weights(model, state, rules, ignored, family.model_type)
     return model.eval().requires_grad_(False)
-
-
-def locate(name_or_path) -> Path:
-    """The folder of a model that is not built in: a folder, or a hub id's snapshot in the cache.
-
-    Raises:
-        ModelError: a plain name (no "/") that is neither built in, a folder here, nor a
-            hub id without an organisation in the cache is an unknown model; otherwise
-            as ``checkpoint.find_model_folder``.
-    """
-    if isinstance(name_or_path, str) and "/" not in name_or_path and not Path(name_or_path).expanduser().exists():
-        cached = find_cached(name_or_path.strip())  # the hub's oldest ids have no organisation
-        if cached is not None:
-            return cached
-        raise ModelError(
-            f"unknown model {name_or_path!r}: give {', '.join(MODELS)} (built in), a folder in the Hugging Face "
-            f"layout, or a hub id 'org/name' already in the local Hugging Face cache"
-        )
-    return find_model_folder(name_or_path)
-
-
-def model_name(name_or_path, folder: Path) -> str:
-    """What outputs call the model: the hub id as given, else the folder's own name."""
-    text = os.fspath(name_or_path)
-    return text if not Path(text).expanduser().is_dir() else folder.resolve().name
-
-
-def is_builtin(name: str) -> bool:
-    """Whether ``name`` is a built-in model's name (any capitalisation, the hub's prefix allowed)."""
-    return name in MODELS or name.strip().lower() in ALIASES
 
 
 def _with_generation_ids(config: DecoderConfig, folder: Path) -> DecoderConfig:

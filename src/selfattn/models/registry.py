@@ -32,12 +32,15 @@ def family_of(module: ModuleType, name: str) -> Family:
         The module's ``Family``.
 
     Raises:
-        TypeError: the module has no ``FAMILY``, or it names another model_type (a bug
-            in the family file, not in the user's input).
+        TypeError: the module has no ``FAMILY``, it names another model_type, or its
+            ``KIND`` is not the family's kind (a bug in the family file, not in the
+            user's input).
     """
     family = getattr(module, "FAMILY", None)
     if not isinstance(family, Family) or family.model_type != name:
         raise TypeError(f"{module.__name__} must define FAMILY, a Family whose model_type is its file's name {name!r}")
+    if getattr(module, "KIND", None) != family.kind:  # the command line's help reads KIND without importing
+        raise TypeError(f"{module.__name__} must define KIND = {family.kind!r}, the kind of its FAMILY")
     return family
 
 

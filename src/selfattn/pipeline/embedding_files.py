@@ -31,7 +31,6 @@ import json
 import math
 import os
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -39,6 +38,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load as load_safetensors
 
 from selfattn.errors import EmbeddingError
+from selfattn.pipeline.embedding_options import EMBEDDING_EXTENSIONS, check_embedding_path
 
 Table = torch.Tensor | dict[str, torch.Tensor]
 
@@ -65,16 +65,8 @@ def load_embedding_file(path: str | os.PathLike) -> torch.Tensor | dict[str, tor
             starts with the file's name.
     """
     where = f"embeddings file {os.fspath(path)!r}"
-    file = Path(path)
-    suffix = file.suffix.lower()
+    file = check_embedding_path(path)  # it exists, is a file, and a reader knows its extension
     try:
-        if not file.exists():
-            raise EmbeddingError(f"{where}: no such file")
-        if file.is_dir():
-            raise EmbeddingError(f"{where}: is a directory, expected a file")
-        if suffix not in _READERS:
-            shown = repr(file.suffix) if file.suffix else "(none)"
-            raise EmbeddingError(f"{where}: unsupported extension {shown}; supported: {', '.join(_READERS)}")
         # One read, then parse from memory: every reader sees the same bytes and disk
         # errors are handled here only.
         data = file.read_bytes()
@@ -84,7 +76,7 @@ def load_embedding_file(path: str | os.PathLike) -> torch.Tensor | dict[str, tor
         raise EmbeddingError(f"{where}: cannot be read ({err.strerror or _first_line(err)})") from err
     if not data:
         raise EmbeddingError(f"{where}: is empty")
-    return _READERS[suffix](data, where)
+    return _READERS[file.suffix.lower()](data, where)
 
 
 # --- readers: bytes -> table ---------------------------------------------------------
@@ -332,3 +324,4 @@ _READERS: dict[str, Callable[[bytes, str], Table]] = {
     ".pth": _read_torch,
     ".safetensors": _read_safetensors,
 }
+assert tuple(_READERS) == EMBEDDING_EXTENSIONS, "each extension the options accept has its reader"

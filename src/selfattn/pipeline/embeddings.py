@@ -16,29 +16,10 @@ from typing import Mapping
 
 import torch
 
-from selfattn.errors import EmbeddingError, OptionError
+from selfattn.errors import EmbeddingError
+from selfattn.pipeline.embedding_options import SEED_TABLE, check_dim, check_embedding_options, check_table_has
 from selfattn.pipeline.tokenize import missing_tokens, quote_tokens
 
-SEED_SENTENCE = "The cat sat on the warm mat"
-"""The seed's example sentence: seven tokens, every one of them in ``SEED_TABLE``."""
-
-SEED_TABLE: dict[str, tuple[float, float, float]] = {
-    "The": (0.41, 0.12, 0.73),
-    "cat": (0.58, 0.91, 0.44),
-    "sat": (0.33, 0.76, 0.89),
-    "on": (0.15, 0.42, 0.67),
-    "the": (0.39, 0.14, 0.71),
-    "warm": (0.82, 0.53, 0.29),
-    "mat": (0.61, 0.85, 0.47),
-}
-"""The seed's hand-made 3-dimensional embeddings: token -> (x1, x2, x3).
-
-One entry per distinct token of ``SEED_SENTENCE`` (7 of them); case matters, so "The" and
-"the" are two entries. Made by hand, not trained.
-"""
-
-MIN_DIM, MAX_DIM = 1, 1024
-EMBED_METHODS = ("auto", "seed", "random")
 
 
 @dataclass(frozen=True)
@@ -90,12 +71,7 @@ def embed(tokens: list[str], table: Mapping[str, torch.Tensor | tuple | list] | 
     """
     if isinstance(table, torch.Tensor):
         return check_matrix(tokens, table).to(torch.float32)
-    missing = missing_tokens(tokens, table)
-    if missing:
-        raise EmbeddingError(
-            f"no embedding for token{'s' if len(missing) > 1 else ''} {quote_tokens(missing, 8)} "
-            "(tokens are case-sensitive)"
-        )
+    check_table_has(tokens, table)
     rows = [torch.as_tensor(table[t], dtype=torch.float32) for t in tokens]
     widths = {row.shape for row in rows}
     if len(widths) != 1 or rows[0].dim() != 1:
@@ -171,28 +147,6 @@ def check_matrix(tokens: list[str], matrix) -> torch.Tensor:
             f"tokens: give one row per token, in sentence order"
         )
     return matrix
-
-
-def check_dim(dim: int) -> None:
-    if isinstance(dim, bool) or not isinstance(dim, int) or not MIN_DIM <= dim <= MAX_DIM:
-        raise OptionError(f"--dim must be an integer from {MIN_DIM} to {MAX_DIM}, got {dim!r}")
-
-
-def check_embedding_options(method: str, path: str | None, dim: int | None, seed: int) -> None:
-    """Refuse unknown methods, out-of-range widths and options that exclude each other."""
-    if method not in EMBED_METHODS:
-        raise OptionError(f"unknown embedding method {method!r}: choose one of {', '.join(EMBED_METHODS)}")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise OptionError(f"--seed must be an integer, got {seed!r}")
-    if dim is not None:
-        check_dim(dim)
-    if path is not None:
-        if method != "auto":
-            raise OptionError(f"--embeddings FILE and --embed {method} exclude each other: choose one")
-        if dim is not None:
-            raise OptionError("--dim applies only to random embeddings, not to a file")
-    if method == "seed" and dim is not None and dim != 3:
-        raise OptionError("--dim applies only to random embeddings; the seed's table is 3-dimensional")
 
 
 def resolve_embeddings(

@@ -7,15 +7,26 @@ Three families, by where they act:
     BIASED   ("alibi")                   scores + bias: a distance penalty per head
 
 "none" leaves attention permutation-equivariant, as in the seed.
+
+The names and ``check_positional`` are plain Python (the command line checks --positional
+before torch loads); the encodings load on first use.
 """
 
 from __future__ import annotations
 
-from selfattn.errors import OptionError
-from selfattn.positional.alibi import alibi_bias, alibi_slopes
-from selfattn.positional.learned import LearnedPositionalEmbedding
-from selfattn.positional.rope import apply_rope, rope_angles, rope_distance_check
-from selfattn.positional.sinusoidal import sinusoidal_encoding
+import importlib
+
+from selfattn.errors import OptionError, did_you_mean
+
+_ENCODINGS = {
+    "alibi_bias": "selfattn.positional.alibi",
+    "alibi_slopes": "selfattn.positional.alibi",
+    "LearnedPositionalEmbedding": "selfattn.positional.learned",
+    "apply_rope": "selfattn.positional.rope",
+    "rope_angles": "selfattn.positional.rope",
+    "rope_distance_check": "selfattn.positional.rope",
+    "sinusoidal_encoding": "selfattn.positional.sinusoidal",
+}
 
 POSITIONAL_NAMES = ("none", "sinusoidal", "learned", "rope", "alibi")
 ADDITIVE = ("sinusoidal", "learned")
@@ -38,7 +49,8 @@ def check_positional(name: str | None) -> str:
     if name is None:
         return "none"
     if name not in POSITIONAL_NAMES:
-        raise OptionError(f"unknown positional encoding {name!r}: choose one of {', '.join(POSITIONAL_NAMES)}")
+        raise OptionError(f"unknown positional encoding {name!r}: choose one of {', '.join(POSITIONAL_NAMES)}"
+                          f"{did_you_mean(name, POSITIONAL_NAMES)}")
     return name
 
 
@@ -56,3 +68,11 @@ __all__ = [
     "rope_distance_check",
     "sinusoidal_encoding",
 ]
+
+
+def __getattr__(name: str):
+    if name in _ENCODINGS:
+        value = getattr(importlib.import_module(_ENCODINGS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'selfattn.positional' has no attribute {name!r}")

@@ -1,4 +1,8 @@
-"""Start the live app: bind the address, say it, open the browser, serve until Ctrl-C."""
+"""Start the live app: bind the address, say it, open the browser, serve until Ctrl-C.
+
+The models and the server are imported when it starts: the command line checks --port
+and the --model names with this module before torch loads.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,6 @@ import webbrowser
 from collections.abc import Sequence
 from typing import TextIO
 
-from selfattn.commands.live import LiveModels
 from selfattn.errors import OptionError
 
 DEFAULT_HOST = "127.0.0.1"
@@ -18,10 +21,15 @@ DEFAULT_PORT = 8765
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
-def bind(host: str, port: int) -> socket.socket:
-    """A listening socket on host:port (port 0: a free one), or an ``OptionError`` saying why not."""
+def check_port(port: int) -> None:
+    """OptionError unless ``port`` is a whole number from 0 (a free one) to 65535."""
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
         raise OptionError(f"--port must be a whole number from 0 to 65535, got {port!r}")
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port (port 0: a free one), or an ``OptionError`` saying why not."""
+    check_port(port)
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as error:
@@ -83,6 +91,7 @@ def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, models: Sequence[s
     """
     import uvicorn
 
+    from selfattn.commands.live import LiveModels
     from selfattn.serve.app import create_app
 
     out = sys.stdout if stream is None else stream

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 import torch
 
 from selfattn.attention.functional import scaled_dot_product_attention_with_weights
-from selfattn.kernels.flash import check_block_size, flash_attention, tile_mask
+from selfattn.kernels.flash import flash_attention, tile_mask
+from selfattn.kernels.tile_sizes import check_block_size
 from selfattn.kernels.flash_tiles import score_tile
 from selfattn.kernels.online_softmax import online_softmax_finish, online_softmax_start, online_softmax_update
 from selfattn.kernels.probs_from_lse import attention_probs_from_lse

@@ -26,7 +26,7 @@ from selfattn.attention.functional import attention_steps
 from selfattn.trace.flash import trace_flash
 from selfattn.trace.record import AttentionTrace, Inputs, LayerSteps, Query
 from selfattn.masks import causal_mask, combine_masks
-from selfattn.errors import OptionError
+from selfattn.errors import OptionError, did_you_mean
 from selfattn.pipeline.embeddings import EmbeddingSource, check_matrix
 from selfattn.pipeline.steps import attention_scores
 from selfattn.pipeline.tokenize import find_query
@@ -34,27 +34,23 @@ from selfattn.positional import LearnedPositionalEmbedding, alibi_slopes, apply_
 from selfattn.positional import check_positional, sinusoidal_encoding
 from selfattn.positional.rope import DistanceScore
 from selfattn.trace.seed import check_dot_products
+from selfattn.trace.variant_names import (
+    MULTI_HEAD,
+    PROJECTED,
+    UNSCALED,
+    VARIANTS,
+    default_d_k,
+    default_heads,
+    distance_check_key,
+)
 from selfattn.trace.variant_setup import (
     LEARNED_TABLE_ROWS,
     LEARNED_TABLE_SEED_OFFSET,
     alibi_for_variant,
     distance_check_for,
     seeded_attention,
-    default_d_k,
-    default_heads,
-    distance_check_key,
 )
 
-VARIANTS = ("simple", "scaled", "qkv", "causal", "multihead", "gqa", "flash")
-"""The attention variants that ``trace_variant`` and ``ExplainConfig.variant`` accept.
-
-Each adds one idea to the seed: "simple" (the seed), "scaled" (1/sqrt(d)), "qkv"
-(projections), "causal" (a causal mask), "multihead" (heads and W_o), "gqa" (shared
-key/value heads), "flash" (the seed computed block by block with an online softmax).
-"""
-UNSCALED = ("simple", "flash")  # the seed's raw dot products, no 1/sqrt(d)
-PROJECTED = ("qkv", "causal", "multihead", "gqa")  # variants with learned Q/K/V projections
-MULTI_HEAD = ("multihead", "gqa")
 
 
 @dataclass(frozen=True)
@@ -340,7 +336,7 @@ def trace_variant(
         tensor([0.4859, 0.5813, 0.5887])
     """
     if variant not in VARIANTS:
-        raise OptionError(f"unknown variant {variant!r}: choose one of {', '.join(VARIANTS)}")
+        raise OptionError(f"unknown variant {variant!r}: choose one of {', '.join(VARIANTS)}{did_you_mean(variant, VARIANTS)}")
     check_positional(positional)
     x = check_matrix(tokens, embeddings).detach()
     n, d = x.shape

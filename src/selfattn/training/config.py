@@ -17,7 +17,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from selfattn.errors import TrainingError
+from selfattn.errors import TrainingError, did_you_mean
 
 TASKS = ("induction", "text")
 MAX_STEPS = 1_000_000
@@ -80,7 +80,7 @@ class TrainConfig:
             TrainingError: an unknown task or setting, or a value out of range.
         """
         if task not in TASKS:
-            raise TrainingError(f"unknown task {task!r}: choose {' or '.join(TASKS)}")
+            raise TrainingError(f"unknown task {task!r}: choose {' or '.join(TASKS)}{did_you_mean(task, TASKS)}")
         names = {f.name for f in dataclasses.fields(cls)} - {"task"}
         unknown = sorted(set(settings) - names)
         if unknown:

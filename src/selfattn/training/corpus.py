@@ -69,11 +69,7 @@ def read_corpus(corpus: str | os.PathLike, min_chars: int) -> str:
     """
     if str(corpus) == "shakespeare":
         return read_shakespeare()
-    path = Path(corpus).expanduser()
-    if not path.exists():
-        raise TrainingError(f"the corpus file {path} does not exist")
-    if not path.is_file():
-        raise TrainingError(f"the corpus {path} is not a file")
+    path = corpus_path(corpus)
     try:
         data = path.read_bytes()
     except OSError as error:
@@ -92,6 +88,16 @@ def read_corpus(corpus: str | os.PathLike, min_chars: int) -> str:
             f"(the context plus one, in the training and the validation part)"
         )
     return text
+
+
+def corpus_path(corpus: str | os.PathLike) -> Path:
+    """The corpus file, if it is there.   Raises TrainingError when it is missing or not a file."""
+    path = Path(corpus).expanduser()
+    if not path.exists():
+        raise TrainingError(f"the corpus file {path} does not exist")
+    if not path.is_file():
+        raise TrainingError(f"the corpus {path} is not a file")
+    return path
 
 
 def _clean(text: str) -> str:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import torch
 
@@ -28,6 +27,7 @@ from selfattn.training.distributed import Processes
 from selfattn.training.model import model_config, new_model, save_model
 from selfattn.training.progress import TrainingProgress
 from selfattn.training.records import TrainingRun
+from selfattn.training.start import check_start
 from selfattn.training.step import (
     Interrupts,
     LanguageModel,
@@ -79,15 +79,9 @@ def train(task: str | None = None, corpus=None, steps=None, out=None, seed=None,
             missing, empty, binary or too short, an output folder that cannot be written
             or holds another run, or nothing to resume.
     """
-    folder = Path(out if out is not None else Path("runs") / str(task or "induction")).expanduser()
+    folder, config, saved = check_start(task, corpus, steps, out, seed, resume, **settings)
+    vocab = CharVocab.from_json(saved["vocab"]) if resume else None
     processes = Processes.from_environment()
-    if resume:
-        saved = files.check_resume_folder(folder)
-        config = _resumed_config(saved, task, corpus, steps, seed, settings)
-        vocab = CharVocab.from_json(saved["vocab"])
-    else:
-        config = TrainConfig.for_task(task or "induction", corpus=corpus, steps=steps, seed=seed, **settings)
-        vocab = None
     try:
         processes.check_batch(config.batch_size)
         source, vocab = _task_source(config, vocab)
@@ -97,24 +91,6 @@ def train(task: str | None = None, corpus=None, steps=None, out=None, seed=None,
         return _Run(config, vocab, source, folder, processes, resume, progress).go()
     finally:
         processes.close()
-
-
-def _resumed_config(saved: dict, task, corpus, steps, seed, settings) -> TrainConfig:
-    old = TrainConfig(**saved["config"])
-    given = dict(task=task, corpus=corpus, seed=seed, **settings)
-    for name, value in given.items():
-        if name not in old.to_json():
-            raise TrainingError(f"unknown training setting {name!r}")
-        if value is not None and value != getattr(old, name):
-            raise TrainingError(f"the run to resume has {name} {getattr(old, name)!r}, not {value!r}: resume it as it was")
-    if steps is None:
-        if saved.get("finished"):
-            raise TrainingError(f"the run has finished its {old.steps} steps: give --steps above that to train on")
-        return old
-    new = TrainConfig(**{**old.to_json(), "steps": steps})
-    if steps <= saved.get("step", 0):
-        raise TrainingError(f"the run has done {saved.get('step')} steps already: give --steps above that to train on")
-    return new
 
 
 def _task_source(config: TrainConfig, vocab: CharVocab | None):

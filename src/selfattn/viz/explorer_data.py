@@ -15,7 +15,7 @@ import torch
 from selfattn.formatting import rounded
 from selfattn.trace.model import ModelTrace
 from selfattn.trace.record import AttentionTrace, record_of
-from selfattn.trace.variants import UNSCALED
+from selfattn.trace.variant_names import UNSCALED
 from selfattn.viz.model_data import (
     PAGE_DATA_BUDGET, STEP_MATRICES, VECTOR_PREVIEW, json_size, mask_entry, model_page_data, rows_note, rows_that_fit,
     trace_page,

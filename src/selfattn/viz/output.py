@@ -13,6 +13,9 @@ from typing import Callable
 
 from selfattn.errors import OutputError
 
+PICTURE_EXTENSIONS = (".png", ".svg")  # what matplotlib writes for us (plots.save_figure)
+PAGE_EXTENSIONS = (".html", ".htm")  # the explorer's and the training replay's pages
+
 
 def check_output_path(path: str | os.PathLike, extensions: tuple[str, ...]) -> Path:
     """The path as a Path, if its extension is one of ``extensions`` and its folder is writable."""

@@ -53,7 +53,7 @@ from selfattn.viz.figure_parts import (
     tick_font_size,
 )
 
-SUPPORTED_EXTENSIONS = (".png", ".svg")
+SUPPORTED_EXTENSIONS = output.PICTURE_EXTENSIONS
 PNG_DPI = 150
 _WEIGHT_CMAP = "viridis"  # perceptually uniform, so equal weight steps look equal
 _MASK_COLOURS = ("#d9d9d9", "#3b75af")  # hidden, allowed

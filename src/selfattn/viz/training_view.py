@@ -32,7 +32,6 @@ from selfattn.viz.training_run import (
     run_title,
 )
 
-PAGE_EXTENSIONS = (".html", ".htm")
 WEIGHT_SCALE = 1000  # weights travel as round(w * 1000): three decimals
 # At most this many weights on one page (about 10 MB): a longer run shows evenly spaced steps.
 MAX_PAGE_WEIGHTS = 4_000_000

@@ -15,12 +15,14 @@ from pathlib import Path
 import torch
 
 from selfattn.errors import ModelError
-from selfattn.models.checkpoint import read_config as read_config_file
+from selfattn.models.locate import read_config as read_config_file
 from selfattn.models.checkpoint import read_weights
 from selfattn.models.encoder import BertConfig, BertModel
 from selfattn.models.family import Family
 from selfattn.models.tokenizer import WordPieceTokenizer
 from selfattn.models.weights import WeightRule, rule
+
+KIND = "encoder"  # read without importing this file (families.family_kinds), for the command line's help
 
 MODEL_TYPE = "bert"
 # Checkpoints saved from BertForMaskedLM / BertForPreTraining keep the encoder under this
@@ -165,7 +167,7 @@ def load_bert(folder: Path, name: str, state: dict[str, torch.Tensor] | None = N
 
 FAMILY = Family(
     model_type=MODEL_TYPE,
-    kind="encoder",
+    kind=KIND,
     description="BERT encoders: post-LN blocks, learned positions, exact GELU (all-MiniLM-L6-v2 is one)",
     read_config=read_config,
     weight_table=weight_table,

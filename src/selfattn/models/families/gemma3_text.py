@@ -23,6 +23,8 @@ from selfattn.errors import ModelError
 from selfattn.models.config_fields import ConfigReader
 from selfattn.models.llama_layout import REFUSED, LlamaShape, llama_family, windows_from_layer_types
 
+KIND = "decoder"  # read without importing this file (families.family_kinds), for the command line's help
+
 MODEL_TYPE = "gemma3_text"
 SLIDING, FULL = "sliding_attention", "full_attention"
 DEFAULT_BASES = {SLIDING: 10_000.0, FULL: 1_000_000.0}  # transformers' defaults for configs that name none

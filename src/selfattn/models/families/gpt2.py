@@ -19,6 +19,8 @@ from selfattn.models.decoder_config import DecoderConfig
 from selfattn.models.family import Family
 from selfattn.models.weights import WeightRule, rule, split_columns, transposed
 
+KIND = "decoder"  # read without importing this file (families.family_kinds), for the command line's help
+
 MODEL_TYPE = "gpt2"
 ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu"}
 REFUSED = {
@@ -153,7 +155,7 @@ def weight_table(config: DecoderConfig, names: Collection[str]) -> tuple[list[We
 
 FAMILY = Family(
     model_type=MODEL_TYPE,
-    kind="decoder",
+    kind=KIND,
     description="GPT-2 decoders: learned positions, pre-LN LayerNorm, tanh GELU, q, k and v fused in one Conv1D",
     read_config=read_config,
     weight_table=weight_table,

@@ -10,6 +10,8 @@ from __future__ import annotations
 from selfattn.models.config_fields import ConfigReader
 from selfattn.models.llama_layout import LlamaShape, llama_family
 
+KIND = "decoder"  # read without importing this file (families.family_kinds), for the command line's help
+
 MODEL_TYPE = "mistral"
 
 

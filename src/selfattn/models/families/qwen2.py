@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from selfattn.models.llama_layout import LlamaShape, llama_family, windows_from_max_window_layers
 
+KIND = "decoder"  # read without importing this file (families.family_kinds), for the command line's help
+
 MODEL_TYPE = "qwen2"
 
 SHAPE = LlamaShape(

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from selfattn.models.llama_layout import REFUSED, LlamaShape, llama_family, windows_from_max_window_layers
 
+KIND = "decoder"  # read without importing this file (families.family_kinds), for the command line's help
+
 MODEL_TYPE = "qwen3"
 
 SHAPE = LlamaShape(
