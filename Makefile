@@ -20,8 +20,10 @@ DEV     := $(VENV)/.dev
 run: $(RUNTIME)
 	$(VENV)/bin/selfattn explain
 
+# On every core (pytest-xdist), a test file to a worker at a time, the slow tier's files first
+# (tests/conftest.py). `.venv/bin/python -m pytest -m "not slow"` leaves that tier out while you work.
 test: $(DEV) chromium shakespeare
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto --dist loadfile
 
 # Material's banner about its end of life (May 2027; Zensical succeeds it) is muted.
 docs: $(DEV)

@@ -28,6 +28,26 @@ from seed_reference import INPUTS  # noqa: E402
 torch.set_num_threads(1)
 
 
+def pytest_collection_modifyitems(config, items):
+    """The files that hold the slow tier run first (each file keeps its own order): with
+    pytest-xdist's file-by-file distribution (`make test`) the longest work starts at once
+    and the short files fill in around it, instead of one worker finishing a long file alone."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)  # a stable sort: False (slow files) first
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_folder(tmp_path_factory) -> Path:
+    """A folder for what the session makes once and several test files read (trained runs):
+    pytest-xdist's workers each get their own temporary folder, inside one they share."""
+    import training_runs
+
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "shared"
+    training_runs.set_root(folder)
+    return folder
+
+
 @pytest.fixture
 def seed_x() -> torch.Tensor:
     return torch.tensor(INPUTS)  # float32, as in the seed

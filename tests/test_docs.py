@@ -101,9 +101,12 @@ def test_shell_commands_run(run_cli, in_scratch_folder, where, args):
 
 
 SESSIONS = [(f"{b.page}:{b.line}", args, excerpt) for p in PAGES for b in blocks(p, "console") for args, excerpt in console_sessions(b)]
+# A page's training run trains for real (400 steps, the phase change included): the slow tier.
+SESSION_PARAMS = [pytest.param(*session, marks=[pytest.mark.slow] if session[1][0] == "train" else [],
+                               id=f"{session[0]} {' '.join(session[1])[:60]}") for session in SESSIONS]
 
 
-@pytest.mark.parametrize(("where", "args", "excerpt"), SESSIONS, ids=[f"{w} {' '.join(a)[:60]}" for w, a, _ in SESSIONS])
+@pytest.mark.parametrize(("where", "args", "excerpt"), SESSION_PARAMS)
 def test_console_excerpts_match_what_the_command_prints(run_cli, in_scratch_folder, where, args, excerpt):
     out = run_and_check(run_cli, where, args)
     assert missing_from_output(excerpt, out) == [], f"{where}: these lines are not in the output of selfattn {' '.join(args)}"

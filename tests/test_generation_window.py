@@ -136,7 +136,7 @@ def stories_without_a_stop():
 
 
 ROPE_MODELS = [
-    pytest.param(stories_without_a_stop, id="stories260K"),
+    pytest.param(stories_without_a_stop, id="stories260K", marks=pytest.mark.slow),
     pytest.param(lambda: tiny_rope_model(), id="llama-shape-32"),
     pytest.param(lambda: tiny_rope_model(torch.float64), id="llama-shape-32-fp64"),
     pytest.param(lambda: tiny_rope_model(rope_pairs="interleaved"), id="interleaved-pairs"),

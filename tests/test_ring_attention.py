@@ -71,7 +71,12 @@ def report(run, rank: int, name: str) -> dict:
     return found[name]
 
 
-@pytest.mark.parametrize("world, case", RUNS, ids=[f"P{w}-{c.name}" for w, c in RUNS])
+def _params(cases):
+    """One param per (world, case); the four-rank launch is the slow tier (four processes on the cores there are)."""
+    return [pytest.param(w, c, id=f"P{w}-{c.name}", marks=[pytest.mark.slow] if w == 4 else []) for w, c in cases]
+
+
+@pytest.mark.parametrize("world, case", _params(RUNS))
 def test_ring_attention_matches_sdpa(correctness, world, case):
     run = correctness(world)
     wanted = {"out", *(f"d{name}" for name in case.grads)}
@@ -94,6 +99,7 @@ def test_ring_attention_matches_sdpa(correctness, world, case):
                 assert within(error, largest, case.dtype), f"rank {rank}: gather_sequence of {name} is off by {error:.3g}"
 
 
+@pytest.mark.slow  # reads the four-rank launch
 def test_every_rank_holds_the_split_it_should(correctness):
     """37 positions over 4 ranks: zigzag chunks 5,5,5,5,5,4,4,4 give 9,9,9,10; contiguous 10,9,9,9."""
     run = correctness(4)
@@ -103,6 +109,7 @@ def test_every_rank_holds_the_split_it_should(correctness):
     assert (zigzag, contiguous, tiny) == ([9, 9, 9, 10], [10, 9, 9, 9], [1, 1, 1, 2])
 
 
+@pytest.mark.slow  # reads the four-rank launch
 @pytest.mark.parametrize("case", ["causal-contiguous-n5", "float64-causal-contiguous-n37", "causal-zigzag-n5"])
 def test_shards_wholly_in_the_future_give_no_nan(correctness, case):
     """Under a causal mask rank 0's queries see nothing of the later contiguous shards (and some
@@ -121,7 +128,7 @@ MESSAGES = {  # the start of every rank's message, by case name
 }
 
 
-@pytest.mark.parametrize("world, case", REJECTIONS, ids=[f"P{w}-{c.name}" for w, c in REJECTIONS])
+@pytest.mark.parametrize("world, case", _params(REJECTIONS))
 def test_bad_lengths_are_rejected_on_every_rank(correctness, world, case):
     run = correctness(world)
     for rank in range(world):
@@ -137,6 +144,7 @@ def test_bad_lengths_are_rejected_on_every_rank(correctness, world, case):
                    for r in range(1, world))
 
 
+@pytest.mark.slow  # reads the four-rank launch
 def test_two_subgroups_run_their_own_rings(correctness):
     """On 4 ranks: a ring of global ranks {1, 2} (zigzag, 11 positions: 5 and 6) and one of {0, 3}
     (contiguous, 11 positions: 6 and 5) at the same time; rank 0 calling the {1, 2} ring is refused."""
@@ -210,6 +218,7 @@ def test_a_rank_that_raises_stops_every_rank(scenario):
         assert error["seconds"] < failed["seconds"] + PG_TIMEOUT / 2, f"rank {rank} only noticed after {error['seconds']:.1f} s"
 
 
+@pytest.mark.slow  # waits out a process-group timeout on purpose
 def test_a_silent_rank_times_out_every_other_rank():
     """Rank 1 of 3 stays alive but never calls: the others fail after the process group's timeout."""
     run = launch("silent", 3, "--fail-rank", "1", limit=60, pg_timeout=SILENT_TIMEOUT)

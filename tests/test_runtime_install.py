@@ -154,11 +154,13 @@ def loaded_modules(tmp_path_factory):
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # every command in one fresh process
 def test_every_command_runs_without_the_test_and_docs_tools(loaded_modules):
     assert "torch" in loaded_modules and "matplotlib" in loaded_modules and "tokenizers" in loaded_modules
     assert not set(loaded_modules) & set(NOT_FOR_RUNNING)
 
 
+@pytest.mark.slow  # every command in one fresh process
 def test_every_module_the_commands_load_is_declared_for_running(loaded_modules):
     owners = top_level_owners()
     closure = runtime_closure()

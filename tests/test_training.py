@@ -66,6 +66,7 @@ def _probe(folder) -> dict:
 
 # --- 1. the induction head -------------------------------------------------------------
 
+@pytest.mark.slow  # the induction run: a head must form
 def test_an_induction_head_forms_in_the_second_layer(induction_run):
     final = induction_run.final
     assert induction_run.finished and final["step"] == INDUCTION["steps"]
@@ -81,6 +82,7 @@ def test_an_induction_head_forms_in_the_second_layer(induction_run):
     assert induction_run.induction_step is not None and induction_run.induction_step <= INDUCTION["steps"]
 
 
+@pytest.mark.slow  # the induction run: a head must form
 def test_the_repeated_half_is_predicted_from_the_checkpoint(induction_run):
     folder, probe = induction_run.folder, _probe(induction_run.folder)
     ids, repeat, offset = torch.tensor(probe["ids"]), probe["repeat"], probe["offset"]
@@ -114,6 +116,7 @@ def _scores_by_definition(a: torch.Tensor, repeat: int, offset: int) -> dict:
     }
 
 
+@pytest.mark.slow  # the induction run: a head must form
 def test_head_scores_match_transformers_attention(induction_run):
     folder, probe = induction_run.folder, _probe(induction_run.folder)
     ids = torch.tensor(probe["ids"])
@@ -129,6 +132,7 @@ def test_head_scores_match_transformers_attention(induction_run):
             assert recorded[name] == pytest.approx(value, abs=2e-4), (recorded, name, value)
 
 
+@pytest.mark.slow  # the induction run: a head must form
 def test_probe_snapshots_hold_transformers_attention(induction_run):
     folder, probe = induction_run.folder, _probe(induction_run.folder)
     snapshots = read_snapshots(folder)
@@ -200,7 +204,7 @@ def _in_memory_model(folder):
     return model.eval(), vocab
 
 
-@pytest.mark.parametrize("which", ["induction", "text"])
+@pytest.mark.parametrize("which", [pytest.param("induction", marks=pytest.mark.slow), "text"])
 def test_the_checkpoint_gives_the_trained_models_logits(request, which):
     run = _runs(request, which)
     trained, vocab = _in_memory_model(run.folder)
@@ -214,7 +218,7 @@ def test_the_checkpoint_gives_the_trained_models_logits(request, which):
 
 
 @pytest.mark.parametrize("which, texts", [
-    ("induction", ["abcabc", "xkdxkd", "aQ3b", ""]),  # Q and 3 are not among the 24 symbols (a to x): <unk>
+    pytest.param("induction", ["abcabc", "xkdxkd", "aQ3b", ""], marks=pytest.mark.slow),  # Q and 3: not among the 24 symbols
     ("text", ["To be, or not to be", "ROMEO.\nBut soft!", "naïve ☃ ~"]),  # unseen characters: <unk>
 ])
 def test_transformers_tokenizer_gives_our_ids(request, which, texts):

@@ -62,6 +62,7 @@ def _has_a_line(path) -> bool:
 
 # --- 4. interrupt and resume -----------------------------------------------------------
 
+@pytest.mark.slow  # a real run stopped by SIGINT, then resumed
 def test_ctrl_c_exits_130_and_says_how_to_continue(interrupted):
     folder, status, out, err, _ = interrupted
     assert status == 130, err
@@ -72,6 +73,7 @@ def test_ctrl_c_exits_130_and_says_how_to_continue(interrupted):
     assert f"step {step} of {CLI_STEPS} (interrupted)" in out
 
 
+@pytest.mark.slow  # a real run stopped by SIGINT, then resumed
 def test_the_interrupted_checkpoint_is_intact(interrupted):
     folder, _, _, _, lines = interrupted
     settings = json.loads((folder / "training.json").read_text(encoding="utf-8"))
@@ -99,6 +101,7 @@ def resumed(interrupted):
     return folder, proc.returncode, out, err
 
 
+@pytest.mark.slow  # a real run stopped by SIGINT, then resumed
 def test_a_resumed_run_equals_an_uninterrupted_one(uninterrupted, resumed):
     folder, status, out, err = resumed
     assert status == 0, err

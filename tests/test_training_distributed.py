@@ -18,6 +18,8 @@ import torch
 from safetensors.torch import load_file
 from training_runs import CLI_SEED, CLI_STEPS, cli_env, read_lines, shared_run
 
+pytestmark = pytest.mark.slow  # torchrun starts two ranks that train for real
+
 dist = pytest.importorskip("torch.distributed")
 if not dist.is_available() or not dist.is_gloo_available():
     pytest.skip("this torch has no torch.distributed with the gloo backend", allow_module_level=True)
