@@ -39,3 +39,22 @@ def test_cache_sizes_from_sysfs(tmp_path):
             (folder / name).write_text(value + "\n")
     assert read_caches(tmp_path) == {"L1d": "48 KiB", "L2": "2 MiB", "L3": "300 MiB"}
     assert readable_size("1536K") == "1536 KiB" and read_caches(tmp_path / "absent") == {}
+
+
+def test_suite_times_sums_each_files_tests_from_a_junit_report(tmp_path, capsys, monkeypatch):
+    """bench/suite_times.py: per-file sums and the slowest tests, from a report written here."""
+    import suite_times
+
+    report = tmp_path / "junit.xml"
+    report.write_text('<testsuites><testsuite>'
+                      '<testcase classname="tests.test_a" name="one" time="1.5"/>'
+                      '<testcase classname="tests.test_a" name="two" time="2.0"/>'
+                      '<testcase classname="tests.test_b" name="three" time="4.25"/>'
+                      '</testsuite></testsuites>')
+    per_file, counts, tests = suite_times.read_report(str(report))
+    assert per_file == {"test_a.py": 3.5, "test_b.py": 4.25} and counts == {"test_a.py": 2, "test_b.py": 1}
+    assert max(tests) == (4.25, "test_b.py::three")
+    monkeypatch.setattr(sys, "argv", ["suite_times.py", str(report), str(report), "--markdown", "--top", "1"])
+    assert suite_times.main() == 0
+    out = capsys.readouterr().out
+    assert "| test_b.py | 1 | 4.2 | 4.2 |" in out and "test_a.py" not in out.split("all files")[0]

@@ -118,7 +118,7 @@ LAYERS = {
     "attention": ("selfattn.attention", "selfattn.distributed"),
     "kernels": ("selfattn.kernels",),
     "leaves": ("selfattn.masks", "selfattn.pipeline", "selfattn.positional", "selfattn.checks", "selfattn.errors",
-               "selfattn.shapes", "selfattn.formatting", "selfattn.peak_memory"),
+               "selfattn.shapes", "selfattn.formatting", "selfattn.peak_memory", "selfattn.lazy"),
 }
 ORDER = list(LAYERS)  # top first
 TOP = "selfattn"  # the package itself: the lazy public API, above everything

@@ -42,7 +42,7 @@ Commands: ``selfattn explain | plot | view | heads | similarity | compare | gene
 
 from __future__ import annotations
 
-import importlib
+from selfattn.lazy import lazy_names
 import sys
 
 __version__ = "0.1.0"
@@ -147,16 +147,7 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'selfattn' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(list(globals()) + __all__)
+__getattr__, __dir__ = lazy_names(globals(), _EXPORTS)
 
 
 # In IPython (Jupyter) the records show as the explorer: the renderer layer registers the

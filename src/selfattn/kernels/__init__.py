@@ -6,12 +6,6 @@ command line before torch is imported.
 
 from __future__ import annotations
 
-import importlib
+from selfattn.lazy import lazy_names
 
-
-def __getattr__(name: str):
-    if name == "last_backend":  # selfattn.kernels.last_backend()
-        value = importlib.import_module("selfattn.kernels.backend").last_backend
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'selfattn.kernels' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_names(globals(), {"last_backend": "selfattn.kernels.backend"})  # selfattn.kernels.last_backend()

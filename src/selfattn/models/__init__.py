@@ -7,7 +7,7 @@ registry) imports no torch; ``registry.family_names()`` lists the families cheap
 
 from __future__ import annotations
 
-import importlib
+from selfattn.lazy import lazy_names
 
 _EXPORTS = {
     "BertModel": "selfattn.models.encoder",
@@ -23,13 +23,4 @@ _EXPORTS = {
 __all__ = ["FAMILIES", "MODELS", "BertModel", "DecoderConfig", "DecoderModel", "ModelOutput", "load_pretrained", "mean_pool"]
 
 
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(list(globals()) + __all__)
+__getattr__, __dir__ = lazy_names(globals(), _EXPORTS)

@@ -8,7 +8,7 @@ embedding options (``embedding_options``) before torch is imported.
 
 from __future__ import annotations
 
-import importlib
+from selfattn.lazy import lazy_names
 
 _EXPORTS = {
     "SEED_SENTENCE": "selfattn.pipeline.embedding_options",
@@ -25,13 +25,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'selfattn.pipeline' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(list(globals()) + __all__)
+__getattr__, __dir__ = lazy_names(globals(), _EXPORTS)

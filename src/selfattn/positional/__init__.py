@@ -14,7 +14,7 @@ before torch loads); the encodings load on first use.
 
 from __future__ import annotations
 
-import importlib
+from selfattn.lazy import lazy_names
 
 from selfattn.errors import OptionError, did_you_mean
 
@@ -70,9 +70,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    if name in _ENCODINGS:
-        value = getattr(importlib.import_module(_ENCODINGS[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'selfattn.positional' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_names(globals(), _ENCODINGS)

@@ -8,7 +8,7 @@ first use: the command line checks a run's settings and folders (``config``,
 
 from __future__ import annotations
 
-import importlib
+from selfattn.lazy import lazy_names
 
 _EXPORTS = {
     "TASKS": "selfattn.training.config",
@@ -21,9 +21,4 @@ _EXPORTS = {
 __all__ = ["TASKS", "TrainConfig", "TrainingRun", "read_metrics", "train"]
 
 
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'selfattn.training' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_names(globals(), _EXPORTS)
