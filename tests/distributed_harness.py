@@ -4,16 +4,24 @@ Each rank is a separate Python process on a gloo process group over 127.0.0.1. O
 goes to files (a full pipe would block a rank), and the whole launch has a wall-clock
 limit: past it every rank is killed and the calling test fails saying which ranks hung,
 so a deadlock in the code under test can never hang pytest.
+
+The ranks are forked from a server process that has imported torch and the worker once
+(multiprocessing's "forkserver"): a fresh Python per rank spent about 2 s of CPU importing
+torch before doing anything, and a test session launches some twenty ranks. The server
+runs no torch operation before it forks, so each rank starts as a fresh process would, with
+its own environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, OMP_NUM_THREADS),
+arguments and output files, and exits with the worker's status.
 """
 
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
-import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +32,42 @@ from selfattn.distributed.demo import free_port  # the demo picks its port the s
 TESTS = Path(__file__).resolve().parent
 WORKER = TESTS / "distributed_worker.py"
 SRC = TESTS.parent / "src"
+# What the server imports once, before it forks the first rank: torch and the worker's own modules.
+PRELOAD = ["torch", "torch.distributed", "torch.nn.functional", "selfattn.distributed", "distributed_worker",
+           "distributed_harness"]
+_context = None
+
+
+def _forkserver():
+    global _context
+    if _context is None:
+        _context = multiprocessing.get_context("forkserver")
+        _context.set_forkserver_preload(PRELOAD)
+    return _context
+
+
+def _run_rank(argv: list[str], env: dict, out_path: str, err_path: str) -> None:
+    """One rank, in the forked process: the worker's main with its own environment, arguments and output."""
+    os.environ.clear()
+    os.environ.update(env)
+    out, err = open(out_path, "w", buffering=1), open(err_path, "w", buffering=1)  # by line: a rank may os._exit
+    os.dup2(out.fileno(), 1)  # gloo and torch write to the file descriptors too
+    os.dup2(err.fileno(), 2)
+    sys.stdout, sys.stderr = out, err
+    sys.argv = [str(WORKER), *argv]
+    import distributed_worker
+
+    status = 0
+    try:
+        distributed_worker.main()
+    except SystemExit as stop:
+        status = stop.code if isinstance(stop.code, int) else 1
+    except BaseException:  # noqa: BLE001 - a rank's crash is reported as a Python process would
+        traceback.print_exc()
+        status = 1
+    out.flush()
+    err.flush()
+    os._exit(status)  # no atexit handlers of the server's modules
 
 
 @dataclass
@@ -88,29 +132,28 @@ def _launch_once(scenario, world_size, args, limit, pg_timeout) -> Launch:
                 OMP_NUM_THREADS="1",
                 PYTHONPATH=os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")])),
             )
-            out, err = (open(Path(tmp, f"rank{rank}.{name}"), "w+") for name in ("out", "err"))
-            files.append((out, err))
-            cmd = [sys.executable, str(WORKER), scenario, "--pg-timeout", str(pg_timeout), "--done-dir", tmp, *args]
-            procs.append(subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env))
+            paths = (str(Path(tmp, f"rank{rank}.out")), str(Path(tmp, f"rank{rank}.err")))
+            files.append(paths)
+            argv = [scenario, "--pg-timeout", str(pg_timeout), "--done-dir", tmp, *args]
+            proc = _forkserver().Process(target=_run_rank, args=(argv, env, *paths), daemon=True)
+            proc.start()
+            procs.append(proc)
         ended: dict[int, float] = {}
         while len(ended) < world_size and time.monotonic() - start < limit:
             for rank, proc in enumerate(procs):
-                if rank not in ended and proc.poll() is not None:
+                if rank not in ended and proc.exitcode is not None:
                     ended[rank] = time.monotonic() - start
             time.sleep(0.02)
         hung = [rank for rank in range(world_size) if rank not in ended]
         for rank in hung:
             procs[rank].kill()
-            procs[rank].wait()
+            procs[rank].join()
         ranks = []
-        for rank, (proc, (out, err)) in enumerate(zip(procs, files)):
-            out.seek(0)
-            err.seek(0)
-            stdout, stderr = out.read(), err.read()
-            out.close()
-            err.close()
+        for rank, (proc, (out_path, err_path)) in enumerate(zip(procs, files)):
+            proc.join()
+            stdout, stderr = (Path(path).read_text() if Path(path).is_file() else "" for path in (out_path, err_path))
             records = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
-            ranks.append(RankRun(rank, proc.returncode, stdout, stderr, ended.get(rank, limit), records))
+            ranks.append(RankRun(rank, proc.exitcode, stdout, stderr, ended.get(rank, limit), records))
     result = Launch(scenario, ranks, time.monotonic() - start)
     if hung:
         pytest.fail(

@@ -9,12 +9,14 @@ through their requirements. A dependency we use but do not declare fails here.
 
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 import sys
 import sysconfig
 import textwrap
 from importlib import metadata
+from pathlib import PurePosixPath
 
 import pytest
 from packaging.requirements import Requirement
@@ -126,16 +128,25 @@ def top_level_owners() -> dict[str, set[str]]:
     """Top-level module name -> the distributions whose files hold it.
 
     From each distribution's file list, as Python 3.11's packages_distributions does
-    (3.10's reads only top_level.txt, which most wheels no longer carry).
+    (3.10's reads only top_level.txt, which most wheels no longer carry). Each
+    distribution's name is read once: ``dist.metadata`` parses its METADATA file anew at
+    every call, which, once per file of the ~100,000 torch and triton install, took 26 s.
     """
     owners: dict[str, set[str]] = {}
     for dist in metadata.distributions():
-        for file in dist.files or []:
-            top = file.parts[0]
-            if len(file.parts) == 1:
-                top = top.split(".")[0]  # a single-file module: six.py, _cffi.abi3.so
+        name = dist.metadata["Name"]
+        listing = dist.read_text("RECORD")
+        if listing is not None:
+            paths = [row[0] for row in csv.reader(listing.splitlines()) if row]
+        else:  # an egg-info's lists, one path a line
+            paths = (dist.read_text("installed-files.txt") or dist.read_text("SOURCES.txt") or "").splitlines()
+        for path in paths:
+            parts = PurePosixPath(path).parts
+            if not parts:
+                continue
+            top = parts[0] if len(parts) > 1 else parts[0].split(".")[0]  # a single-file module: six.py, _cffi.abi3.so
             if not top.endswith((".dist-info", ".egg-info", ".pth")) and top not in ("..", "__pycache__"):
-                owners.setdefault(top, set()).add(dist.metadata["Name"])
+                owners.setdefault(top, set()).add(name)
     return owners
 
 
