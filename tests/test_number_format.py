@@ -10,6 +10,7 @@ import math
 import re
 
 import pytest
+import torch
 
 from seed_reference import ALL_SCORES, CAT_CONTEXT, CAT_EXP, CAT_EXP_SUM, CAT_SCORES, CAT_WEIGHTS, INPUTS, TOKENS
 from selfattn.explain.document import fmt
@@ -72,3 +73,34 @@ def test_huge_exponentials_print_in_scientific_notation(run_cli, ten_times_the_s
     # The stable form's weight of 'The' is exp(66.82 - 135.81) / 1.0910: below 1e-10, not zero, so not 0.0000.
     stable = math.exp(100 * (CAT_SCORES[0] - CAT_SCORES[1])) / sum(math.exp(100 * (s - CAT_SCORES[1])) for s in CAT_SCORES)
     assert f"{stable:.4e}"[:4] == "1.00" and f"{stable:.4e}" in out
+
+
+def _plain_by_the_rule(value, precision=None):
+    """plain's rule written out one float at a time: non-finite as text, rounded with a precision, no -0.0."""
+    if isinstance(value, torch.Tensor):
+        value = value.tolist()
+    if isinstance(value, list):
+        return [_plain_by_the_rule(v, precision) for v in value]
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        if precision is None:
+            return value
+        value = round(value, precision)
+        return 0.0 if value == 0 else value
+    return value
+
+
+@pytest.mark.parametrize("shape", [(), (5,), (3, 4), (2, 3, 4), (0,), (2, 0, 3)])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64])
+@pytest.mark.parametrize("precision", [None, 0, 2, 4, 10])
+def test_plain_writes_every_float_of_a_tensor_by_the_rule(shape, dtype, precision):
+    from selfattn.formatting import plain
+
+    values = (torch.randn(shape, generator=torch.Generator().manual_seed(len(shape))) * 10).to(dtype)
+    if values.numel() > 3:
+        values.view(-1)[:4] = torch.tensor([math.nan, -math.inf, -0.0, math.inf], dtype=dtype)
+    assert repr(plain(values, precision)) == repr(_plain_by_the_rule(values, precision))  # repr: -0.0 differs from 0.0
+    assert plain(torch.tensor([1, 2])) == [1, 2] and plain(torch.tensor([True])) == [True]  # ints and bools as they are

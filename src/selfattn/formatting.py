@@ -63,21 +63,41 @@ def plain(value: Any, precision: int | None = None) -> Any:
     """
     torch = sys.modules.get("torch")  # not loaded yet: no tensor can exist (the CLI checks --precision before torch loads)
     if torch is not None and isinstance(value, torch.Tensor):
+        if value.is_floating_point():  # the common case, row by row: a 512-token page holds millions of floats
+            return _float_rows(value.tolist(), value.dim(), precision)
         value = value.tolist()
     if isinstance(value, float):
-        if math.isnan(value):
-            return "nan"
-        if math.isinf(value):
-            return "inf" if value > 0 else "-inf"
-        if precision is None:
-            return value
-        value = round(value, precision)
-        return 0.0 if value == 0 else value  # no "-0.0"
+        return _plain_float(value, precision)
     if isinstance(value, (list, tuple)):
         return [plain(v, precision) for v in value]
     if isinstance(value, dict):
         return {k: plain(v, precision) for k, v in value.items()}
     return value
+
+
+def _plain_float(value: float, precision: int | None):
+    """One float as ``plain`` writes it: "nan", "inf" or "-inf", else rounded (no -0.0) with ``precision``."""
+    if not math.isfinite(value):
+        return _non_finite(value)
+    if precision is None:
+        return value
+    return round(value, precision) or 0.0  # -0.0 (and 0.0) is falsy: written 0.0
+
+
+def _non_finite(value: float) -> str:
+    return "nan" if math.isnan(value) else "inf" if value > 0 else "-inf"
+
+
+def _float_rows(values, depth: int, precision: int | None):
+    """A float tensor's ``tolist()`` (``depth`` = its dimensions) with each float as ``_plain_float`` writes it."""
+    if depth == 0:
+        return _plain_float(values, precision)
+    if depth > 1:
+        return [_float_rows(row, depth - 1, precision) for row in values]
+    isfinite = math.isfinite
+    if precision is None:
+        return [v if isfinite(v) else _non_finite(v) for v in values]
+    return [(round(v, precision) or 0.0) if isfinite(v) else _non_finite(v) for v in values]
 
 
 def rounded(value: Any, precision: int) -> Any:
