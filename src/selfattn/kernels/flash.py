@@ -40,6 +40,7 @@ from selfattn.kernels.backend import choose_backend
 from selfattn.kernels.flash_backward import flash_backward
 from selfattn.kernels.flash_tiles import FloatMask, flash_forward
 from selfattn.kernels.tile_dropout import check_dropout, tile_dropout
+from selfattn.kernels.tile_sizes import check_block_size
 from selfattn.masks.rules import causal_rule
 from selfattn.masks.states import EMPTY, block_bounds
 from selfattn.masks.structured import StructuredMask, as_structured
@@ -301,15 +302,6 @@ def causal_form(attn_mask, is_causal: bool, query: torch.Tensor, key: torch.Tens
     return None, attn_mask
 
 
-def check_block_size(name: str, value, default: int | None) -> int | None:
-    """A tile size: a positive int, or None for ``default``; anything else is an OptionError naming ``name``."""
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise OptionError(f"{name} must be a positive integer, got {value!r}")
-    return value
-
-
 def _per_head(attn_mask) -> bool:
     """Whether a mask differs between heads (a heads axis longer than 1). Torch's causal objects
     never get here: ``causal_form`` has turned them into an offset."""
@@ -341,6 +333,13 @@ class _FlashAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, float_mask, settings, *captured):
         mask, scale, block_q, block_k, group, _, dropout, softcap, score_mod = settings
+        # The backward makes every tile's scores again and must round them as the forward did, but a
+        # product's rounding follows its operands' memory layout: from flash-attn's (B, S, H, D) views the
+        # forward's products took another path than the backward's (on contiguous copies), and with
+        # softcap 16 dV reached 7.8x PyTorch's float32 error. So both passes read one contiguous copy, with
+        # or without gradients (the output does not depend on them); none is made for contiguous inputs,
+        # and V's layout does not touch the scores.
+        q, k = q.contiguous(), k.contiguous()
         # lse's remainder, for the backward only: none without one, and none in float64, whose
         # own lse loses nothing the backward would see
         low = q.dtype != torch.float64 and any(ctx.needs_input_grad)
