@@ -57,7 +57,10 @@ def main() -> int:
         else:
             print(f"{name:36} {reports[-1][1].get(name, 0):5d}  {'  '.join(f'{t:>8}' for t in times)}")
     totals = [f"{sum(report[0].values()):.0f}" for report in reports]
-    print(f"{'all files':36} {len(reports[-1][2]):5d}  {'  '.join(f'{t:>8}' for t in totals)}")
+    if args.markdown:
+        print(f"| all files | {len(reports[-1][2])} | {' | '.join(totals)} |")
+    else:
+        print(f"{'all files':36} {len(reports[-1][2]):5d}  {'  '.join(f'{t:>8}' for t in totals)}")
     print(f"slowest tests ({args.reports[-1]}):")
     for seconds, test in sorted(reports[-1][2], reverse=True)[: args.top]:
         print(f"  {seconds:6.1f}  {test}")

@@ -28,12 +28,24 @@ from seed_reference import INPUTS  # noqa: E402
 torch.set_num_threads(1)
 
 
+SLOW_TIER = pytest.StashKey[tuple[set, set]]()
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m and -k deselect: the slow tier as written, whatever runs
 def pytest_collection_modifyitems(config, items):
     """The files that hold the slow tier run first (each file keeps its own order): with
     pytest-xdist's file-by-file distribution (`make test`) the longest work starts at once
     and the short files fill in around it, instead of one worker finishing a long file alone."""
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in slow_files)  # a stable sort: False (slow files) first
+    config.stash[SLOW_TIER] = ({f"{item.path.name}::{item.originalname}" for item in items if item.get_closest_marker("slow")},
+                               {item.path.name for item in items})
+
+
+@pytest.fixture(scope="session")
+def slow_tier(request) -> tuple[set, set]:
+    """(the slow-marked tests as "file::function", the test files collected), read before any deselection."""
+    return request.config.stash[SLOW_TIER]
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -58,3 +58,4 @@ def test_suite_times_sums_each_files_tests_from_a_junit_report(tmp_path, capsys,
     assert suite_times.main() == 0
     out = capsys.readouterr().out
     assert "| test_b.py | 1 | 4.2 | 4.2 |" in out and "test_a.py" not in out.split("all files")[0]
+    assert "| all files | 3 | 8 | 8 |" in out  # 7.75 s, rounded

@@ -161,6 +161,25 @@ def test_readme_is_the_short_front_door():
     assert len(re.findall(r"^\d+\. \*\*", path, re.M)) >= 8
 
 
+def test_the_slow_tier_is_listed_with_its_times_in_testing_md(slow_tier):
+    """docs/testing.md's table of the slow tier names every test marked slow (by file and
+    function), with its time and what it catches; and each test it names, in a file this
+    session collected, is marked slow."""
+    section = (ROOT / "docs" / "testing.md").read_text(encoding="utf-8").split("## How long it takes")[1].split("\n## ")[0]
+    table = section.split("### The slow tier")[1]
+    rows = []
+    for line in table.splitlines():
+        cells = [cell.strip() for cell in line.strip("|").split(" | ")] if line.startswith("| `") else []
+        if cells:
+            assert len(cells) == 3 and re.fullmatch(r"\d+ s", cells[1]) and len(cells[2]) >= 40, line
+            rows += re.findall(r"`([\w.]+\.py::\w+)`", cells[0])
+    marked, collected = slow_tier
+    assert marked, "no test is marked slow: the tier is gone or the marks were not read"
+    assert not marked - set(rows), f"marked slow, missing from docs/testing.md: {sorted(marked - set(rows))}"
+    listed = {row for row in rows if row.split("::")[0] in collected}
+    assert not listed - marked, f"listed as slow, not marked so: {sorted(listed - marked)}"
+
+
 def test_readme_links_lead_to_files_that_exist():
     links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", README)
     assert len(links) >= 10
