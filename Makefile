@@ -21,7 +21,7 @@ run: $(RUNTIME)
 	$(VENV)/bin/selfattn explain
 
 # On every core (pytest-xdist), a test file to a worker at a time, the slow tier's files first
-# (tests/conftest.py). `.venv/bin/python -m pytest -m "not slow"` leaves that tier out while you work.
+# (tests/conftest.py). `.venv/bin/python -m pytest -n auto -m "not slow"` leaves that tier out while you work.
 test: $(DEV) chromium shakespeare
 	$(PY) -m pytest -q -n auto --dist loadfile
 
