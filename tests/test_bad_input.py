@@ -321,6 +321,9 @@ ARGUMENT_ERRORS = [
     (["generate", "x", "--model", "all-MiniLM-L6-v2"], "all-MiniLM-L6-v2 is an encoder"),
     (["generate", "x", "--model", "stories260K", "--tokenizer", "absent.bin"], "the tokenizer absent.bin is not a file"),
     (["generate", "x", "--model", "tiny-induction", "--tokenizer", "notes.txt"], "uses its own tokenizer.json"),
+    (["generate", "x", "--model", "SmolLM2-135M-Instruct", "--tokenizer", "notes.txt"], "the tokenizer inside its GGUF"),
+    (["generate", "x", "--model", "tiny-induction", "--dtype", "bfloat16"], "--dtype goes with a GGUF model"),
+    (["generate", "x", "--model", "stories260K", "--dtype", "float8"], "invalid choice: 'float8'"),
     # train: the settings, the corpus file, the run's folder
     (["train", "--task", "poetry", "--out", "run"], "unknown task 'poetry'"),
     (["train", "--task", "indction", "--out", "run"], "did you mean 'induction'?"),

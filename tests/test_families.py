@@ -238,23 +238,28 @@ def test_a_malformed_family_record_or_file_is_refused():
 
 
 def names_written(source: str, names) -> set[tuple[str, int]]:
-    """(family name, line) for each string constant (docstrings included) naming a family as a word."""
+    """(family name, line) for each string constant (docstrings included) naming a family as a word
+    (llama.cpp, the program, is not the family)."""
     found = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            found |= {(name, node.lineno) for name in names if re.search(rf"\b{re.escape(name)}\b", node.value)}
+            found |= {(name, node.lineno) for name in names if re.search(rf"\b{re.escape(name)}\b(?!\.cpp)", node.value)}
     return found
 
 
 def test_the_name_check_sees_docstrings_and_strings_but_not_code():
-    source = '"""About gpt2."""\nimport llama_layout\nx = f"{y} mistral"\nz = "qwen2x" + "llama3"\n'
+    source = '"""About gpt2."""\nimport llama_layout\nx = f"{y} mistral"\nz = "qwen2x" + "llama3" + "llama.cpp"\n'
     assert names_written(source, family_names()) == {("gpt2", 1), ("mistral", 3)}
 
 
 SOURCES = sorted(SRC.rglob("*.py"))
+# Files whose strings share words with family names in another namespace: llama.cpp's tokenizer
+# kinds (tokenizer.ggml.model "gpt2", "llama") and pre-tokenizer names ("qwen2", ...) in GGUF files.
+OTHER_NAMESPACES = {"models/gguf_tokenizer.py": "llama.cpp's tokenizer kinds and pre-tokenizer names"}
 
 
-@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(SRC)))
+@pytest.mark.parametrize("path", [p for p in SOURCES if str(p.relative_to(SRC)) not in OTHER_NAMESPACES],
+                         ids=lambda p: str(p.relative_to(SRC)))
 def test_a_family_name_is_written_only_in_its_own_file(path):
     own = path.stem if path.parent == SRC / "models" / "families" else None
     names = [name for name in family_names() if name != own]

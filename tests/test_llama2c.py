@@ -307,7 +307,7 @@ def test_a_tokenizer_that_does_not_fit_is_one_line(run_cli, tmp_path, monkeypatc
     assert message in err and len(err.strip().splitlines()) == 1
     from selfattn.models import loading
 
-    assert loading._named_tokenizers == {}  # the next command loads its model as before
+    assert loading._named == {}  # the next command loads its model as before
 
 
 def test_the_walkthrough_says_which_features_rope_pairs(run_cli):

@@ -65,7 +65,8 @@ def cli_json(*argv: str) -> str:
 def test_models_lists_the_built_in_ones_with_their_sizes(client, library):
     listing = client.get("/api/models").json()["models"]
     by_name = {entry["name"]: entry for entry in listing}
-    assert list(by_name)[:4] == ["all-MiniLM-L6-v2", "tiny-induction", "tiny-shakespeare", "stories260K"]
+    assert list(by_name)[:5] == ["all-MiniLM-L6-v2", "tiny-induction", "tiny-shakespeare", "stories260K",
+                                 "SmolLM2-135M-Instruct"]
     for name in ("tiny-induction", "stories260K"):
         config = library(name).config
         entry = by_name[name]
@@ -84,7 +85,8 @@ def test_a_model_loads_on_first_use_and_stays():
         assert fresh.post("/api/attention", json={"model": "tiny-induction", "text": "abc", "layer": 0, "head": 0}).status_code == 200
         first = models.model("tiny-induction")
         loaded = {e["name"]: e["loaded"] for e in fresh.get("/api/models").json()["models"]}
-        assert loaded == {"all-MiniLM-L6-v2": False, "tiny-induction": True, "tiny-shakespeare": False, "stories260K": False}
+        assert loaded == {"all-MiniLM-L6-v2": False, "tiny-induction": True, "tiny-shakespeare": False, "stories260K": False,
+                          "SmolLM2-135M-Instruct": False}
         fresh.post("/api/attention", json={"model": "stories260K", "text": "Once", "layer": 0, "head": 0})
         fresh.post("/api/attention", json={"model": "tiny-shakespeare", "text": "To be", "layer": 0, "head": 0})
         assert models.model("tiny-induction") is first  # not evicted by two more models
@@ -406,7 +408,8 @@ def test_serve_says_where_it_listens_and_stops_on_ctrl_c(tmp_path):
 
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/models", timeout=10) as response:
             names = [m["name"] for m in json.load(response)["models"]]
-        assert names == ["all-MiniLM-L6-v2", "tiny-induction", "tiny-shakespeare", "stories260K"]  # no duplicate
+        assert names == ["all-MiniLM-L6-v2", "tiny-induction", "tiny-shakespeare", "stories260K",
+                         "SmolLM2-135M-Instruct"]  # no duplicate
         server.send_signal(signal.SIGINT)
         out, err = server.communicate(timeout=20)
     finally:
@@ -435,7 +438,7 @@ def test_a_brought_model_is_offered_and_drawn_with_its_window(brought):
 
     client, folders = brought
     names = [entry["name"] for entry in client.get("/api/models").json()["models"]]
-    assert names[4:] == list(folders.values())
+    assert names[5:] == list(folders.values())
     for family, folder in folders.items():
         model = sa.load_pretrained(folder)
         text = model.tokenizer.decode(list(range(5, 17)))

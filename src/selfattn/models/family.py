@@ -37,6 +37,8 @@ class Family:
         load: (folder, name) -> the model, frozen and in eval mode, for a family that
             loads itself (an encoder must); None: the decoders' shared loader
             (``pretrained.load_decoder``) runs read_config and weight_table.
+        gguf: how the family reads GGUF files (a ``gguf_layout.GgufMap``: the
+            architecture it takes, its keys and tensors); None: it reads none.
     """
 
     model_type: str
@@ -46,6 +48,7 @@ class Family:
     weight_table: Callable[[Any, Collection[str]], tuple[list, Callable[[str], bool]]]
     refused: Mapping[str, str] = field(default_factory=dict, compare=False)
     load: Callable[[Path, str], Any] | None = None
+    gguf: Any = None
 
     def __post_init__(self) -> None:
         # A malformed record is a bug in a family file, caught when the registry imports it.

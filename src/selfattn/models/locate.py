@@ -27,6 +27,7 @@ from pathlib import Path
 from selfattn.errors import ModelError, did_you_mean
 from selfattn.models.families import decoder_family_names, family_names
 from selfattn.models.files import ALIASES, MODELS, model_spec
+from selfattn.models.gguf_layout import looks_like_gguf
 
 LAYOUT = "a model folder in the Hugging Face layout holds config.json, the weights (model.safetensors ...) and tokenizer.json"
 
@@ -188,8 +189,8 @@ def models_to_give(decoder: bool = False) -> str:
     built_in = [name for name, spec in MODELS.items() if not decoder or spec.kind == "decoder"]
     families = decoder_family_names() if decoder else family_names()
     return (f"{'a decoder: ' if decoder else ''}{', '.join(built_in)} (built in), a folder in the Hugging Face layout "
-            f"({', '.join(families)}), a llama2.c checkpoint file (.bin), or a hub id 'org/name' already in the "
-            f"local Hugging Face cache")
+            f"({', '.join(families)}), a GGUF file (.gguf), a llama2.c checkpoint file (.bin), or a hub id "
+            f"'org/name' already in the local Hugging Face cache")
 
 
 def model_name(name_or_path, folder: Path) -> str:
@@ -230,11 +231,27 @@ def check_tokenizer_file(name_or_path, tokenizer) -> None:
     """
     text = os.fspath(name_or_path) if isinstance(name_or_path, (str, os.PathLike)) else ""
     builtin = isinstance(name_or_path, str) and not Path(text).expanduser().exists() and is_builtin(text)
-    if builtin and model_spec(text).checkpoint is None or not builtin and not Path(text).expanduser().is_file():
+    checkpoint = model_spec(text).checkpoint if builtin else text if Path(text).expanduser().is_file() else None
+    if checkpoint is None or looks_like_gguf(Path(checkpoint) if builtin else Path(checkpoint).expanduser()):
         name = model_spec(text).name if builtin else text
-        raise ModelError(f"a tokenizer file goes with a llama2.c checkpoint (a .bin file); {name} uses its own tokenizer.json")
+        own = "its own tokenizer.json" if checkpoint is None else "the tokenizer inside its GGUF file"
+        raise ModelError(f"a tokenizer file goes with a llama2.c checkpoint (a .bin file); {name} uses {own}")
     if not Path(tokenizer).expanduser().is_file():
         raise ModelError(f"the tokenizer {Path(tokenizer).expanduser()} is not a file")
+
+
+def check_dtype_model(name_or_path) -> None:
+    """--dtype chooses a GGUF model's weight type; other models keep the type they were saved in.
+
+    Raises:
+        ModelError: the model is not a GGUF file (nor a built-in one).
+    """
+    text = os.fspath(name_or_path) if isinstance(name_or_path, (str, os.PathLike)) else ""
+    builtin = isinstance(name_or_path, str) and not Path(text).expanduser().exists() and is_builtin(text)
+    checkpoint = model_spec(text).checkpoint if builtin else text
+    if not checkpoint or not (text.startswith("ollama:") or looks_like_gguf(Path(checkpoint).expanduser() if not builtin else checkpoint)):
+        raise ModelError(f"--dtype goes with a GGUF model (a .gguf file, ollama:NAME or SmolLM2-135M-Instruct); "
+                         f"{model_spec(text).name if builtin else text} keeps the type its weights were saved in")
 
 
 def read_json(path: Path):

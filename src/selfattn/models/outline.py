@@ -2,6 +2,7 @@
 
     built-in name / folder / hub id  ->  config.json  ->  the family's read_config  ->  sizes
     llama2.c checkpoint file         ->  its header                                 ->  sizes
+    GGUF file                        ->  its metadata and tensor list               ->  sizes, block types
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ class ModelOutline:
         heads: query heads per layer.
         kv_heads: key/value heads per layer (fewer than ``heads``: grouped-query attention).
         positions: the most tokens one forward takes.
+        weight_blocks: a GGUF file's block types ("Q4_1", "F32", ...) -> tensors using each;
+            empty for other files.
     """
 
     kind: str
@@ -34,6 +37,7 @@ class ModelOutline:
     heads: int
     kv_heads: int
     positions: int
+    weight_blocks: tuple = ()
 
 
 def outline_of(config) -> ModelOutline:
@@ -56,13 +60,28 @@ def model_outline(name_or_path) -> ModelOutline:
         spec = model_spec(name_or_path)
         folder = model_folder(spec.name)
         if spec.checkpoint is not None:
-            return _checkpoint_outline(folder / spec.checkpoint)
+            return _file_outline(folder / spec.checkpoint)
     elif isinstance(name_or_path, (str, os.PathLike)) and Path(name_or_path).expanduser().is_file():
-        return _checkpoint_outline(Path(name_or_path).expanduser())
+        return _file_outline(Path(name_or_path).expanduser())
     else:
         folder = locate(name_or_path)
     data = read_config(folder)
     return outline_of(family_of(data, folder).read_config(data))
+
+
+def _file_outline(path: Path) -> ModelOutline:
+    """A GGUF file's outline from its metadata, a llama2.c checkpoint's from its header."""
+    from selfattn.models.gguf_layout import looks_like_gguf
+
+    if looks_like_gguf(path):
+        import dataclasses
+
+        from selfattn.models.gguf_file import block_types, open_gguf, read_gguf_config, metadata
+
+        reader = open_gguf(path)
+        config = read_gguf_config(reader, metadata(reader), path)[1]
+        return dataclasses.replace(outline_of(config), weight_blocks=tuple(block_types(reader).items()))
+    return _checkpoint_outline(path)
 
 
 def _checkpoint_outline(path: Path) -> ModelOutline:

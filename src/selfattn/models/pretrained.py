@@ -21,18 +21,23 @@ from selfattn.models.decoder import DecoderConfig, DecoderModel
 from selfattn.models.encoder import BertModel
 from selfattn.models.family import Family
 from selfattn.models.files import model_folder, model_spec
+from selfattn.models.gguf_layout import looks_like_gguf
 from selfattn.models.locate import LAYOUT, is_builtin, locate, model_name, read_config
 from selfattn.models.registry import families
 from selfattn.models.tokenizer import TextTokenizer
 from selfattn.models.weights import copy_weights
 
 
+GGUF_TOKENIZER = "the tokenizer inside its GGUF file"
+
+
 def load_pretrained(
-    name_or_path: str | os.PathLike = "all-MiniLM-L6-v2", tokenizer: str | os.PathLike | None = None
+    name_or_path: str | os.PathLike = "all-MiniLM-L6-v2", tokenizer: str | os.PathLike | None = None,
+    dtype: str = "float32",
 ) -> BertModel | DecoderModel:
     """A pretrained model, frozen and in eval mode: the built-in MiniLM, or one you bring. No network.
 
-    Four kinds of name:
+    Five kinds of name:
 
     - "all-MiniLM-L6-v2" (the default; any capitalisation, and the hub's
       "sentence-transformers/" prefix): config.json, tokenizer.json and model.safetensors
@@ -44,6 +49,10 @@ def load_pretrained(
       refused) with its tokenizer: ``tokenizer.bin`` or the one ``tok*.bin`` beside it, or
       the file given as ``tokenizer``. It runs on our Llama modules, its RoPE on
       interleaved pairs as trained; generation stops at BOS, as llama2.c's sampler does.
+    - A GGUF file (llama.cpp's format, as ollama, LM Studio and llamafile keep models):
+      its ``general.architecture`` picks the family (those with a GGUF map), its tensors are
+      dequantized by the ``gguf`` package to ``dtype``, and its tokenizer is built from the
+      file's own metadata. ``model.gguf_types`` counts the file's block types (Q4_1, ...).
     - A folder in the Hugging Face layout: config.json, model.safetensors (or shards with
       model.safetensors.index.json, or pytorch_model.bin read with
       ``torch.load(weights_only=True)``) and tokenizer.json. Its config's model_type picks
@@ -61,6 +70,8 @@ def load_pretrained(
             checkpoint file, or a hub id (see above).
         tokenizer: a llama2.c checkpoint's tokenizer file, when it is not beside it
             (None: found there). Other models carry their own tokenizer.json.
+        dtype: a GGUF file's weights after dequantizing: "float32" (default), "bfloat16"
+            (half the memory) or "float16".
 
     Returns:
         A ``BertModel`` (encoders) or a ``DecoderModel`` (decoder families) with its
@@ -109,6 +120,11 @@ def load_pretrained(
     if isinstance(name_or_path, str) and not Path(name_or_path).expanduser().exists() and is_builtin(name_or_path):
         spec = model_spec(name_or_path)
         folder = model_folder(spec.name)
+        if spec.checkpoint is not None and looks_like_gguf(spec.checkpoint):
+            _no_tokenizer_file(tokenizer, spec.name, GGUF_TOKENIZER)
+            from selfattn.models.gguf_file import load_gguf
+
+            return load_gguf(folder / spec.checkpoint, spec.name, dtype)
         if spec.checkpoint is not None:
             from selfattn.models.llama2c import load_llama2c
 
@@ -117,6 +133,11 @@ def load_pretrained(
         config = read_config(folder)
         return load_family(family_of(config, folder), folder, config, spec.name)
     if isinstance(name_or_path, (str, os.PathLike)) and Path(name_or_path).expanduser().is_file():
+        if looks_like_gguf(Path(name_or_path).expanduser()):
+            _no_tokenizer_file(tokenizer, os.fspath(name_or_path), GGUF_TOKENIZER)
+            from selfattn.models.gguf_file import load_gguf
+
+            return load_gguf(name_or_path, dtype=dtype)
         from selfattn.models.llama2c import load_llama2c
 
         return load_llama2c(name_or_path, tokenizer)
@@ -130,12 +151,10 @@ def load_pretrained(
     return load_family(family, folder, config, name)
 
 
-def _no_tokenizer_file(tokenizer, name: str) -> None:
-    """A separate tokenizer file is a llama2.c checkpoint's; a Hugging Face model has tokenizer.json."""
+def _no_tokenizer_file(tokenizer, name: str, own: str = "its own tokenizer.json") -> None:
+    """A separate tokenizer file is a llama2.c checkpoint's; a Hugging Face model has tokenizer.json, a GGUF file its own."""
     if tokenizer is not None:
-        raise ModelError(
-            f"a tokenizer file goes with a llama2.c checkpoint (a .bin file); {name} uses its own tokenizer.json"
-        )
+        raise ModelError(f"a tokenizer file goes with a llama2.c checkpoint (a .bin file); {name} uses {own}")
 
 
 def family_of(config: dict, folder: Path) -> Family:

@@ -56,6 +56,15 @@ def families() -> dict[str, Family]:
     return _registry
 
 
+def gguf_families() -> dict[str, Family]:
+    """GGUF architecture -> the family that runs it, for every family with a ``gguf`` map.
+
+    Returns:
+        The families that read GGUF files, by the ``general.architecture`` each takes.
+    """
+    return {family.gguf.architecture: family for family in families().values() if family.gguf is not None}
+
+
 def decoder_names() -> tuple[str, ...]:
     """The registered decoders' model_types, sorted: the families that generate.
 

@@ -53,6 +53,17 @@ class TextTokenizer:
         except Exception as error:  # a user's file that tokenizers cannot read is bad input, not our bug
             reason = str(error).splitlines()[0] if str(error) else type(error).__name__
             raise ModelError(f"cannot read the tokenizer {tokenizer_file}: {reason}") from None
+        self._settle(max_length, pad_id, padding_side)
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer, max_length: int, pad_id: int = 0, padding_side: str = "right") -> TextTokenizer:
+        """The same around a ``tokenizers.Tokenizer`` built in memory (a GGUF file's, from its metadata)."""
+        made = cls.__new__(cls)
+        made.tokenizer = tokenizer
+        made._settle(max_length, pad_id, padding_side)
+        return made
+
+    def _settle(self, max_length: int, pad_id: int, padding_side: str) -> None:
         self.tokenizer.no_padding()
         self.tokenizer.no_truncation()
         self.max_length = max_length

@@ -11,7 +11,7 @@ itself (``embedding_step``, ``attention_info``).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -39,6 +39,8 @@ class ModelSection:
         hidden_states: n_layers + 1 of (n, d): X0, then each layer's output (the last after the final norm).
         builtin: one of the models selfattn ships or installs (trained), not a checkpoint brought in.
         default_model: the model the commands use without --model (all-MiniLM-L6-v2).
+        weight_blocks: a GGUF file's block types ("Q4_1", "Q8_0", "F32", ...) -> how many
+            tensors use each; empty for other files.
     """
 
     model_name: str
@@ -52,6 +54,7 @@ class ModelSection:
     hidden_states: tuple[torch.Tensor, ...]
     builtin: bool = False
     default_model: bool = False
+    weight_blocks: dict = field(default_factory=dict)
 
 
 class ModelTrace:
@@ -139,6 +142,8 @@ class ModelTrace:
     layer_allowed = property(lambda self: self.record.masks,
                              doc="Per layer: (n, n) bool, True = may attend; None: every key.")
     builtin = property(lambda self: self._model.builtin, doc="One of the models selfattn ships or installs.")
+    weight_blocks = property(lambda self: self._model.weight_blocks,
+                             doc="A GGUF file's block types -> tensors using each; {} for other files.")
     default_model = property(lambda self: self._model.default_model,
                              doc="The model the commands use without --model.")
 
@@ -246,6 +251,7 @@ def trace_model(
             hidden_states=tuple(h[0] for h in out.hidden_states),
             builtin=model.name in MODELS,
             default_model=model.name == DEFAULT_MODEL,
+            weight_blocks=dict(getattr(model, "gguf_types", {}) or {}),
         )
         record = AttentionTrace(tokens, Query(query_index, tokens[query_index]), out.hidden_states[0][0], layers,
                                 layer=layer, head=head, sections={"model": section})

@@ -9,6 +9,7 @@ layer), else use_sliding_window with max_window_layers (layers from that index o
 
 from __future__ import annotations
 
+from selfattn.models.gguf_layout import GgufMap
 from selfattn.models.llama_layout import LlamaShape, llama_family, windows_from_max_window_layers
 
 KIND = "decoder"  # read without importing this file (families.family_kinds), for the command line's help
@@ -21,5 +22,6 @@ SHAPE = LlamaShape(
     qkv_bias=True,
     out_bias=False,
     windows=windows_from_max_window_layers,
+    gguf=GgufMap("qwen2"),  # RoPE on halves in llama.cpp too: the tensors as they were
 )
 FAMILY = llama_family(SHAPE)

@@ -12,6 +12,7 @@ that names experts is refused.
 
 from __future__ import annotations
 
+from selfattn.models.gguf_layout import GgufMap
 from selfattn.models.llama_layout import REFUSED, LlamaShape, llama_family, windows_from_max_window_layers
 
 KIND = "decoder"  # read without importing this file (families.family_kinds), for the command line's help
@@ -24,5 +25,6 @@ SHAPE = LlamaShape(
     windows=windows_from_max_window_layers,
     qk_norm=True,
     refused=dict(REFUSED, decoder_sparse_step="a mixture of experts", mlp_only_layers="a mixture of experts"),
+    gguf=GgufMap("qwen3"),  # q_norm and k_norm are attn_q_norm and attn_k_norm there
 )
 FAMILY = llama_family(SHAPE)

@@ -1,0 +1,117 @@
+"""GGUF files against transformers' own GGUF loading (``from_pretrained(folder, gguf_file=...)``).
+
+Tiny files written in the tests with gguf's writer (``tiny_gguf.py``) for each GGUF
+architecture a family runs (llama, with llama.cpp's reordered q and k rows; qwen2 with q,
+k, v biases; qwen3 with q and k norms and a head width other than width / heads), their
+tensors in float32, Q8_0 and Q6_K: logits, hidden states and attention weights on a
+left-padded batch, and greedy generation. Then every way a file can be wrong, as one line.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import selfattn as sa
+from selfattn.errors import ModelError
+from tiny_gguf import gguf, write_gguf
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("accelerate")  # transformers' GGUF loading needs it
+
+ARCHITECTURES = {
+    "llama": dict(),
+    "qwen2": dict(tied=True),
+    "qwen3": dict(heads=4, kv_heads=2, d_head=128),  # transformers reads a qwen3 file's head width as 128
+}
+IDS = torch.tensor([[5, 70, 200, 33, 90, 12, 260, 261, 1, 2, 44, 45], [0, 0, 0, 0, 4, 5, 6, 7, 8, 9, 10, 11]])
+MASK = torch.tensor([[1] * 12, [0] * 4 + [1] * 8])
+
+
+@pytest.fixture(scope="module", params=list(ARCHITECTURES))
+def pair(request, tmp_path_factory):
+    """(architecture, our model, transformers' model) from one tiny file."""
+    folder = tmp_path_factory.mktemp(request.param)
+    path = write_gguf(folder / "tiny.gguf", request.param, **ARCHITECTURES[request.param])
+    ours = sa.load_pretrained(path)
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(
+        str(folder), gguf_file="tiny.gguf", attn_implementation="eager", dtype=torch.float32).eval()
+    return request.param, ours, theirs
+
+
+def test_logits_hidden_states_and_weights_match_transformers(pair):
+    _, ours, theirs = pair
+    with torch.no_grad():
+        a = ours(IDS, attention_mask=MASK, output_attentions=True, output_hidden_states=True)
+        b = theirs(IDS, attention_mask=MASK, output_attentions=True, output_hidden_states=True)
+    real = MASK.bool()
+    torch.testing.assert_close(a.logits[real], b.logits[real], atol=1e-4, rtol=1e-4)
+    for x, y in zip(a.hidden_states, b.hidden_states, strict=True):
+        torch.testing.assert_close(x[real], y[real], atol=1e-4, rtol=1e-4)
+    for x, y in zip(a.attentions, b.attentions, strict=True):
+        torch.testing.assert_close(x * real[:, None, :, None], y * real[:, None, :, None], atol=1e-5, rtol=0)
+    assert float(a.attentions[-1][0].amax(-1).mean()) > 0.5  # far from uniform: scale and mask errors would show
+
+
+def test_greedy_generation_matches_transformers(pair):
+    _, ours, theirs = pair
+    prompt = [5, 70, 200, 33, 90]
+    got = ours.generate([prompt], max_new_tokens=20).ids[0]
+    want = theirs.generate(torch.tensor([prompt]), max_new_tokens=20, do_sample=False, eos_token_id=None,
+                           pad_token_id=0)[0, len(prompt):].tolist()
+    assert got == want[: len(got)] and len(got) >= 1
+
+
+def test_the_block_types_and_family_are_said(pair):
+    architecture, ours, _ = pair
+    assert ours.gguf_types["Q8_0"] == 2 * 4 and ours.gguf_types["Q6_K"] == 1 and ours.gguf_types["F32"] > 0
+    assert ours.config.model_type == architecture and ours.name == "tiny"
+
+
+def test_bfloat16_halves_the_weights(tmp_path):
+    path = write_gguf(tmp_path / "tiny.gguf", "llama")
+    full, half = sa.load_pretrained(path), sa.load_pretrained(path, dtype="bfloat16")
+    assert {p.dtype for p in half.parameters()} == {torch.bfloat16}
+    size = lambda m: sum(p.numel() * p.element_size() for p in m.parameters())  # noqa: E731
+    assert size(half) * 2 == size(full)
+    for a, b in zip(full.parameters(), half.parameters()):
+        torch.testing.assert_close(a.to(torch.bfloat16), b, atol=0, rtol=0)
+
+
+def _one_line(call, *words):
+    with pytest.raises(ModelError) as caught:
+        call()
+    message = str(caught.value)
+    assert "\n" not in message and all(w in message for w in words), message
+
+
+def test_a_file_that_is_not_gguf(tmp_path):
+    path = tmp_path / "notes.gguf"
+    path.write_bytes(b"PK\x03\x04 a zip file, say")
+    _one_line(lambda: sa.load_pretrained(path), "is not a GGUF file")
+
+
+def test_a_truncated_file(tmp_path):
+    whole = write_gguf(tmp_path / "whole.gguf", "llama").read_bytes()
+    for cut in (len(whole) // 2, 200, 30):
+        path = tmp_path / f"cut{cut}.gguf"
+        path.write_bytes(whole[:cut])
+        _one_line(lambda: sa.load_pretrained(path), str(path))
+
+
+def test_an_architecture_no_family_runs(tmp_path):
+    path = tmp_path / "falcon.gguf"
+    writer = gguf.GGUFWriter(str(path), "falcon")
+    writer.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    _one_line(lambda: sa.load_pretrained(path), "'falcon'", "llama", "qwen2", "qwen3")
+
+
+def test_a_block_type_gguf_cannot_dequantize(tmp_path):
+    path = write_gguf(tmp_path / "f64.gguf", "llama", final_norm_dtype=np.float64)
+    assert gguf.GGUFReader(str(path)).tensors[-2].tensor_type.name == "F64"  # output_norm, before output
+    _one_line(lambda: sa.load_pretrained(path), "cannot dequantize output_norm.weight", "F64")
