@@ -115,3 +115,42 @@ def test_a_block_type_gguf_cannot_dequantize(tmp_path):
     path = write_gguf(tmp_path / "f64.gguf", "llama", final_norm_dtype=np.float64)
     assert gguf.GGUFReader(str(path)).tensors[-2].tensor_type.name == "F64"  # output_norm, before output
     _one_line(lambda: sa.load_pretrained(path), "cannot dequantize output_norm.weight", "F64")
+
+
+def _ollama_store(root, blob: bytes, name: str = "tiny", tag: str = "latest"):
+    """An ollama store in ``root`` holding ``blob`` as the model layer of library/NAME:TAG."""
+    import hashlib
+    import json
+
+    digest = hashlib.sha256(blob).hexdigest()
+    (root / "blobs").mkdir(parents=True, exist_ok=True)
+    (root / "blobs" / f"sha256-{digest}").write_bytes(blob)
+    manifest = root / "manifests" / "registry.ollama.ai" / "library" / name / tag
+    manifest.parent.mkdir(parents=True, exist_ok=True)
+    manifest.write_text(json.dumps({"schemaVersion": 2, "layers": [
+        {"mediaType": "application/vnd.ollama.image.template", "digest": "sha256:" + "0" * 64, "size": 1},
+        {"mediaType": "application/vnd.ollama.image.model", "digest": f"sha256:{digest}", "size": len(blob)}]}))
+    return root
+
+
+def test_an_ollama_model_is_its_gguf_blob(tmp_path, monkeypatch):
+    path = write_gguf(tmp_path / "tiny.gguf", "qwen2")
+    monkeypatch.setenv("OLLAMA_MODELS", str(_ollama_store(tmp_path / "store", path.read_bytes())))
+    direct, stored = sa.load_pretrained(path), sa.load_pretrained("ollama:tiny:latest")
+    assert stored.name == "tiny:latest" and stored.gguf_types == direct.gguf_types
+    with torch.no_grad():
+        torch.testing.assert_close(stored(IDS[:1]).logits, direct(IDS[:1]).logits, atol=0, rtol=0)
+
+
+def test_the_command_line_runs_an_ollama_model_and_refuses_a_missing_tag(tmp_path, monkeypatch, capsys):
+    from selfattn.cli import main
+
+    path = write_gguf(tmp_path / "tiny.gguf", "llama")
+    monkeypatch.setenv("OLLAMA_MODELS", str(_ollama_store(tmp_path / "store", path.read_bytes())))
+    assert main(["generate", "the cat", "--model", "ollama:tiny", "--max-new-tokens", "5", "--format", "json"]) == 0
+    record = __import__("json").loads(capsys.readouterr().out)
+    assert record["model"] == "tiny" and len(record["ids"]) == 5
+    assert record["ids"] == sa.load_pretrained(path).generate("the cat", max_new_tokens=5).ids[0]
+    assert main(["generate", "the cat", "--model", "ollama:tiny:q4"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "ollama has tiny:latest" in err

@@ -28,6 +28,7 @@ from selfattn.errors import ModelError, did_you_mean
 from selfattn.models.families import decoder_family_names, family_names
 from selfattn.models.files import ALIASES, MODELS, model_spec
 from selfattn.models.gguf_layout import looks_like_gguf
+from selfattn.models.ollama import is_ollama, ollama_blob
 
 LAYOUT = "a model folder in the Hugging Face layout holds config.json, the weights (model.safetensors ...) and tokenizer.json"
 
@@ -189,8 +190,8 @@ def models_to_give(decoder: bool = False) -> str:
     built_in = [name for name, spec in MODELS.items() if not decoder or spec.kind == "decoder"]
     families = decoder_family_names() if decoder else family_names()
     return (f"{'a decoder: ' if decoder else ''}{', '.join(built_in)} (built in), a folder in the Hugging Face layout "
-            f"({', '.join(families)}), a GGUF file (.gguf), a llama2.c checkpoint file (.bin), or a hub id "
-            f"'org/name' already in the local Hugging Face cache")
+            f"({', '.join(families)}), a GGUF file (.gguf) or ollama:NAME[:TAG] from ollama's store, a llama2.c "
+            f"checkpoint file (.bin), or a hub id 'org/name' already in the local Hugging Face cache")
 
 
 def model_name(name_or_path, folder: Path) -> str:
@@ -217,6 +218,8 @@ def model_key(name_or_path, decoder: bool = False) -> str:
     """
     if isinstance(name_or_path, str) and not Path(name_or_path).expanduser().is_dir() and is_builtin(name_or_path):
         return model_spec(name_or_path).name
+    if is_ollama(name_or_path):
+        return str(ollama_blob(name_or_path))  # the GGUF blob in ollama's store
     if isinstance(name_or_path, (str, os.PathLike)) and Path(name_or_path).expanduser().is_file():
         return str(Path(name_or_path).expanduser().resolve())  # a llama2.c checkpoint
     return str(locate(name_or_path, decoder).resolve())
@@ -249,7 +252,7 @@ def check_dtype_model(name_or_path) -> None:
     text = os.fspath(name_or_path) if isinstance(name_or_path, (str, os.PathLike)) else ""
     builtin = isinstance(name_or_path, str) and not Path(text).expanduser().exists() and is_builtin(text)
     checkpoint = model_spec(text).checkpoint if builtin else text
-    if not checkpoint or not (text.startswith("ollama:") or looks_like_gguf(Path(checkpoint).expanduser() if not builtin else checkpoint)):
+    if not checkpoint or not (is_ollama(text) or looks_like_gguf(Path(checkpoint).expanduser() if not builtin else checkpoint)):
         raise ModelError(f"--dtype goes with a GGUF model (a .gguf file, ollama:NAME or SmolLM2-135M-Instruct); "
                          f"{model_spec(text).name if builtin else text} keeps the type its weights were saved in")
 

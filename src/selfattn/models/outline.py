@@ -15,6 +15,7 @@ from selfattn.models.locate import read_config
 from selfattn.models.decoder_config import DecoderConfig
 from selfattn.models.files import model_folder, model_spec
 from selfattn.models.locate import is_builtin, locate
+from selfattn.models.ollama import is_ollama, ollama_blob
 from selfattn.models.pretrained import family_of
 
 
@@ -61,6 +62,8 @@ def model_outline(name_or_path) -> ModelOutline:
         folder = model_folder(spec.name)
         if spec.checkpoint is not None:
             return _file_outline(folder / spec.checkpoint)
+    elif is_ollama(name_or_path):
+        return _file_outline(ollama_blob(name_or_path))
     elif isinstance(name_or_path, (str, os.PathLike)) and Path(name_or_path).expanduser().is_file():
         return _file_outline(Path(name_or_path).expanduser())
     else:

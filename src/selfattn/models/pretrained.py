@@ -22,6 +22,7 @@ from selfattn.models.encoder import BertModel
 from selfattn.models.family import Family
 from selfattn.models.files import model_folder, model_spec
 from selfattn.models.gguf_layout import looks_like_gguf
+from selfattn.models.ollama import PREFIX, is_ollama, ollama_blob
 from selfattn.models.locate import LAYOUT, is_builtin, locate, model_name, read_config
 from selfattn.models.registry import families
 from selfattn.models.tokenizer import TextTokenizer
@@ -49,7 +50,8 @@ def load_pretrained(
       refused) with its tokenizer: ``tokenizer.bin`` or the one ``tok*.bin`` beside it, or
       the file given as ``tokenizer``. It runs on our Llama modules, its RoPE on
       interleaved pairs as trained; generation stops at BOS, as llama2.c's sampler does.
-    - A GGUF file (llama.cpp's format, as ollama, LM Studio and llamafile keep models):
+    - A GGUF file (llama.cpp's format, as LM Studio and llamafile keep models), or
+      "ollama:NAME[:TAG]", the GGUF file of a model in ollama's local store:
       its ``general.architecture`` picks the family (those with a GGUF map), its tensors are
       dequantized by the ``gguf`` package to ``dtype``, and its tokenizer is built from the
       file's own metadata. ``model.gguf_types`` counts the file's block types (Q4_1, ...).
@@ -132,6 +134,11 @@ def load_pretrained(
         _no_tokenizer_file(tokenizer, spec.name)
         config = read_config(folder)
         return load_family(family_of(config, folder), folder, config, spec.name)
+    if is_ollama(name_or_path):
+        _no_tokenizer_file(tokenizer, name_or_path, GGUF_TOKENIZER)
+        from selfattn.models.gguf_file import load_gguf
+
+        return load_gguf(ollama_blob(name_or_path), name_or_path.removeprefix(PREFIX), dtype)
     if isinstance(name_or_path, (str, os.PathLike)) and Path(name_or_path).expanduser().is_file():
         if looks_like_gguf(Path(name_or_path).expanduser()):
             _no_tokenizer_file(tokenizer, os.fspath(name_or_path), GGUF_TOKENIZER)
