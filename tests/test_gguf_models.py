@@ -3,7 +3,8 @@
 Tiny files written in the tests with gguf's writer (``tiny_gguf.py``) for each GGUF
 architecture a family runs (llama, with llama.cpp's reordered q and k rows; qwen2 with q,
 k, v biases; qwen3 with q and k norms and a head width other than width / heads), their
-tensors in float32, Q8_0 and Q6_K: logits, hidden states and attention weights on a
+tensors in float32, Q8_0 and Q6_K; gemma3 with its norms stored as 1 + w, sandwich norms,
+sliding and full layers: logits, hidden states and attention weights on a
 left-padded batch, and greedy generation. Then every way a file can be wrong, as one line.
 """
 
@@ -24,7 +25,11 @@ ARCHITECTURES = {
     "llama": dict(),
     "qwen2": dict(tied=True),
     "qwen3": dict(heads=4, kv_heads=2, d_head=128),  # transformers reads a qwen3 file's head width as 128
+    # six layers: five slide (window 4), the sixth is full with its own RoPE base; transformers scales
+    # gemma3's scores by 1 / sqrt(256) whatever the file says, so the head width is 256
+    "gemma3": dict(layers=6, heads=2, kv_heads=1, d_head=256, tied=True, rope_base=1e6),
 }
+FAMILY = {"gemma3": "gemma3_text"}  # the GGUF architecture -> our family, where the names differ
 IDS = torch.tensor([[5, 70, 200, 33, 90, 12, 260, 261, 1, 2, 44, 45], [0, 0, 0, 0, 4, 5, 6, 7, 8, 9, 10, 11]])
 MASK = torch.tensor([[1] * 12, [0] * 4 + [1] * 8])
 
@@ -65,8 +70,9 @@ def test_greedy_generation_matches_transformers(pair):
 
 def test_the_block_types_and_family_are_said(pair):
     architecture, ours, _ = pair
-    assert ours.gguf_types["Q8_0"] == 2 * 4 and ours.gguf_types["Q6_K"] == 1 and ours.gguf_types["F32"] > 0
-    assert ours.config.model_type == architecture and ours.name == "tiny"
+    layers = ARCHITECTURES[architecture].get("layers", 2)
+    assert ours.gguf_types["Q8_0"] == layers * 4 and ours.gguf_types["Q6_K"] == 1 and ours.gguf_types["F32"] > 0
+    assert ours.config.model_type == FAMILY.get(architecture, architecture) and ours.name == "tiny"
 
 
 def test_bfloat16_halves_the_weights(tmp_path):
@@ -108,7 +114,7 @@ def test_an_architecture_no_family_runs(tmp_path):
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    _one_line(lambda: sa.load_pretrained(path), "'falcon'", "llama", "qwen2", "qwen3")
+    _one_line(lambda: sa.load_pretrained(path), "'falcon'", "gemma3", "llama", "qwen2", "qwen3")
 
 
 def test_a_block_type_gguf_cannot_dequantize(tmp_path):

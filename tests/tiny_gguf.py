@@ -1,8 +1,8 @@
 """Tiny GGUF files written with gguf's own writer (``GGUFWriter``), for the loader's tests.
 
 A byte-level BPE tokenizer (the 256 byte symbols, a few merges, an end-of-text token) and
-random weights for a Llama-shaped architecture: llama, qwen2 (biases on q, k, v) or qwen3
-(q and k norms). Weights are drawn with a large spread so that attention is far from
+random weights for a Llama-shaped architecture: llama, qwen2 (biases on q, k, v), qwen3
+(q and k norms) or gemma3 (q and k norms, sandwich norms, sliding windows of 4). Weights are drawn with a large spread so that attention is far from
 uniform. Tensors are stored as float32, Q8_0 (gguf's own quantizer) and Q6_K (blocks built
 here: gguf has no k-quant writer), so dequantizing is part of what the tests compare.
 """
@@ -68,9 +68,11 @@ def write_gguf(path: Path, architecture: str = "llama", *, d: int = 256, layers:
     writer.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", 1e-6)
     writer.add_float32(f"{arch}.rope.freq_base", rope_base)
     writer.add_uint32(f"{arch}.rope.dimension_count", d_head)
-    if arch == "qwen3":
+    if arch in ("qwen3", "gemma3"):
         writer.add_uint32(f"{arch}.attention.key_length", d_head)
         writer.add_uint32(f"{arch}.attention.value_length", d_head)
+    if arch == "gemma3":
+        writer.add_uint32(f"{arch}.attention.sliding_window", 4)
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("gpt-2")
     writer.add_token_list(tokens)
@@ -102,10 +104,13 @@ def write_gguf(path: Path, architecture: str = "llama", *, d: int = 256, layers:
             add(block + "attn_q.bias", matrix(1, heads * d_head, 0.5)[0])
             add(block + "attn_k.bias", matrix(1, kv_heads * d_head, 0.5)[0])
             add(block + "attn_v.bias", matrix(1, kv_heads * d_head, 0.1)[0])
-        if arch == "qwen3":
+        if arch in ("qwen3", "gemma3"):
             add(block + "attn_q_norm.weight", (1 + 0.2 * rng.standard_normal(d_head)).astype(np.float32) * 3)
             add(block + "attn_k_norm.weight", (1 + 0.2 * rng.standard_normal(d_head)).astype(np.float32) * 3)
         add(block + "ffn_norm.weight", (1 + 0.1 * rng.standard_normal(d)).astype(np.float32))
+        if arch == "gemma3":  # the sandwich: norms after attention and after the feed-forward too
+            add(block + "post_attention_norm.weight", (1 + 0.1 * rng.standard_normal(d)).astype(np.float32))
+            add(block + "post_ffw_norm.weight", (1 + 0.1 * rng.standard_normal(d)).astype(np.float32))
         add(block + "ffn_gate.weight", matrix(d_ff, d, 0.1))
         add(block + "ffn_up.weight", matrix(d_ff, d, 0.1))
         if i == 0:

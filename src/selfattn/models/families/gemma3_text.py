@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from selfattn.errors import ModelError
 from selfattn.models.config_fields import ConfigReader
+from selfattn.models.gguf_layout import COMMON_KEYS, GgufMap
 from selfattn.models.llama_layout import REFUSED, LlamaShape, llama_family, windows_from_layer_types
 
 KIND = "decoder"  # read without importing this file (families.family_kinds), for the command line's help
@@ -115,6 +116,16 @@ def rope(data: dict, read: ConfigReader, layers: int) -> tuple[float, None, tupl
     return bases[FULL], None, tuple(bases[kind] for kind in layer_types(data, read, layers))
 
 
+def gguf_extra(metadata: dict, data: dict) -> dict:
+    """What a gemma3 GGUF file does not say: the score scale. llama.cpp scales by 1 / sqrt(head width)
+    (attention.key_length), which is query_pre_attn_scalar for Gemma 3 up to 12B; the sliding layers'
+    pattern (every sixth full) and RoPE base (10000) are this family's own defaults."""
+    width = data.get("head_dim")
+    if width is None and data.get("hidden_size") and data.get("num_attention_heads"):
+        width = data["hidden_size"] // data["num_attention_heads"]
+    return {} if width is None else {"query_pre_attn_scalar": width}
+
+
 SHAPE = LlamaShape(
     model_type=MODEL_TYPE,
     description="Gemma 3 text decoders: sandwich RMSNorms (gain 1 + w), GeGLU, q/k norms, sliding and full layers",
@@ -133,5 +144,9 @@ SHAPE = LlamaShape(
         final_logit_softcapping="a tanh cap on the logits",
         use_bidirectional_attention="bidirectional attention",
     ),
+    # GGUF "gemma3": llama.cpp's converter stored every norm's gain as 1 + w (ggml multiplies by the gain
+    # as it is), so -1 gives the checkpoint's w back; its sandwich norms are post_attention_norm and post_ffw_norm.
+    gguf=GgufMap("gemma3", keys={**COMMON_KEYS, "attention.sliding_window": "sliding_window"}, sandwich_norm=True,
+                 norm_offset=-1.0, extra=gguf_extra),
 )
 FAMILY = llama_family(SHAPE)
