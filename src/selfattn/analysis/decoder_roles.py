@@ -358,24 +358,24 @@ def classify_decoder_heads(
         raise OptionError(f"threshold must be a number from 0 to 1, got {threshold!r}")
     if isinstance(first_row, bool) or not isinstance(first_row, int) or first_row not in (0, 1):
         raise OptionError(f"first_row must be 0 (every row) or 1 (rows after the first), got {first_row!r}")
-    a = _stack_layers(attentions)  # (n_layers, n_heads, seq, seq)
+    layers = _layers(attentions)  # n_layers x (n_heads, seq, seq), nothing copied yet
     t = check_ids(ids)
-    a = check_weights(a, len(t))
-    sums = a.sum(dim=-1)  # (n_layers, n_heads, seq)
-    if a.numel() and float((sums - 1).abs().max()) > ROW_SUM_TOLERANCE:
-        raise ShapeError(f"each row of attention weights must sum to 1; one sums to {float(sums.flatten()[(sums - 1).abs().argmax()]):.6g}")
     n = len(t)
     patterns = (previous_token_pattern(n), duplicate_token_pattern(t), induction_pattern(t), first_token_pattern(n))
-    scores = torch.stack([detect_score(a, p, first_row=first_row) for p in patterns], dim=-1)  # (n_layers, n_heads, 4)
-    entropy = row_entropy(a[..., 1:, :]) * math.log(2)  # (n_layers, n_heads, seq - 1): bits -> nats
-    entropy = entropy.mean(dim=-1).clamp(min=0.0) if n > 1 else torch.zeros(a.shape[:2], dtype=torch.float64)
     heads = []
-    for layer in range(a.shape[0]):
+    for weights in layers:  # a layer at a time: float64 copies of one layer's weights, not of every layer's
+        a = check_weights(weights[None], n)  # (1, n_heads, seq, seq) float64
+        sums = a.sum(dim=-1)  # (1, n_heads, seq)
+        if a.numel() and float((sums - 1).abs().max()) > ROW_SUM_TOLERANCE:
+            raise ShapeError(f"each row of attention weights must sum to 1; one sums to {float(sums.flatten()[(sums - 1).abs().argmax()]):.6g}")
+        scores = torch.stack([detect_score(a, p, first_row=first_row) for p in patterns], dim=-1)[0]  # (n_heads, 4)
+        entropy = row_entropy(a[..., 1:, :]) * math.log(2)  # (1, n_heads, seq - 1): bits -> nats
+        entropy = entropy.mean(dim=-1).clamp(min=0.0)[0] if n > 1 else torch.zeros(a.shape[1], dtype=torch.float64)
         row = []
         for head in range(a.shape[1]):
-            values = [float(s) for s in scores[layer, head]]
+            values = [float(s) for s in scores[head]]
             role = role_of(dict(zip(DECODER_PATTERNS, values)), threshold)
-            row.append(DecoderHeadRole(role, *values, float(entropy[layer, head])))
+            row.append(DecoderHeadRole(role, *values, float(entropy[head])))
         heads.append(row)
     return heads
 
@@ -483,15 +483,18 @@ def _check_pattern(pattern, seq: int) -> torch.Tensor:
     return p
 
 
-def _stack_layers(attentions) -> torch.Tensor:
+def _layers(attentions) -> list[torch.Tensor]:
+    """Every layer's (n_heads, seq, seq) weights, as views: one tensor per layer, or a stacked 4-D one."""
     if isinstance(attentions, (list, tuple)) and attentions and all(isinstance(a, torch.Tensor) for a in attentions):
         if len({tuple(a.shape) for a in attentions}) != 1:
             raise ShapeError(f"the layers' attentions differ in shape: {[tuple(a.shape) for a in attentions]}")
-        attentions = torch.stack([a.to(torch.float64) for a in attentions])  # (n_layers, n_heads, seq, seq)
+        if attentions[0].dim() != 3:
+            raise ShapeError(f"attentions must be (n_layers, n_heads, seq, seq), got layers of shape {tuple(attentions[0].shape)}")
+        return list(attentions)
     a = as_tensor(attentions)
     if a.dim() != 4:
         raise ShapeError(f"attentions must be (n_layers, n_heads, seq, seq), got shape {tuple(a.shape)}")
-    return a
+    return list(a)
 
 
 def _positive_int(value, name: str) -> int:

@@ -135,11 +135,11 @@ def decoder_run(model, given, probe: Probe | None, ablation: bool) -> DecoderRun
     ids = out.input_ids[0].tolist()
     tokens = out.tokens[0]
     readable = model.tokenizer.readable(ids) if model.tokenizer is not None else tokens
-    attentions = torch.stack([layer[0] for layer in out.attentions])  # (layers, heads, seq, seq)
+    attentions = [layer[0] for layer in out.attentions]  # layers x (heads, seq, seq): read a layer at a time
     roles = classify_decoder_heads(attentions, ids, first_row=0)  # every row: TransformerLens's scores
     probe_scores = None
     if probe is not None:
-        probe_scores = induction_probe_score(attentions, probe.length, probe.offset)  # (layers, heads)
+        probe_scores = torch.stack([induction_probe_score(a, probe.length, probe.offset) for a in attentions])  # (layers, heads)
         roles = probe_roles(roles, probe_scores)
     delta = loss = None
     if ablation:
