@@ -220,7 +220,25 @@ def load_decoder(folder: Path, data: dict, name: str) -> DecoderModel:
     state = read_weights(folder)
     rules, ignored = family.weight_table(config, state.keys())
     copy_weights(model, state, rules, ignored, family.model_type)
+    model.chat_template = chat_template(folder)
     return model.eval().requires_grad_(False)
+
+
+def chat_template(folder: Path) -> str | None:
+    """The folder's chat template: chat_template.jinja, else tokenizer_config.json's chat_template
+    (a string, or a list of {"name", "template"} whose "default" is taken); None when it has none."""
+    import json
+
+    jinja = folder / "chat_template.jinja"
+    if jinja.is_file():
+        return jinja.read_text(encoding="utf-8")
+    try:
+        value = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8")).get("chat_template")
+    except (OSError, ValueError, AttributeError):
+        return None  # optional: a folder without one (or with a broken one) is not a chat model
+    if isinstance(value, list):
+        value = next((t.get("template") for t in value if isinstance(t, dict) and t.get("name") == "default"), None)
+    return value if isinstance(value, str) and value.strip() else None
 
 
 def _with_generation_ids(config: DecoderConfig, folder: Path) -> DecoderConfig:
