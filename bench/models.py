@@ -46,6 +46,8 @@ that load changes on a shared machine hit both alike; targets are ours / transfo
     smollm2 load              the .gguf to a model ready to run: ours load_pretrained, transformers'
                               from_pretrained(folder, gguf_file=...)          target <= 0.5
     smollm2 forward / generate  as llama's (512 tokens; 16 + 128 greedy)    targets 1.1 and 1.2
+    smollm2 peak MB           the process's peak resident memory while generating 16 + 128, each
+                              side in a fresh process, the peak reset after loading  target <= 1.2
 
 Before timing, the script checks that both do the same work: the largest |difference| of
 the forward's logits (beside transformers' own eager-against-sdpa difference, float32's
@@ -92,7 +94,37 @@ SMALL = dict(SIZES, vocab_size=512, hidden_size=64, intermediate_size=96, num_hi
              num_attention_heads=4, head_dim=16)
 WINDOW, SMALL_WINDOW = 128, 16  # Gemma 3's sliding window: shorter than the input, so that it bites
 PROMPT = 16
-TARGETS = {"forward": 1.1, "generate": 1.2, "load": 0.5}
+TARGETS = {"forward": 1.1, "generate": 1.2, "load": 0.5, "memory": 1.2}
+# A fresh process per side: the model loaded, its peak resident memory reset (Linux's clear_refs 5),
+# greedy generation, then the peak (VmHWM): the whole process at its largest while generating.
+PEAK_CODE = """
+import dataclasses, json, sys, torch
+side, path, new, threads, prompt_len = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+torch.set_num_threads(threads)
+if side == "ours":
+    import selfattn
+    model = selfattn.load_pretrained(path)
+    model.config = dataclasses.replace(model.config, eos_ids=())
+else:
+    import os
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging
+    logging.set_verbosity_error()
+    model = AutoModelForCausalLM.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path),
+                                                 attn_implementation="sdpa", dtype=torch.float32).eval()
+prompt = torch.randint(3, 200, (1, prompt_len), generator=torch.Generator().manual_seed(1))
+def resident(key):
+    return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith(key)) / 1024
+loaded = resident("VmRSS:")
+open("/proc/self/clear_refs", "w").write("5")
+with torch.no_grad():
+    if side == "ours":
+        model.generate(prompt, max_new_tokens=new)
+    else:
+        model.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt), do_sample=False,
+                       max_new_tokens=new, min_new_tokens=new, eos_token_id=None, pad_token_id=0)
+print(json.dumps({"loaded_mb": loaded, "peak_mb": resident("VmHWM:")}))
+"""
 
 
 def family_config(family: str, small: bool = False):
@@ -147,6 +179,24 @@ def smollm2_file(tmp: Path, small: bool) -> Path:
     from selfattn.models import files
 
     return files._distribution_file(files.MODELS["SmolLM2-135M-Instruct"])
+
+
+def memory_row(part: str, path: Path, new: int, threads: int) -> dict:
+    """Peak resident memory while generating ``new`` tokens, each side in a fresh process (``PEAK_CODE``)."""
+    import subprocess
+
+    found = {}
+    for side in ("ours", "transformers"):
+        done = subprocess.run([sys.executable, "-c", PEAK_CODE, side, str(path), str(new), str(threads), str(PROMPT)],
+                              capture_output=True, text=True, check=False, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        if done.returncode != 0:
+            raise SystemExit(f"the {side} memory run failed: {done.stderr.strip()[-2000:]}")
+        found[side] = json.loads(done.stdout.strip().splitlines()[-1])
+    ours, theirs = found["ours"]["peak_mb"], found["transformers"]["peak_mb"]
+    return dict(part=part, kind="memory", label=f"{part} peak MB, generate {PROMPT} + {new}", ours=ours, ours_min=ours,
+                theirs=theirs, theirs_min=theirs, ratio=ours / theirs, ratio_min=ours / theirs, target=TARGETS["memory"],
+                check=f"loaded: ours {found['ours']['loaded_mb']:.0f} MB, transformers {found['transformers']['loaded_mb']:.0f} MB",
+                rounds=1, same={})
 
 
 def load_row(part: str, path: Path, rounds: int) -> dict:
@@ -256,6 +306,7 @@ def measure(part: str, tmp: Path, args) -> tuple[list[dict], str]:
         prompt = torch.randint(3, ours.config.vocab_size, (1, PROMPT), generator=g)  # (1, PROMPT)
         ours.config = dataclasses.replace(ours.config, eos_ids=())  # both make exactly N tokens
         rows.append(generate_row(part, ours, theirs, prompt, args.new_tokens, args.gen_rounds))
+        rows.append(memory_row(part, path, args.new_tokens, args.threads))
         return rows, _described(part, ours, theirs)
     if part == "stories260K":
         ours, theirs = stories_both()
@@ -278,7 +329,8 @@ def _described(part: str, ours, theirs) -> str:
 
 def print_table(rows: list[dict], header: str) -> None:
     print(header)
-    print(f"{'measure':<28} {'ours ms':>20} {'transformers ms':>20} {'ours/transformers':>18} {'target':>7}  same work?")
+    print(f"{'measure':<28} {'ours ms':>20} {'transformers ms':>20} {'ours/transformers':>18} {'target':>7}  same work?"
+          "  (a peak MB row: megabytes)")
     for r in rows:
         ours = f"{r['ours']:.1f} (min {r['ours_min']:.1f})"
         theirs = f"{r['theirs']:.1f} (min {r['theirs_min']:.1f})"

@@ -38,12 +38,14 @@ def test_every_part_on_tiny_models_does_the_same_work(tmp_path):
     rows = {(r["part"], r["kind"]): r for r in result["rows"]}
     assert set(rows) == {("llama", "forward"), ("llama", "generate"), ("stories260K", "generate"),
                          ("qwen3", "forward"), ("gemma3", "forward"),
-                         ("smollm2", "load"), ("smollm2", "forward"), ("smollm2", "generate")}
+                         ("smollm2", "load"), ("smollm2", "forward"), ("smollm2", "generate"), ("smollm2", "memory")}
     for (part, kind), row in rows.items():
         assert row["rounds"] == 1 and row["ours"] > 0 and row["theirs"] > 0, row
         assert math.isclose(row["ratio"], row["ours"] / row["theirs"]), row
-        assert row["target"] == {"forward": 1.1, "generate": 1.2, "load": 0.5}[kind], row
-        if kind == "load":
+        assert row["target"] == {"forward": 1.1, "generate": 1.2, "load": 0.5, "memory": 1.2}[kind], row
+        if kind == "memory":
+            assert 50 < row["theirs"] < 5000 and row["check"].startswith("loaded: ours"), row  # megabytes
+        elif kind == "load":
             assert row["check"].startswith("tiny.gguf"), row  # --small: a tiny GGUF written by the script
         elif kind == "generate":
             new = 40 if part == "stories260K" else 12
