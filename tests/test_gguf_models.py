@@ -164,3 +164,18 @@ def test_the_command_line_runs_an_ollama_model_and_refuses_a_missing_tag(tmp_pat
     assert main(["generate", "the cat", "--model", "ollama:tiny:q4"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "ollama has tiny:latest" in err
+    assert main(["generate", "the cat", "--model", "ollama:tiny", "--tokenizer", str(path)]) == 2
+    assert capsys.readouterr().err.endswith("ollama:tiny uses the tokenizer inside its GGUF file\n")
+
+
+def test_the_live_app_lists_a_gguf_models_block_types_before_and_after_it_loads(tmp_path):
+    from selfattn.commands.live import LiveModels
+
+    path = write_gguf(tmp_path / "tiny.gguf", "llama")
+    want = {"F32": 12, "Q8_0": 8, "Q6_K": 1}
+    for loaded_first in (False, True):
+        models = LiveModels([str(path)])
+        if loaded_first:
+            models.model(str(path))  # its outline then comes from the loaded model
+        entry = next(e for e in models.listing()["models"] if e["name"] == str(path))
+        assert entry["weights"] == want and entry["loaded"] is loaded_first, entry

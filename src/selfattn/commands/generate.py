@@ -46,7 +46,7 @@ def generate_command(
     if chat is not None:
         messages = ([{"role": "system", "content": system}] if system is not None else []) + [{"role": "user", "content": chat}]
         ids = model.chat_ids(messages)
-        source, shown = [ids], model.tokenizer.decode(ids) if hasattr(model.tokenizer, "decode") else ""
+        source, shown = [ids], model.tokenizer.decode(ids)
     else:
         source, shown = prompt, prompt
     live = output_format == "text" and stream.isatty()

@@ -94,7 +94,8 @@ class LiveModels:
         name = self.resolve(name)
         if name not in self._outlines:
             loaded = self._loaded.get(name)
-            self._outlines[name] = outline_of(loaded.config) if loaded is not None else model_outline(self._keys[name])
+            self._outlines[name] = (outline_of(loaded.config, getattr(loaded, "gguf_types", None)) if loaded is not None
+                                    else model_outline(self._keys[name]))
         return self._outlines[name]
 
     def listing(self) -> dict[str, Any]:

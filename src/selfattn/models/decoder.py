@@ -326,7 +326,7 @@ class DecoderModel(nn.Module):
             raise ModelError("this model has no tokenizer to read a conversation with")
         words = self.tokenizer.tokenizer
         name = lambda i: "" if i is None else (words.id_to_token(i) or "")  # noqa: E731
-        text = render_chat(getattr(self, "chat_template", None), messages, name(self.config.bos_id),
+        text = render_chat(self.chat_template, messages, name(self.config.bos_id),
                            name(self.config.eos_ids[0] if self.config.eos_ids else None))
         return list(words.encode(text, add_special_tokens=False).ids)
 

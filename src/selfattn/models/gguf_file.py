@@ -23,6 +23,7 @@ import torch
 from selfattn.errors import ModelError
 from selfattn.models.decoder import DecoderModel
 from selfattn.models.gguf_layout import GgufMap, is_gguf
+from selfattn.models.gguf_tokenizer import metadata_fields, tokenizer_from_metadata
 from selfattn.models.locate import first_sentence
 from selfattn.models.registry import gguf_families, one_of
 from selfattn.models.tokenizer import TextTokenizer
@@ -44,14 +45,6 @@ def open_gguf(path: Path):
     except Exception as error:  # noqa: BLE001 -- a file that gguf cannot parse is the user's to replace
         reason = first_sentence(str(error)) or type(error).__name__
         raise ModelError(f"cannot read {path} as GGUF (truncated or damaged?): {reason}") from None
-
-
-def metadata(reader) -> dict:
-    """Every key of the file -> its value as plain Python (str, int, float, bool, lists of those);
-    a tokenizer string that is not UTF-8 is read with U+FFFD (``gguf_tokenizer.metadata_fields``)."""
-    from selfattn.models.gguf_tokenizer import metadata_fields
-
-    return metadata_fields(reader)
 
 
 def block_types(reader) -> dict[str, int]:
@@ -81,7 +74,7 @@ def load_gguf(path: str | os.PathLike, name: str | None = None, dtype: str | tor
     path = Path(path).expanduser()
     torch_dtype = _dtype(dtype)
     reader = open_gguf(path)
-    fields = metadata(reader)
+    fields = metadata_fields(reader)  # every key as plain Python; a tokenizer string not in UTF-8 read with U+FFFD
     family, config = read_gguf_config(reader, fields, path)
     tokenizer = TextTokenizer.from_tokenizer(_tokenizer(fields, path), config.max_positions, config.pad_id,
                                              padding_side="left")
@@ -128,8 +121,6 @@ def _family(fields: dict, path: Path):
 
 
 def _tokenizer(fields: dict, path: Path):
-    from selfattn.models.gguf_tokenizer import tokenizer_from_metadata
-
     try:
         return tokenizer_from_metadata(fields)
     except ModelError as error:

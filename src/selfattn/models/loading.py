@@ -47,17 +47,12 @@ def named_options(name_or_path, tokenizer=None, dtype: str | None = None):
             _named[key] = before
 
 
-def named_tokenizer(name_or_path, tokenizer):
-    """``named_options`` with a tokenizer file only (a llama2.c checkpoint's)."""
-    return named_options(name_or_path, tokenizer)
-
-
 def shared_model(name_or_path, key: str | None = None):
     """The model ``name_or_path``, loaded once per process (frozen, eval mode).
 
     ``key``: its ``model_key``, when the caller has resolved the name already (an
     ``ExplainConfig`` does when it is built), so that the name is resolved once. A
-    llama2.c checkpoint loads with the tokenizer ``named_tokenizer`` names for it, if any.
+    model loads with the tokenizer file and weight type ``named_options`` names for it, if any.
     """
     key = locate.model_key(name_or_path) if key is None else key
     tokenizer, dtype = _named.get(key, (None, None))

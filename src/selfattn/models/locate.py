@@ -232,12 +232,9 @@ def check_tokenizer_file(name_or_path, tokenizer) -> None:
         ModelError: the model is a Hugging Face one (it has its own tokenizer.json), or the
             tokenizer is not a file.
     """
-    text = os.fspath(name_or_path) if isinstance(name_or_path, (str, os.PathLike)) else ""
-    builtin = isinstance(name_or_path, str) and not Path(text).expanduser().exists() and is_builtin(text)
-    checkpoint = model_spec(text).checkpoint if builtin else text if Path(text).expanduser().is_file() else None
-    if checkpoint is None or looks_like_gguf(Path(checkpoint) if builtin else Path(checkpoint).expanduser()):
-        name = model_spec(text).name if builtin else text
-        own = "its own tokenizer.json" if checkpoint is None else "the tokenizer inside its GGUF file"
+    name, single_file, gguf = _model_file(name_or_path)
+    if gguf or not single_file:
+        own = "the tokenizer inside its GGUF file" if gguf else "its own tokenizer.json"
         raise ModelError(f"a tokenizer file goes with a llama2.c checkpoint (a .bin file); {name} uses {own}")
     if not Path(tokenizer).expanduser().is_file():
         raise ModelError(f"the tokenizer {Path(tokenizer).expanduser()} is not a file")
@@ -249,12 +246,24 @@ def check_dtype_model(name_or_path) -> None:
     Raises:
         ModelError: the model is not a GGUF file (nor a built-in one).
     """
-    text = os.fspath(name_or_path) if isinstance(name_or_path, (str, os.PathLike)) else ""
-    builtin = isinstance(name_or_path, str) and not Path(text).expanduser().exists() and is_builtin(text)
-    checkpoint = model_spec(text).checkpoint if builtin else text
-    if not checkpoint or not (is_ollama(text) or looks_like_gguf(Path(checkpoint).expanduser() if not builtin else checkpoint)):
+    name, _, gguf = _model_file(name_or_path)
+    if not gguf:
         raise ModelError(f"--dtype goes with a GGUF model (a .gguf file, ollama:NAME or SmolLM2-135M-Instruct); "
-                         f"{model_spec(text).name if builtin else text} keeps the type its weights were saved in")
+                         f"{name} keeps the type its weights were saved in")
+
+
+def _model_file(name_or_path) -> tuple[str, bool, bool]:
+    """What the checks of --tokenizer and --dtype read of a model, without loading it: (its name for
+    messages, whether it is one file (a built-in's checkpoint, or a file here), whether it is a GGUF
+    model: ollama:NAME, or a file named .gguf or starting with GGUF's bytes, which may not exist yet)."""
+    text = os.fspath(name_or_path) if isinstance(name_or_path, (str, os.PathLike)) else ""
+    if is_ollama(text):
+        return text, True, True
+    if isinstance(name_or_path, str) and not Path(text).expanduser().exists() and is_builtin(text):
+        spec = model_spec(text)
+        return spec.name, spec.checkpoint is not None, looks_like_gguf(spec.checkpoint or "")
+    file = Path(text).expanduser()
+    return text, file.is_file(), looks_like_gguf(file)
 
 
 def read_json(path: Path):

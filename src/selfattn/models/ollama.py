@@ -27,6 +27,7 @@ import re
 from pathlib import Path
 
 from selfattn.errors import ModelError, did_you_mean
+from selfattn.models.gguf_layout import MAGIC as GGUF_MAGIC
 
 PREFIX = "ollama:"
 
@@ -34,7 +35,6 @@ DEFAULT_HOST = "registry.ollama.ai"
 DEFAULT_NAMESPACE = "library"
 DEFAULT_TAG = "latest"
 MODEL_MEDIA_TYPE = "application/vnd.ollama.image.model"
-GGUF_MAGIC = b"GGUF"
 
 # ollama's own rules for each part of a name: a letter, digit or "_" first, then a few
 # punctuation marks; a namespace has no ".", and only a host may hold ":" (its port).

@@ -41,12 +41,14 @@ class ModelOutline:
     weight_blocks: tuple = ()
 
 
-def outline_of(config) -> ModelOutline:
-    """The outline of a model's config: a ``DecoderConfig`` or an encoder's ``BertConfig``."""
+def outline_of(config, weight_blocks: dict | None = None) -> ModelOutline:
+    """The outline of a model's config: a ``DecoderConfig`` or an encoder's ``BertConfig``; with a GGUF
+    file's block types (a loaded model's ``gguf_types``) when it came from one."""
+    blocks = tuple((weight_blocks or {}).items())
     if isinstance(config, DecoderConfig):
-        return ModelOutline("decoder", config.n_layers, config.n_heads, config.n_kv_heads, config.max_positions)
+        return ModelOutline("decoder", config.n_layers, config.n_heads, config.n_kv_heads, config.max_positions, blocks)
     heads = config.num_attention_heads
-    return ModelOutline("encoder", config.num_hidden_layers, heads, heads, config.max_position_embeddings)
+    return ModelOutline("encoder", config.num_hidden_layers, heads, heads, config.max_position_embeddings, blocks)
 
 
 def model_outline(name_or_path) -> ModelOutline:
@@ -77,13 +79,12 @@ def _file_outline(path: Path) -> ModelOutline:
     from selfattn.models.gguf_layout import looks_like_gguf
 
     if looks_like_gguf(path):
-        import dataclasses
-
-        from selfattn.models.gguf_file import block_types, open_gguf, read_gguf_config, metadata
+        from selfattn.models.gguf_file import block_types, open_gguf, read_gguf_config
+        from selfattn.models.gguf_tokenizer import metadata_fields
 
         reader = open_gguf(path)
-        config = read_gguf_config(reader, metadata(reader), path)[1]
-        return dataclasses.replace(outline_of(config), weight_blocks=tuple(block_types(reader).items()))
+        config = read_gguf_config(reader, metadata_fields(reader), path)[1]
+        return outline_of(config, block_types(reader))
     return _checkpoint_outline(path)
 
 

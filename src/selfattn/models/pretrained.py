@@ -123,10 +123,7 @@ def load_pretrained(
         spec = model_spec(name_or_path)
         folder = model_folder(spec.name)
         if spec.checkpoint is not None and looks_like_gguf(spec.checkpoint):
-            _no_tokenizer_file(tokenizer, spec.name, GGUF_TOKENIZER)
-            from selfattn.models.gguf_file import load_gguf
-
-            return load_gguf(folder / spec.checkpoint, spec.name, dtype)
+            return _gguf(folder / spec.checkpoint, spec.name, spec.name, tokenizer, dtype)
         if spec.checkpoint is not None:
             from selfattn.models.llama2c import load_llama2c
 
@@ -135,16 +132,10 @@ def load_pretrained(
         config = read_config(folder)
         return load_family(family_of(config, folder), folder, config, spec.name)
     if is_ollama(name_or_path):
-        _no_tokenizer_file(tokenizer, name_or_path, GGUF_TOKENIZER)
-        from selfattn.models.gguf_file import load_gguf
-
-        return load_gguf(ollama_blob(name_or_path), name_or_path.removeprefix(PREFIX), dtype)
+        return _gguf(ollama_blob(name_or_path), name_or_path, name_or_path.removeprefix(PREFIX), tokenizer, dtype)
     if isinstance(name_or_path, (str, os.PathLike)) and Path(name_or_path).expanduser().is_file():
         if looks_like_gguf(Path(name_or_path).expanduser()):
-            _no_tokenizer_file(tokenizer, os.fspath(name_or_path), GGUF_TOKENIZER)
-            from selfattn.models.gguf_file import load_gguf
-
-            return load_gguf(name_or_path, dtype=dtype)
+            return _gguf(name_or_path, os.fspath(name_or_path), None, tokenizer, dtype)
         from selfattn.models.llama2c import load_llama2c
 
         return load_llama2c(name_or_path, tokenizer)
@@ -156,6 +147,14 @@ def load_pretrained(
     if not (folder / "tokenizer.json").is_file():
         raise ModelError(f"{folder} has no tokenizer.json: {LAYOUT}")
     return load_family(family, folder, config, name)
+
+
+def _gguf(path, shown: str, name: str | None, tokenizer, dtype: str) -> DecoderModel:
+    """A GGUF file's model (``gguf_file.load_gguf``): its tokenizer is inside it, so none may be named."""
+    _no_tokenizer_file(tokenizer, shown, GGUF_TOKENIZER)
+    from selfattn.models.gguf_file import load_gguf
+
+    return load_gguf(path, name, dtype)
 
 
 def _no_tokenizer_file(tokenizer, name: str, own: str = "its own tokenizer.json") -> None:
