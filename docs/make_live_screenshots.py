@@ -11,6 +11,7 @@ server with Ctrl-C (SIGINT) and writes:
     live-attention.png     stories260K, a story sentence, layer 1, head 5
     live-generate.png      stories260K, "Once upon a time", after 8 steps
     live-knockout.png      two heads knocked out: the generation before and after
+    live-chat.png          SmolLM2-135M-Instruct in chat mode, two questions answered
 """
 
 from __future__ import annotations
@@ -127,11 +128,27 @@ def knockout(page, url: str) -> None:
     scroll_to(page, "#tabs")
 
 
+def chat(page, url: str) -> None:
+    fresh(page, url)
+    page.click("[data-testid=tab-generate]")
+    page.select_option("[data-testid=model-select]", "SmolLM2-135M-Instruct")
+    page.check("[data-testid=chat-mode]")
+    page.fill("[data-testid=generate-count]", "16")
+    for message in ("What is the capital of France?", "And of Italy?"):
+        page.fill("[data-testid=prompt-input]", message)
+        page.click("[data-testid=generate-run]")
+        idle(page)
+    page.select_option("[data-testid=cache-layer]", "18")
+    page.select_option("[data-testid=cache-head]", "6")
+    scroll_to(page, "#tabs")
+
+
 SCREENS = {
     "live-walkthrough.png": walkthrough,
     "live-attention.png": attention,
     "live-generate.png": generate,
     "live-knockout.png": knockout,
+    "live-chat.png": chat,
 }
 
 

@@ -72,6 +72,8 @@ def test_models_lists_the_built_in_ones_with_their_sizes(client, library):
         entry = by_name[name]
         assert (entry["kind"], entry["layers"], entry["heads"], entry["kv_heads"], entry["positions"]) == (
             "decoder", config.n_layers, config.n_heads, config.n_kv_heads, config.max_positions)
+    assert by_name["SmolLM2-135M-Instruct"]["chat"] is True  # its file carries a chat template
+    assert by_name["stories260K"]["chat"] is False and "chat" not in by_name["all-MiniLM-L6-v2"]
     bert = library("all-MiniLM-L6-v2").config
     assert (by_name["all-MiniLM-L6-v2"]["kind"], by_name["all-MiniLM-L6-v2"]["layers"],
             by_name["all-MiniLM-L6-v2"]["heads"], by_name["all-MiniLM-L6-v2"]["positions"]) == (
@@ -247,6 +249,42 @@ def test_first_step_leaves_out_the_steps_the_page_has(client):
     assert events == ["start"] + ["token"] * 5 + ["step", "done"]
 
 
+def test_a_chat_is_the_models_own_chat(client, library):
+    """messages: the model's template lays the conversation out; the answer stops at its end of turn."""
+    from selfattn.viz.token_labels import token_label
+
+    name = "SmolLM2-135M-Instruct"
+    model = library(name)
+    messages = [{"role": "system", "content": "Answer in one short sentence."},
+                {"role": "user", "content": "What is the capital of France?"}]
+    with client.stream("POST", "/api/generate", json={"model": name, "messages": messages, "max_new_tokens": 16},
+                       headers=NDJSON) as response:
+        assert response.status_code == 200
+        lines = [json.loads(line) for line in response.iter_lines() if line]
+    start, done = lines[0], lines[-1]
+    tokens = [line for line in lines if line["event"] == "token"]
+    steps = [line for line in lines if line["event"] == "step"]
+    result = model.chat(messages, 16)
+    assert start["chat"] is True and start["prompt_ids"] == model.chat_ids(messages) == result.prompt_ids[0]
+    assert done["ids"] == result.ids[0] and done["text"] == result.text[0] and "Paris" in done["text"]
+    assert done["ids"][-1] in model.config.eos_ids and len(done["ids"]) < 16  # it stopped at the end of its turn
+    assert "".join(token["text"] for token in tokens) == done["text"]  # each token line says the text it adds
+    # The labels read as the text does ('␣Paris', not the vocabulary's 'ĠParis').
+    readable = model.tokenizer.readable(start["prompt_ids"])
+    assert start["prompt_labels"] == [token_label(t, r) for t, r in zip(start["prompt_tokens"], readable)]
+    assert any(label == "␣France" for label in start["prompt_labels"])
+    # Each step's attention covers the whole conversation: the rows of one forward over it.
+    ids = result.prompt_ids[0] + result.ids[0]
+    with torch.no_grad():
+        out = model(ids, output_attentions=True)
+    for step in (steps[0], steps[-1]):
+        row = len(result.prompt_ids[0]) + step["step"] - 1
+        for layer in (0, 18, 29):
+            torch.testing.assert_close(torch.tensor(step["attention"][layer], dtype=torch.float64),
+                                       out.attentions[layer][0, :, row, : row + 1].double(), atol=1e-5, rtol=0)
+        assert step["cache"]["length"] == row + 1
+
+
 def test_knocked_out_heads_are_ablates(client, library):
     model = library("tiny-induction")
     heads = [[1, 0], [1, 1], [1, 2], [1, 3]]
@@ -312,6 +350,18 @@ BAD = [
     ("/api/generate", {"model": "stories260K", "text": "hi " * 600}, 400, "512 positions"),
     ("/api/generate", {"model": "stories260K", "text": "hi " * 100, "max_new_tokens": 512}, 400, "one answer holds at most"),
     ("/api/generate", ["stories260K"], 400, "takes a JSON object"),
+    ("/api/generate", {"model": "stories260K", "messages": [{"role": "user", "content": "hi"}]}, 400, "has no chat template"),
+    ("/api/generate", {"model": "SmolLM2-135M-Instruct", "messages": []}, 400, "messages must be a non-empty list"),
+    ("/api/generate", {"model": "SmolLM2-135M-Instruct", "messages": "hi"}, 400, "messages must be a non-empty list"),
+    ("/api/generate", {"model": "SmolLM2-135M-Instruct", "messages": [{"role": "user", "content": "hi", "name": "x"}]}, 400,
+     "message 0 is"),
+    ("/api/generate", {"model": "SmolLM2-135M-Instruct", "messages": [{"role": "bot", "content": "hi"}]}, 400, "role 'bot'"),
+    ("/api/generate", {"model": "SmolLM2-135M-Instruct", "messages": [{"role": "user", "content": 5}]}, 400, "content must be a string"),
+    ("/api/generate", {"model": "SmolLM2-135M-Instruct", "text": "hi", "messages": [{"role": "user", "content": "hi"}]}, 400, "not both"),
+    ("/api/generate", {"model": "SmolLM2-135M-Instruct", "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]},
+     400, "the last message must be the user's"),
+    ("/api/generate", {"model": "SmolLM2-135M-Instruct", "messages": [{"role": "user", "content": "x" * 30_000}]}, 400,
+     "the messages have 30000 characters"),
     ("/api/explain", {"embeddings": "/etc/passwd"}, 400, "never reads"),
     ("/api/explain", {"format": "markdown"}, 400, "format must be 'json'"),
     ("/api/attention", {"model": "all-MiniLM-L6-v2", "text": "word " * 600, "layer": 0, "head": 0}, 400, "512 positions"),

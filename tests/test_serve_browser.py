@@ -341,6 +341,65 @@ def test_knocked_out_head_changes_the_probabilities_as_the_library_says(page, se
     assert_clean(page, server)
 
 
+# ---- (c2) a chat with the real LLM --------------------------------------------------------
+
+
+def conversation(page) -> list[str]:
+    return page.eval_on_selector_all("[data-testid=conversation] li", TEXTS_JS)
+
+
+def test_chat_mode_answers_over_the_whole_conversation(page, server):
+    import selfattn
+
+    name = "SmolLM2-135M-Instruct"
+    model = library_model(name)
+    page.click("[data-testid=tab-generate]")
+    choose_model(page, "stories260K")  # no chat template: the box stays off and says why
+    assert page.locator("[data-testid=chat-mode]").is_disabled()
+    assert "tuned for chat" in page.locator("[data-testid=chat-note]").text_content()
+    choose_model(page, name)
+    page.check("[data-testid=chat-mode]")
+    page.fill("[data-testid=generate-count]", "12")
+    first = [{"role": "user", "content": "What is the capital of France?"}]
+    page.fill("[data-testid=prompt-input]", first[0]["content"])
+    page.click("[data-testid=generate-run]")
+    idle(page, 120_000)
+    assert message(page) == ""
+    answer = model.chat(first, 12)
+    assert "Paris" in answer.text[0]
+    assert generated_ids(page) == answer.ids[0]
+    prompt_ids = page.eval_on_selector_all("[data-testid=tokens] [data-index]:not([data-generated])", IDS_JS)
+    assert prompt_ids == model.chat_ids(first)  # the whole conversation, laid out by the model's template
+    assert conversation(page) == [f"user:{first[0]['content']}", f"assistant:{answer.text[0]}"]
+    # Every head's strip reads the whole conversation: the last step's keys are all its tokens.
+    strips = page.locator("[data-testid=attention-strips]")
+    assert strips.is_visible()
+    # A second message: the first exchange joins the conversation the model reads.
+    second = first + [{"role": "assistant", "content": answer.text[0]},
+                      {"role": "user", "content": "And the capital of Germany?"}]
+    page.fill("[data-testid=generate-count]", "6")
+    page.fill("[data-testid=prompt-input]", second[-1]["content"])
+    page.click("[data-testid=generate-run]")
+    idle(page, 120_000)
+    reply = model.chat(second, 6)
+    assert generated_ids(page) == reply.ids[0]
+    prompt_ids = page.eval_on_selector_all("[data-testid=tokens] [data-index]:not([data-generated])", IDS_JS)
+    assert prompt_ids == model.chat_ids(second)
+    assert len(conversation(page)) == 4
+    # Knocking a head out answers the same conversation again, with and without it.
+    knocked = (18, 6)
+    page.check(f"[data-testid=ablate-heads] input[data-layer='{knocked[0]}'][data-head='{knocked[1]}']")
+    idle(page, 120_000)
+    with selfattn.ablate(model, [knocked]):
+        ablated = model.chat(second, 6)
+    assert generated_ids(page) == ablated.ids[0]
+    assert page.locator("[data-testid=text-before]").text_content() == reply.text[0]
+    assert page.locator("[data-testid=text-after]").text_content() == ablated.text[0]
+    assert len(conversation(page)) == 4  # the same exchange, not a new one
+    assert message(page) == ""
+    assert_clean(page, server)
+
+
 # ---- (d) the seed's walkthrough -----------------------------------------------------------
 
 

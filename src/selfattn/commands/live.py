@@ -94,8 +94,9 @@ class LiveModels:
         name = self.resolve(name)
         if name not in self._outlines:
             loaded = self._loaded.get(name)
-            self._outlines[name] = (outline_of(loaded.config, getattr(loaded, "gguf_types", None)) if loaded is not None
-                                    else model_outline(self._keys[name]))
+            self._outlines[name] = (outline_of(loaded.config, getattr(loaded, "gguf_types", None),
+                                               bool(getattr(loaded, "chat_template", None)))
+                                    if loaded is not None else model_outline(self._keys[name]))
         return self._outlines[name]
 
     def listing(self) -> dict[str, Any]:
@@ -110,6 +111,8 @@ class LiveModels:
             entries.append({"name": name, "kind": outline.kind, "layers": outline.layers, "heads": outline.heads,
                             "kv_heads": outline.kv_heads, "positions": outline.positions,
                             "loaded": self.is_loaded(name)})
+            if outline.kind == "decoder":  # tuned for chat: the page offers its chat mode
+                entries[-1]["chat"] = outline.chat
             if outline.weight_blocks:  # a GGUF file's block types: the weights were quantized (Q4_1, ...)
                 entries[-1]["weights"] = dict(outline.weight_blocks)
         return {"models": entries}
@@ -261,8 +264,6 @@ def attention_json(models: LiveModels, body: Any) -> dict[str, Any]:
     """
     import torch
 
-    from selfattn.viz.token_labels import token_labels
-
     fields = fields_of(body, ATTENTION_FIELDS, "attention")
     name = models.resolve(fields.get("model"))
     text = text_field(fields)
@@ -286,11 +287,20 @@ def attention_json(models: LiveModels, body: Any) -> dict[str, Any]:
         "layer": layer,
         "head": "all" if every else head,
         "tokens": tokens,
-        "labels": token_labels(tokens),
+        "labels": labels_of(model, out.input_ids[0, -n:].tolist(), tokens),
         "weights": weights.tolist() if every else weights[head].tolist(),
         "kind": outline.kind,
         **layer_facts(model.attention_info(layer), n),
     }
+
+
+def labels_of(model, ids: list[int], tokens: list[str]) -> list[str]:
+    """The page's label of each token: what it reads as ('␣cat' where a byte-level vocabulary
+    writes 'Ġcat'), from the model's tokenizer; as written when the model has none."""
+    from selfattn.viz.token_labels import token_labels
+
+    tokenizer = getattr(model, "tokenizer", None)
+    return token_labels(tokens, None if tokenizer is None else tokenizer.readable(ids))
 
 
 def layer_facts(info, n: int) -> dict[str, Any]:

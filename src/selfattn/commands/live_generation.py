@@ -20,9 +20,11 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
-from selfattn.commands.live import LiveModels, RequestError, fields_of, number, text_field, whole
+from selfattn.commands.live import (
+    MAX_TEXT_CHARS, LiveModels, RequestError, fields_of, labels_of, number, text_field, whole,
+)
 
-GENERATE_FIELDS = ("model", "text", "max_new_tokens", "temperature", "top_k", "top_p", "seed", "ablate", "first_step")
+GENERATE_FIELDS = ("model", "text", "messages", "max_new_tokens", "temperature", "top_k", "top_p", "seed", "ablate", "first_step")
 MAX_LIVE_NEW_TOKENS = 512  # one request's tokens: every step keeps a forward's attention rows
 MAX_TEMPERATURE = 10.0
 TOP_SHOWN = 10  # next-token candidates per step
@@ -37,7 +39,7 @@ class GenerateRequest:
     """A checked body of POST /api/generate."""
 
     model: str
-    text: str
+    text: str | None  # the prompt; None in a chat, whose prompt is ``messages`` laid out by the model's template
     max_new_tokens: int
     temperature: float
     top_k: int | None
@@ -45,13 +47,45 @@ class GenerateRequest:
     seed: int
     ablate: tuple[tuple[int, int], ...]
     first_step: int = 0  # steps before it are left out of the answer (the page has them already)
+    messages: tuple[tuple[str, str], ...] | None = None  # a chat: (role, content) pairs, the user's last
+
+
+def chat_messages(value: Any) -> tuple[tuple[str, str], ...]:
+    """The body's ``messages``: a non-empty list of {"role", "content"} objects ending with the user's."""
+    from selfattn.models.chat import ROLES
+
+    shape = 'messages must be a non-empty list of {"role": ..., "content": ...} objects'
+    if not isinstance(value, list) or not value:
+        raise RequestError(f"{shape}, got {value!r}"[:300])
+    pairs = []
+    for index, message in enumerate(value):
+        if not isinstance(message, dict) or set(message) != {"role", "content"}:
+            raise RequestError(f"{shape}; message {index} is {message!r}"[:300])
+        role, content = message["role"], message["content"]
+        if role not in ROLES:
+            raise RequestError(f"message {index} has role {role!r}: the roles are {', '.join(ROLES)}"[:300])
+        if not isinstance(content, str):
+            raise RequestError(f"message {index}'s content must be a string, got {content!r}"[:300])
+        pairs.append((role, content))
+    if pairs[-1][0] != "user" or not pairs[-1][1].strip():
+        raise RequestError("the last message must be the user's, with some text: the model answers it")
+    total = sum(len(content) for _, content in pairs)
+    if total > MAX_TEXT_CHARS:
+        raise RequestError(f"the messages have {total} characters; the live app takes at most {MAX_TEXT_CHARS}")
+    return tuple(pairs)
 
 
 def generate_request(models: LiveModels, body: Any) -> GenerateRequest:
     """The body checked, every field in range (a ``RequestError`` says which is not)."""
     fields = fields_of(body, GENERATE_FIELDS, "generate")
     name = models.resolve(fields.get("model"))
-    text = text_field(fields)
+    messages = None
+    if fields.get("messages") is not None:
+        if fields.get("text") is not None:
+            raise RequestError("give text (a prompt) or messages (a chat), not both")
+        messages, text = chat_messages(fields["messages"]), None
+    else:
+        text = text_field(fields)
     ablate = fields.get("ablate") or []
     if not isinstance(ablate, list) or not all(
         isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in pair)
@@ -68,14 +102,19 @@ def generate_request(models: LiveModels, body: Any) -> GenerateRequest:
         seed=whole(fields, "seed", 0, 2**63 - 1, DEFAULT_SEED),
         ablate=tuple((layer, head) for layer, head in ablate),
         first_step=whole(fields, "first_step", 0, MAX_LIVE_NEW_TOKENS, 0),
+        messages=messages,
     )
 
 
 class LiveGeneration:
     """One generation: checked and its prompt read when made, run by ``run`` or ``events``.
 
+    A chat's prompt is its messages laid out by the model's own chat template, the
+    assistant's turn opened; the answer stops at the template's end of turn.
+
     Raises (when made):
-        RequestError: the model is an encoder, or a knocked-out head is out of range.
+        RequestError: the model is an encoder, a chat goes to a model without a chat template,
+            or a knocked-out head is out of range.
         SentenceError: the prompt is longer than the model's positions.
     """
 
@@ -89,13 +128,30 @@ class LiveGeneration:
         with models.lock:
             self.model = model = models.model(request.model)
             self.heads = check_heads(model, [list(pair) for pair in request.ablate])
-            encoded = model.tokenize(request.text)  # refuses a prompt longer than the positions
-        self.prompt_ids = encoded.input_ids[0][encoded.attention_mask[0].bool()].tolist()
+            if request.messages is None:
+                encoded = model.tokenize(request.text)  # refuses a prompt longer than the positions
+                self.prompt_ids = encoded.input_ids[0][encoded.attention_mask[0].bool()].tolist()
+            else:
+                self.prompt_ids = self._chat_ids(model)
         self._check_size(models.outline(request.model))
         self.result = None
         self.ids: list[int] = []
         self._window = None  # (start, the forward over the window from start)
         self._texts: dict[int, str] = {}  # new tokens -> their text, for each step's piece
+
+    def _chat_ids(self, model) -> list[int]:
+        """The conversation's ids by the model's chat template (refused when it has none or it fails)."""
+        from selfattn.errors import ModelError
+
+        if not getattr(model, "chat_template", None):
+            raise RequestError(f"{self.request.model} has no chat template: it was not tuned for chat; "
+                               "send text (a prompt) instead of messages")
+        try:
+            ids = model.chat_ids([{"role": role, "content": content} for role, content in self.request.messages])
+        except ModelError as error:
+            raise RequestError(str(error)) from None
+        model.tokenize([ids])  # refuses a conversation longer than the positions
+        return ids
 
     def _check_size(self, outline) -> None:
         """Refuse an answer of more than ``MAX_STEP_NUMBERS`` attention numbers, saying how many tokens fit."""
@@ -123,7 +179,8 @@ class LiveGeneration:
         """
         request = self.request
         with self.models.lock, self._knockout():
-            self.result = self.model.generate(request.text, request.max_new_tokens, request.temperature,
+            prompt = request.text if request.messages is None else [self.prompt_ids]
+            self.result = self.model.generate(prompt, request.max_new_tokens, request.temperature,
                                               request.top_k, request.top_p, request.seed, on_token=on_token)
         assert self.result.prompt_ids[0] == self.prompt_ids
         self.ids = self.result.ids[0]
@@ -137,14 +194,16 @@ class LiveGeneration:
         yield {"event": "start", **self.start()}
         chosen: queue.Queue = queue.Queue()
 
+        def chosen_token(row: int, token: int) -> None:
+            self.ids.append(token)  # the tokens so far: each "token" line carries the text it adds
+            chosen.put(("token", token))
+
         def work() -> None:
             try:
-                self.run(on_token=lambda row, token: chosen.put(("token", token)))
+                self.run(on_token=chosen_token)
                 chosen.put(("end", None))
             except Exception as error:  # noqa: BLE001 - handed to the stream, which says it
                 chosen.put(("error", error))
-
-        from selfattn.viz.token_labels import token_label
 
         threading.Thread(target=work, name="selfattn-generate", daemon=True).start()
         padder, t = self.model._padder(), 0
@@ -155,7 +214,8 @@ class LiveGeneration:
             if kind == "end":
                 break
             token = padder.token(value)
-            yield {"event": "token", "step": t, "id": value, "token": token, "label": token_label(token)}
+            yield {"event": "token", "step": t, "id": value, "token": token, "label": self._label(value),
+                   "text": self._piece(t)}
             t += 1
         for step in self.steps():
             yield {"event": "step", **step}
@@ -168,8 +228,6 @@ class LiveGeneration:
 
     def start(self) -> dict[str, Any]:
         """What the page needs before the first step: the prompt's tokens and the request."""
-        from selfattn.viz.token_labels import token_labels
-
         padder = self.model._padder()
         tokens = [padder.token(i) for i in self.prompt_ids]
         request = self.request
@@ -177,9 +235,10 @@ class LiveGeneration:
             "model": request.model,
             "prompt_ids": self.prompt_ids,
             "prompt_tokens": tokens,
-            "prompt_labels": token_labels(tokens),
+            "prompt_labels": labels_of(self.model, self.prompt_ids, tokens),
             "positions": self.model.config.max_positions,
             "ablate": [list(pair) for pair in self.heads],
+            "chat": request.messages is not None,
             "options": {"max_new_tokens": request.max_new_tokens, "temperature": request.temperature,
                         "top_k": request.top_k, "top_p": request.top_p, "seed": request.seed,
                         "first_step": request.first_step},
@@ -198,8 +257,6 @@ class LiveGeneration:
     def step(self, t: int) -> dict[str, Any]:
         from selfattn.models.generation import sampling_probs
         from selfattn.pipeline.steps import softmax
-        from selfattn.viz.token_labels import token_label
-
         request, padder = self.request, self.model._padder()
         start, end = self.result.window_starts[0][t], len(self.prompt_ids) + t
         out = self._forward(start)
@@ -208,7 +265,7 @@ class LiveGeneration:
         probs = (softmax(logits.double(), dim=-1) if request.temperature == 0
                  else sampling_probs(logits, request.temperature, request.top_k, request.top_p))[0]  # (vocab,)
         values, order = probs.topk(min(TOP_SHOWN, probs.shape[0]))
-        top = [{"id": int(i), "token": padder.token(int(i)), "label": token_label(padder.token(int(i))), "p": float(p)}
+        top = [{"id": int(i), "token": padder.token(int(i)), "label": self._label(int(i)), "p": float(p)}
                for i, p in zip(order.tolist(), values.tolist()) if p > 0]
         token_id = self.ids[t]
         token = padder.token(token_id)
@@ -218,7 +275,7 @@ class LiveGeneration:
             "step": t,
             "id": token_id,
             "token": token,
-            "label": token_label(token),
+            "label": self._label(token_id),
             "text": self._piece(t),
             "p": float(probs[token_id]),
             "top": top,
@@ -242,6 +299,10 @@ class LiveGeneration:
             with self.models.lock, self._knockout(), torch.no_grad():
                 self._window = (start, self.model(everything[start:end], output_attentions=True))
         return self._window[1]
+
+    def _label(self, token_id: int) -> str:
+        """One token's label on the page ('␣Paris' where the vocabulary writes 'ĠParis')."""
+        return labels_of(self.model, [token_id], [self.model._padder().token(token_id)])[0]
 
     def _piece(self, t: int) -> str:
         """The text step t adds (a token that is part of a character adds nothing until it completes)."""

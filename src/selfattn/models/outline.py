@@ -16,7 +16,7 @@ from selfattn.models.decoder_config import DecoderConfig
 from selfattn.models.files import model_folder, model_spec
 from selfattn.models.locate import is_builtin, locate
 from selfattn.models.ollama import is_ollama, ollama_blob
-from selfattn.models.pretrained import family_of
+from selfattn.models.pretrained import chat_template, family_of
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,7 @@ class ModelOutline:
         positions: the most tokens one forward takes.
         weight_blocks: a GGUF file's block types ("Q4_1", "F32", ...) -> tensors using each;
             empty for other files.
+        chat: the model carries a chat template (it was tuned to answer messages).
     """
 
     kind: str
@@ -39,14 +40,17 @@ class ModelOutline:
     kv_heads: int
     positions: int
     weight_blocks: tuple = ()
+    chat: bool = False
 
 
-def outline_of(config, weight_blocks: dict | None = None) -> ModelOutline:
+def outline_of(config, weight_blocks: dict | None = None, chat: bool = False) -> ModelOutline:
     """The outline of a model's config: a ``DecoderConfig`` or an encoder's ``BertConfig``; with a GGUF
-    file's block types (a loaded model's ``gguf_types``) when it came from one."""
+    file's block types (a loaded model's ``gguf_types``) when it came from one, and whether it has a
+    chat template."""
     blocks = tuple((weight_blocks or {}).items())
     if isinstance(config, DecoderConfig):
-        return ModelOutline("decoder", config.n_layers, config.n_heads, config.n_kv_heads, config.max_positions, blocks)
+        return ModelOutline("decoder", config.n_layers, config.n_heads, config.n_kv_heads, config.max_positions, blocks,
+                            chat)
     heads = config.num_attention_heads
     return ModelOutline("encoder", config.num_hidden_layers, heads, heads, config.max_position_embeddings, blocks)
 
@@ -71,7 +75,7 @@ def model_outline(name_or_path) -> ModelOutline:
     else:
         folder = locate(name_or_path)
     data = read_config(folder)
-    return outline_of(family_of(data, folder).read_config(data))
+    return outline_of(family_of(data, folder).read_config(data), chat=chat_template(folder) is not None)
 
 
 def _file_outline(path: Path) -> ModelOutline:
@@ -83,8 +87,9 @@ def _file_outline(path: Path) -> ModelOutline:
         from selfattn.models.gguf_tokenizer import metadata_fields
 
         reader = open_gguf(path)
-        config = read_gguf_config(reader, metadata_fields(reader), path)[1]
-        return outline_of(config, block_types(reader))
+        fields = metadata_fields(reader)
+        config = read_gguf_config(reader, fields, path)[1]
+        return outline_of(config, block_types(reader), chat=bool(fields.get("tokenizer.chat_template")))
     return _checkpoint_outline(path)
 
 

@@ -20,7 +20,7 @@ CSS, JAVASCRIPT = "text/css; charset=utf-8", "text/javascript; charset=utf-8"
 # The page's script, as ES modules: live.js, the entry, imports the others by relative path.
 SCRIPTS = ("live.js", "live-common.js", "live-models.js", "live-walk.js", "live-attention.js",
            "live-attention-grid.js", "live-arrows.js", "live-generate.js", "live-tokens.js", "live-cache.js",
-           "live-ablate.js")
+           "live-ablate.js", "live-chat.js")
 # Every file the page loads; GET /assets/{name} serves these names and no other. palette.css
 # holds the colours the explorer pages share.
 ASSET_TYPES = {"palette.css": CSS, "live.css": CSS, **{name: JAVASCRIPT for name in SCRIPTS}}

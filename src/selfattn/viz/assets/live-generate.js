@@ -2,13 +2,14 @@
 // or a streamed run of up to max tokens (one NDJSON line per step, drawn as it arrives), with
 // the sampling options; with heads knocked out the same generation without them comes too.
 // It keeps the generation's state and draws it through live-tokens.js, live-cache.js and
-// live-ablate.js.
+// live-ablate.js; in chat mode the body carries the conversation (live-chat.js) instead of a prompt.
 
 import { $, ApiError, api, clearError, errorOf, isBusy, newRequest, reach, refreshButtons, task } from "./live-common.js";
 import { currentModel, decoderPicked, markLoaded } from "./live-models.js";
 import { renderProbs, renderStepNav, renderTokens, setUpSteps, viewedStep } from "./live-tokens.js";
 import { drawStrips, renderCache, setUpCache } from "./live-cache.js";
 import { checkedHeads, renderCompare } from "./live-ablate.js";
+import { beginExchange, chatMessages, chatOn, renderChat, resetChat } from "./live-chat.js";
 
 const gen = {
   seq: 0,
@@ -41,6 +42,7 @@ export function resetGeneration() {
   gen.controller = null;
   gen.seq += 1;
   setRun({ key: null });
+  resetChat();
   renderGeneration();
 }
 
@@ -56,7 +58,7 @@ function generateBody(count, ablate) {
   const seed = numberField("seed");
   return {
     model: model ? model.name : null,
-    text: $("prompt-input").value,
+    ...(chatOn() ? { messages: chatMessages() } : { text: $("prompt-input").value }),
     max_new_tokens: count,
     temperature: numberField("temperature") ?? 0,
     top_k: numberField("top-k"),
@@ -90,7 +92,7 @@ function generate(count, streamed) {
       ? api("/api/generate", { ...generateBody(count, []), first_step: first }, controller.signal)
       : Promise.resolve(null);
     if (streamed) {
-      setRun({ prompt: body.text, knocked });
+      setRun({ prompt: body.text ?? "", knocked });
       renderGeneration();
       const before = baseline.then((result) => {
         if (current()) {
@@ -108,7 +110,7 @@ function generate(count, streamed) {
         (!before || gen.baseline.steps.every((step, s) => step.id === before.ids[s]));
       if (extend && !kept) throw new ApiError("the earlier tokens came out differently: press reset and step again");
       setRun({
-        prompt: body.text,
+        prompt: body.text ?? "",
         start: result,
         steps: extend ? gen.steps.concat(result.steps) : result.steps,
         done: result,
@@ -184,8 +186,8 @@ export function renderGeneration() {
   const notice = $("generate-disabled");
   if (model && model.kind !== "decoder") {
     notice.textContent = `${model.name} is an encoder: it reads the whole text at once, in both directions, and has ` +
-      "no next-token head, so it cannot write a next token. Pick a decoder (tiny-induction, tiny-shakespeare, " +
-      "stories260K) in the model list to generate.";
+      "no next-token head, so it cannot write a next token. Pick a decoder (tiny-induction, stories260K, " +
+      "SmolLM2-135M-Instruct) in the model list to generate.";
     notice.hidden = false;
   } else {
     notice.hidden = true;
@@ -197,6 +199,7 @@ export function renderGeneration() {
   drawStrips(gen, t);
   renderCache(gen, t);
   renderCompare(gen);
+  renderChat(gen);
   refreshButtons();
 }
 
@@ -210,17 +213,30 @@ function onOptionsChange() {
   if (gen.steps.length) generate(gen.steps.length, false);
 }
 
+// A button pressed: in chat mode the message in the box is asked (a new one starts an exchange).
+function ask(count, streamed) {
+  if (chatOn()) beginExchange($("prompt-input").value, gen.done);
+  return generate(count, streamed);
+}
+
 export function setUpGeneration() {
-  $("generate-step").addEventListener("click", () => generate(gen.steps.length + 1, false));
+  $("generate-step").addEventListener("click", () => ask(gen.steps.length + 1, false));
   $("generate-run").addEventListener("click", () => {
     const count = numberField("generate-count");
-    generate(count === null ? null : count, true);
+    ask(count === null ? null : count, true);
   });
   $("generate-reset").addEventListener("click", () => {
     resetGeneration();
     clearError("generate");
   });
-  $("prompt-input").addEventListener("input", resetGeneration);
+  // A prompt typed anew starts afresh; a message typed in chat mode waits for its button.
+  $("prompt-input").addEventListener("input", () => {
+    if (!chatOn()) resetGeneration();
+  });
+  $("chat-mode").addEventListener("change", () => {
+    resetGeneration();
+    clearError("generate");
+  });
   $("temperature-slider").addEventListener("input", () => {
     $("temperature").value = $("temperature-slider").value;
   });
@@ -228,7 +244,7 @@ export function setUpGeneration() {
     const value = Number($("temperature").value);
     if (!Number.isNaN(value)) $("temperature-slider").value = String(Math.min(2, value));
   });
-  for (const id of ["temperature-slider", "temperature", "top-k", "top-p", "seed"]) {
+  for (const id of ["temperature-slider", "temperature", "top-k", "top-p", "seed", "system-input"]) {
     $(id).addEventListener("change", onOptionsChange);
   }
   setUpSteps(gen, renderGeneration);

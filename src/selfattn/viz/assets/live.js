@@ -7,6 +7,7 @@
 //   live-attention.js       tab 2, a model's attention (with live-attention-grid.js, live-arrows.js)
 //   live-generate.js        tab 3, generation (with live-tokens.js, live-cache.js)
 //   live-ablate.js          tab 3, knocked-out heads, before and after
+//   live-chat.js            tab 3, chat mode: the conversation, sent as messages
 
 import { $, onRefreshButtons, refreshButtons, task } from "./live-common.js";
 import { currentModel, fillLayerHead, loadModels, renderModelFacts } from "./live-models.js";
