@@ -16,7 +16,8 @@ import torch
 
 import selfattn as sa
 from selfattn.errors import ModelError
-from tiny_gguf import gguf, write_gguf
+from selfattn.positional.rope_scaling import Llama3RopeScaling, rope_frequencies
+from tiny_gguf import gguf, llama3_divisors, write_gguf
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("accelerate")  # transformers' GGUF loading needs it
@@ -179,3 +180,99 @@ def test_the_live_app_lists_a_gguf_models_block_types_before_and_after_it_loads(
             models.model(str(path))  # its outline then comes from the loaded model
         entry = next(e for e in models.listing()["models"] if e["name"] == str(path))
         assert entry["weights"] == want and entry["loaded"] is loaded_first, entry
+
+
+# --- Llama 3.1 / 3.2: RoPE rescaled by the rope_freqs tensor -------------------------------------
+# llama.cpp's converter writes Llama 3's "llama3" scaling as one divisor per RoPE pair (the tensor
+# rope_freqs) and no metadata key. transformers' GGUF loading drops that tensor and runs the file
+# unscaled, so the reference is transformers' own Llama with the same weights and config.json's
+# llama3 rope_parameters: its computation of the scaled frequencies, not ours.
+
+# Llama 3.1's factors; its original context 8192 shrunk to 64 so that 90 positions cross it.
+LLAMA3 = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+LONG = torch.randint(0, 266, (1, 90), generator=torch.Generator().manual_seed(3))
+
+
+def _divisors(d_head: int, base: float, s: dict) -> np.ndarray:
+    return llama3_divisors(d_head, base, s["factor"], s["low_freq_factor"], s["high_freq_factor"],
+                           s["original_max_position_embeddings"])
+
+
+@pytest.fixture(scope="module")
+def llama3_models(tmp_path_factory):
+    """(our model, the reference with llama3 scaling, transformers' GGUF model without it) from one file."""
+    folder = tmp_path_factory.mktemp("llama3")
+    write_gguf(folder / "tiny.gguf", "llama", rope_freqs=_divisors(64, 10000.0, LLAMA3))
+    ours = sa.load_pretrained(folder / "tiny.gguf")
+    unscaled = transformers.AutoModelForCausalLM.from_pretrained(
+        str(folder), gguf_file="tiny.gguf", attn_implementation="eager", dtype=torch.float32).eval()
+    config = dict(unscaled.config.to_dict(), rope_parameters={"rope_type": "llama3", "rope_theta": 10000.0, **LLAMA3})
+    reference = transformers.LlamaForCausalLM(transformers.LlamaConfig(**config)).eval()
+    reference.load_state_dict(unscaled.state_dict())
+    return ours, reference, unscaled
+
+
+def test_rope_freqs_give_the_logits_of_llama3_scaling(llama3_models):
+    ours, reference, unscaled = llama3_models
+    assert ours.config.rope_scaling == Llama3RopeScaling(8.0, 1.0, 4.0, 64)
+    real = MASK.bool()
+    with torch.no_grad():
+        torch.testing.assert_close(ours(LONG).logits, reference(LONG).logits, atol=1e-4, rtol=1e-4)
+        got, want = ours(IDS, attention_mask=MASK).logits, reference(IDS, attention_mask=MASK).logits
+        torch.testing.assert_close(got[real], want[real], atol=1e-4, rtol=1e-4)  # left-padded
+        # where the scaling matters: without it every position from the 16th on is off by more than 0.1
+        assert float((reference(LONG).logits - unscaled(LONG).logits)[0, 16:].abs().amax(-1).min()) > 0.1
+
+
+def test_rope_freqs_greedy_generation_matches_llama3_scaling(llama3_models):
+    ours, reference, _ = llama3_models
+    prompt = LONG[0, :40].tolist()
+    got = ours.generate([prompt], max_new_tokens=20).ids[0]
+    want = reference.generate(torch.tensor([prompt]), max_new_tokens=20, do_sample=False, eos_token_id=None,
+                              pad_token_id=0)[0, len(prompt):].tolist()
+    assert got == want[: len(got)] and len(got) >= 1
+
+
+@pytest.mark.parametrize("d_head, factor", [(128, 8.0), (64, 32.0)])  # Llama 3.1 8B; Llama 3.2 1B
+def test_real_llama3_rope_freqs_read_back_as_metas_settings(tmp_path, d_head, factor):
+    meta = {"factor": factor, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+    divisors = _divisors(d_head, 500000.0, meta)
+    path = write_gguf(tmp_path / "tiny.gguf", "llama", heads=256 // d_head, kv_heads=1, rope_base=500000.0,
+                      rope_freqs=divisors)
+    scaling = sa.load_pretrained(path).config.rope_scaling
+    assert scaling == Llama3RopeScaling(factor, 1.0, 4.0, 8192)
+    theta = rope_frequencies(d_head, 500000.0)
+    torch.testing.assert_close(rope_frequencies(d_head, 500000.0, scaling), theta / torch.from_numpy(divisors).double(),
+                               atol=0, rtol=1e-6)
+
+
+def test_rope_freqs_of_ones_is_plain_rope(tmp_path):
+    plain = sa.load_pretrained(write_gguf(tmp_path / "plain.gguf", "llama"))
+    ones = sa.load_pretrained(write_gguf(tmp_path / "ones.gguf", "llama", rope_freqs=np.ones(32, np.float32)))
+    assert ones.config.rope_scaling is None
+    with torch.no_grad():
+        torch.testing.assert_close(ones(IDS[:1]).logits, plain(IDS[:1]).logits, atol=0, rtol=0)
+
+
+def test_rope_freqs_that_do_not_fit_are_one_line(tmp_path, capsys):
+    from selfattn.cli import main
+
+    short = write_gguf(tmp_path / "short.gguf", "llama", rope_freqs=_divisors(32, 10000.0, LLAMA3))
+    message = _refusal(lambda: sa.load_pretrained(short))
+    assert message == f"{short}: tensor rope_freqs.weight: 16 frequency divisors for the 32 pairs of a 64-wide head"
+    assert main(["generate", "the cat", "--model", str(short)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.endswith("16 frequency divisors for the 32 pairs of a 64-wide head\n")
+    ramp = write_gguf(tmp_path / "ramp.gguf", "llama", rope_freqs=np.linspace(1, 3, 32, dtype=np.float32))
+    message = _refusal(lambda: sa.load_pretrained(ramp))
+    assert message == f"{ramp}: tensor rope_freqs.weight: the frequency divisors are not those of a llama3 scaling"
+
+
+@pytest.mark.parametrize("kind", ["linear", "yarn"])
+def test_a_linear_or_yarn_scaling_key_is_refused(tmp_path, kind):
+    path = write_gguf(tmp_path / f"{kind}.gguf", "llama", rope_scaling=(kind, 4.0))
+    assert _refusal(lambda: sa.load_pretrained(path)) == (
+        f"{path}: llama.rope.scaling.type is {kind!r}: selfattn runs a llama file's RoPE unscaled, "
+        "or rescaled by its rope_freqs tensor (Llama 3.1 / 3.2)")
+    unit = sa.load_pretrained(write_gguf(tmp_path / "unit.gguf", "llama", rope_scaling=("linear", 1.0)))
+    assert unit.config.rope_scaling is None  # a linear factor of 1 changes nothing

@@ -5,6 +5,7 @@ random weights for a Llama-shaped architecture: llama, qwen2 (biases on q, k, v)
 (q and k norms) or gemma3 (q and k norms, sandwich norms, sliding windows of 4). Weights are drawn with a large spread so that attention is far from
 uniform. Tensors are stored as float32, Q8_0 (gguf's own quantizer) and Q6_K (blocks built
 here: gguf has no k-quant writer), so dequantizing is part of what the tests compare.
+A llama file can carry Llama 3's rope_freqs tensor too (``llama3_divisors``).
 """
 
 from __future__ import annotations
@@ -48,12 +49,34 @@ def q6_k_blocks(rows: int, cols: int, rng: np.random.Generator) -> np.ndarray:
     return blocks.reshape(rows, cols // 256 * 210)
 
 
+def llama3_divisors(d_head: int, base: float, factor: float, low: float, high: float, context: int) -> np.ndarray:
+    """The rope_freqs tensor llama.cpp's converter writes for a "llama3" rope_scaling, by the formula
+    as it computes it (frequencies in float32, one divisor per pair, stored as float32):
+    1 where the wavelength is under context / high, factor above context / low, and between them
+    1 / ((1 - s) / factor + s) with s = (context / wavelength - low) / (high - low)."""
+    theta = (1.0 / base ** (np.arange(0, d_head, 2, dtype=np.float32) / np.float32(d_head))).astype(np.float32)
+    out = []
+    for wavelength in (2 * np.pi / theta.astype(np.float64)):
+        if wavelength < context / high:
+            out.append(1.0)
+        elif wavelength > context / low:
+            out.append(factor)
+        else:
+            s = (context / wavelength - low) / (high - low)
+            out.append(1 / ((1 - s) / factor + s))
+    return np.array(out, dtype=np.float32)
+
+
 def write_gguf(path: Path, architecture: str = "llama", *, d: int = 256, layers: int = 2, heads: int = 4,
                kv_heads: int = 2, d_ff: int = 512, context: int = 96, seed: int = 0, tied: bool = False,
-               rope_base: float = 10000.0, d_head: int | None = None, final_norm_dtype=np.float32) -> Path:
+               rope_base: float = 10000.0, d_head: int | None = None, final_norm_dtype=np.float32,
+               rope_freqs: np.ndarray | None = None, rope_scaling: tuple[str, float] | None = None) -> Path:
     """Write a tiny model of ``architecture`` to ``path``; layer 0's feed-forward down matrix is Q6_K,
     the attention matrices Q8_0, the rest float32. d_head: the head width when it is not d / heads
-    (Qwen3's; transformers reads a qwen3 file's head width as 128 whatever it says)."""
+    (Qwen3's; transformers reads a qwen3 file's head width as 128 whatever it says). rope_freqs:
+    the tensor rope_freqs.weight (float32, written first, as llama.cpp's converter does), or None.
+    rope_scaling: (ARCH.rope.scaling.type, ARCH.rope.scaling.factor), as the converter writes a linear
+    or YaRN scaling, or None."""
     rng = np.random.default_rng(seed)
     tokens, types = vocabulary()
     vocab, d_head = len(tokens), d_head or d // heads
@@ -68,6 +91,9 @@ def write_gguf(path: Path, architecture: str = "llama", *, d: int = 256, layers:
     writer.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", 1e-6)
     writer.add_float32(f"{arch}.rope.freq_base", rope_base)
     writer.add_uint32(f"{arch}.rope.dimension_count", d_head)
+    if rope_scaling is not None:
+        writer.add_rope_scaling_type(gguf.RopeScalingType(rope_scaling[0]))
+        writer.add_rope_scaling_factor(rope_scaling[1])
     if arch in ("qwen3", "gemma3"):
         writer.add_uint32(f"{arch}.attention.key_length", d_head)
         writer.add_uint32(f"{arch}.attention.value_length", d_head)
@@ -92,6 +118,8 @@ def write_gguf(path: Path, architecture: str = "llama", *, d: int = 256, layers:
         else:
             writer.add_tensor(name, values)
 
+    if rope_freqs is not None:
+        add("rope_freqs.weight", np.asarray(rope_freqs, dtype=np.float32))
     add("token_embd.weight", matrix(vocab, d, 1.0))
     for i in range(layers):
         block = f"blk.{i}."

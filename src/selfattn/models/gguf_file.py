@@ -1,7 +1,8 @@
 """A GGUF file (llama.cpp, ollama, LM Studio) as one of our decoders.
 
     file -> gguf.GGUFReader -> metadata: general.architecture picks the family (registry)
-         -> the family's GgufMap: metadata -> config.json fields -> the family's config reader
+         -> the family's GgufMap: metadata (and tensors that hold settings, Llama 3's
+            rope_freqs) -> config.json fields -> the family's config reader
          -> tensors: dequantized to float32 by gguf (numpy), renamed to the checkpoint names
             the family's weight table reads, llama.cpp's reorderings undone
          -> the tokenizer from the file's own tokenizer.ggml.* keys (``gguf_tokenizer``)
@@ -69,7 +70,8 @@ def load_gguf(path: str | os.PathLike, name: str | None = None, dtype: str | tor
     Raises:
         ModelError: not a GGUF file, cut short, an architecture no family runs (the
             message lists those that do), a block type gguf cannot dequantize, a tensor
-            the family does not know, or metadata the family's config refuses.
+            the family does not know, or metadata (or a tensor holding a setting, such as
+            rope_freqs) the family's config refuses.
     """
     path = Path(path).expanduser()
     torch_dtype = _dtype(dtype)
@@ -88,9 +90,16 @@ def load_gguf(path: str | os.PathLike, name: str | None = None, dtype: str | tor
 
 
 def read_gguf_config(reader, fields: dict, path: Path):
-    """(family, its ``DecoderConfig``) from the file's metadata and tensor names."""
+    """(family, its ``DecoderConfig``) from the file's metadata, tensor names and the tensors that hold settings."""
     family = _family(fields, path)
-    data = family.gguf.config(fields, family.model_type)
+    readers = family.gguf.setting_tensors
+    settings = {t.name: _values(t, path).flatten().tolist() for t in reader.tensors if t.name in readers}
+    try:
+        data = family.gguf.config(fields, family.model_type)
+        for name, values in settings.items():
+            data.update(readers[name](values, data))
+    except ModelError as error:
+        raise ModelError(f"{path}: {error}") from None
     names = {t.name for t in reader.tensors}
     data.setdefault("tie_word_embeddings", "output.weight" not in names)
     try:
@@ -128,20 +137,16 @@ def _tokenizer(fields: dict, path: Path):
 
 
 def _tensors(reader, layout: GgufMap, config, path: Path, dtype: torch.dtype) -> dict[str, torch.Tensor]:
-    """Every tensor of the file under the family's checkpoint name, dequantized, reorderings undone."""
-    import gguf
-
+    """Every weight tensor of the file under the family's checkpoint name, dequantized, reorderings undone
+    (the tensors that hold settings went into the config: ``read_gguf_config``)."""
     state = {}
     for tensor in reader.tensors:
+        if tensor.name in layout.setting_tensors:
+            continue
         target = layout.tensor_name(tensor.name)
         if target is None:
             raise ModelError(f"{path}: tensor {tensor.name} is not one the {layout.architecture} layout has")
-        try:
-            values = gguf.quants.dequantize(tensor.data, tensor.tensor_type)
-        except (NotImplementedError, ValueError, KeyError) as error:
-            raise ModelError(f"{path}: cannot dequantize {tensor.name}, block type {tensor.tensor_type.name}: "
-                             f"{first_sentence(str(error)) or type(error).__name__}") from None
-        values = np.ascontiguousarray(values.reshape([int(n) for n in reversed(tensor.shape)]), dtype=np.float32)
+        values = _values(tensor, path)
         if layout.permute_qk and tensor.name.endswith((".attn_q.weight", ".attn_k.weight")):
             heads = config.n_heads if ".attn_q." in tensor.name else config.n_kv_heads
             values = _unpermute(values, heads)
@@ -149,6 +154,18 @@ def _tensors(reader, layout: GgufMap, config, path: Path, dtype: torch.dtype) ->
             values = values + np.float32(layout.norm_offset)
         state[target] = torch.from_numpy(values if values.flags.writeable else values.copy()).to(dtype)
     return state
+
+
+def _values(tensor, path: Path) -> np.ndarray:
+    """One tensor of the file dequantized to float32, in the checkpoint's (rows, columns) order."""
+    import gguf
+
+    try:
+        values = gguf.quants.dequantize(tensor.data, tensor.tensor_type)
+    except (NotImplementedError, ValueError, KeyError) as error:
+        raise ModelError(f"{path}: cannot dequantize {tensor.name}, block type {tensor.tensor_type.name}: "
+                         f"{first_sentence(str(error)) or type(error).__name__}") from None
+    return np.ascontiguousarray(values.reshape([int(n) for n in reversed(tensor.shape)]), dtype=np.float32)
 
 
 def _unpermute(weights: np.ndarray, heads: int) -> np.ndarray:

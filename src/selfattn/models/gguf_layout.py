@@ -85,6 +85,9 @@ class GgufMap:
         norm_offset: added to every norm's gain on the way in (Gemma's converter stores
             1 + w where the checkpoint has w: -1 undoes it).
         extra: (metadata, config so far) -> more config.json fields the keys cannot say.
+        setting_tensors: tensors that hold a setting rather than weights, by GGUF name ->
+            (their values, config so far) -> more config.json fields (Llama 3's rope_freqs).
+            Read before the model is built; any other name ``tensor_name`` does not know is refused.
     """
 
     architecture: str
@@ -93,6 +96,7 @@ class GgufMap:
     permute_qk: bool = False
     norm_offset: float = 0.0
     extra: Callable[[Mapping[str, Any], dict], dict] | None = None
+    setting_tensors: Mapping[str, Callable[[list[float], dict], dict]] = field(default_factory=dict)
 
     def tensor_name(self, name: str) -> str | None:
         """A GGUF tensor's name -> the checkpoint name the family reads; None for one it does not know.
