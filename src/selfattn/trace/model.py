@@ -3,7 +3,8 @@
 The same walk as the seed's, on real learned numbers: the model's tokens, its embedding
 step, the chosen layer's input, that head's Q, K and V (and RoPE's turn of them), the
 scores, the mask, the scaling, the softmax and the context vectors. Everything comes from
-running the model (``run``) and the layer's own ``attention_steps``; nothing here
+running the model (``run``) and the layer's own ``attention_steps`` (on a long text the
+other layers' rows come through the tiled kernel: ``model_layers``); nothing here
 computes attention a second way. Encoders and decoders alike: the model describes
 itself (``embedding_step``, ``attention_info``).
 """
@@ -18,8 +19,8 @@ import torch
 from selfattn.errors import OptionError, SentenceError
 from selfattn.models.description import AttentionInfo, EmbeddingStep
 from selfattn.models.files import DEFAULT_MODEL, MODELS
-from selfattn.pipeline.steps import attention_scores
 from selfattn.models.queries import find_model_query
+from selfattn.trace.model_layers import FULL_TRACE_CELLS, chosen_layer_in_full, every_layer_in_full
 from selfattn.trace.record import AttentionTrace, LayerSteps, Query
 
 
@@ -138,7 +139,7 @@ class ModelTrace:
     context = property(lambda self: self._steps.context[self.record.head],
                        doc="(n, d_head): weights @ V, this head's output.")
     all_weights = property(lambda self: self.record.all_weights,
-                           doc="(n_layers, n_heads, n, n): every head of every layer, each layer's steps.")
+                           doc="(n_layers, n_heads, n, n): every head of every layer (a long text's rebuilt from lse).")
     layer_allowed = property(lambda self: self.record.masks,
                              doc="Per layer: (n, n) bool, True = may attend; None: every key.")
     builtin = property(lambda self: self._model.builtin, doc="One of the models selfattn ships or installs.")
@@ -193,13 +194,18 @@ def trace_model(
     head: int = 0,
     query: str | int | None = None,
     source: str | os.PathLike | None = None,
+    every_layer: bool | None = None,
 ) -> ModelTrace:
     """Run a loaded model on ``sentence`` and record layer ``layer``, head ``head`` for the query.
 
     Any supported family: the model describes its embedding step and attention, and each
     block's own ``attention_steps`` records its heads (causal mask, RoPE, the key/value head
-    a query head reads under grouped-query attention, the window). Every layer's steps and
-    attention description are kept, so the renderers never run the model again.
+    a query head reads under grouped-query attention, the window). Every layer's attention
+    description is kept, and its steps, so the renderers never run the model again: on a
+    short text every layer's whole steps; on a long one (more than ``FULL_TRACE_CELLS``
+    layers x heads x n x n) the chosen layer's whole steps and every other layer's
+    ``LayerRows`` (q, k, v, context and the softmax's lse, each row of its weights rebuilt
+    exactly when asked for), taken a layer at a time through the tiled kernel.
 
     Args:
         sentence: the text, not empty.
@@ -209,6 +215,8 @@ def trace_model(
         query: the query token or its 0-based position, a negative one counted from the end
             (-1: the last token); None: the model's default.
         source: what the model was loaded from, recorded in the trace (default: its name).
+        every_layer: keep every layer's whole steps (True) or the chosen layer's only
+            (False); None: every layer's while they fit ``FULL_TRACE_CELLS``.
 
     Returns:
         The ``ModelTrace``.
@@ -229,16 +237,15 @@ def trace_model(
     special = model.tokenizer.special_tokens
     readable = model.tokenizer.readable(ids[0].tolist())
     query_index = find_model_query(tokens, query, readable, special)
+    n = len(tokens)
+    if every_layer is None:
+        every_layer = n_layers * n_heads * n * n <= FULL_TRACE_CELLS
     with torch.no_grad():
-        out = model.run(encoded, output_attentions=True, output_hidden_states=True)
-        # Every layer's steps from its own block: the forward pass takes a fused path that rounds
-        # differently (~1e-7), and explain and compare must agree exactly.
-        every = [model.blocks[l].attention_steps(out.hidden_states[l], **model.trace_options()) for l in range(n_layers)]
-        # The model's own forward pass must have used these weights (a layer at a time: no stacked copies).
-        for steps, weights in zip(every, out.attentions, strict=True):
-            torch.testing.assert_close(steps.attention.weights[0], weights[0], rtol=0, atol=1e-5)
+        if every_layer:
+            hidden_states, layers = every_layer_in_full(model, encoded, n)
+        else:
+            hidden_states, layers = chosen_layer_in_full(model, encoded, n, layer)
         infos = tuple(model.attention_info(l) for l in range(n_layers))
-        layers = tuple(_layer_steps(model, l, s, infos[l], out.hidden_states, len(tokens)) for l, s in enumerate(every))
         section = ModelSection(
             model_name=model.name,
             source=os.fspath(model.name if source is None else source),
@@ -248,50 +255,11 @@ def trace_model(
             input_ids=ids[0].tolist(),
             embedding=model.embedding_step(ids),
             infos=infos,
-            hidden_states=tuple(h[0] for h in out.hidden_states),
+            hidden_states=tuple(h[0] for h in hidden_states),
             builtin=model.name in MODELS,
             default_model=model.name == DEFAULT_MODEL,
             weight_blocks=dict(getattr(model, "gguf_types", {}) or {}),
         )
-        record = AttentionTrace(tokens, Query(query_index, tokens[query_index]), out.hidden_states[0][0], layers,
+        record = AttentionTrace(tokens, Query(query_index, tokens[query_index]), hidden_states[0][0], layers,
                                 layer=layer, head=head, sections={"model": section})
         return ModelTrace(record)
-
-
-def _allowed(mask: torch.Tensor, n: int) -> torch.Tensor:
-    """The (n, n) bool of the keys each query may see, from the mask the attention applied."""
-    if mask.dtype == torch.bool:
-        return mask.reshape(-1, n, n)[0].clone()
-    return torch.isfinite(mask.reshape(-1, n, n)[0])
-
-
-def _per_head_scores(q: torch.Tensor, k: torch.Tensor, info: AttentionInfo) -> torch.Tensor:
-    """q_i . k_j for every query head and the key/value head it reads.   (H, n, d_head), (K, n, d_head) -> (H, n, n)"""
-    return torch.stack([attention_scores(q[h], k[info.kv_head(h)]) for h in range(q.shape[0])])  # H of (n, n)
-
-
-def _layer_steps(model, layer: int, steps, info: AttentionInfo, hidden_states, n: int) -> LayerSteps:
-    """One layer's ``AttentionSteps`` (a batch of one text) as the record's ``LayerSteps``, every head."""
-    a, block = steps.attention, model.blocks[layer]
-    x = hidden_states[layer]  # (1, n, d): the hidden state entering the layer
-    return LayerSteps(
-        input=(block.norm1(x) if block.config.norm_first else x)[0],  # what the attention reads
-        q=steps.q[0],
-        k=steps.k[0],
-        v=steps.v[0],
-        q_plain=None if steps.q_plain is None else steps.q_plain[0],
-        k_plain=None if steps.k_plain is None else steps.k_plain[0],
-        kv_head_of=tuple(info.kv_head(h) for h in range(steps.q.shape[1])),
-        scale=a.scale,
-        scores=_per_head_scores(steps.q[0], steps.k[0], info),  # before the scaling
-        scaled=a.scores[0],
-        masked=a.masked_scores[0],
-        row_max=a.softmax.shift[0, :, :, 0],
-        exp=a.softmax.exp[0],
-        exp_sum=a.softmax.total[0, :, :, 0],
-        weights=a.weights[0],
-        context=a.output[0],
-        allowed=None if steps.mask is None else _allowed(steps.mask, n),
-        output=hidden_states[layer + 1][0],
-        scores_plain=None if steps.q_plain is None else _per_head_scores(steps.q_plain[0], steps.k_plain[0], info),
-    )

@@ -6,6 +6,8 @@
             q, k, v (after positions)  q_plain, k_plain (before RoPE)  kv_head_of  scale
             scores = q . k   scaled = scale scores   masked (+ bias, -inf where hidden)
             row_max  exp  exp_sum  weights  context = weights V   allowed (the mask)  output
+            (a model's long text: the chosen layer so, every other one as ``LayerRows``:
+            q, k, v, context and the softmax's lse, no n x n matrix)
         layer, head: the ones chosen to explain
         sections: what a kind has more, by name, in the order the outputs show them:
             "inputs"      a toy trace's variant, embeddings' source and seed
@@ -20,7 +22,9 @@
             "model"       a model's name, tokens as they read, embedding step, layers' descriptions,
                           hidden states
 
-Plain data: it computes nothing once built and imports no renderer. The functions that
+Plain data: it imports no renderer and computes nothing once built, but for one thing: a
+layer kept as ``LayerRows`` rebuilds the rows of its weights asked for, exactly, from its q,
+k and the softmax's log-sum-exp (``attention_probs_from_lse``, the kernels' own). The functions that
 fill it are ``trace_self_attention`` (seed.py), ``trace_variant`` (variants.py) and
 ``trace_model`` (model.py); ``Trace``, ``VariantTrace`` and ``ModelTrace`` are their
 older views of it, kept for the names users already read.
@@ -33,6 +37,7 @@ from typing import Any
 
 import torch
 
+from selfattn.kernels.probs_from_lse import attention_probs_from_lse
 from selfattn.pipeline.embeddings import EmbeddingSource
 
 
@@ -111,6 +116,62 @@ class LayerSteps:
         """H, the query heads."""
         return int(self.weights.shape[0])
 
+    def weight_rows(self, rows: list[int]) -> torch.Tensor:
+        """The weights of the queries ``rows`` (0-based positions), every head.   -> (H, len(rows), n)"""
+        return self.weights[:, list(rows)]  # (H, rows, n)
+
+
+@dataclass(frozen=True)
+class LayerRows:
+    """One layer's attention kept without any n x n matrix (a long text's other layers).   H, K heads, n tokens.
+
+    What the tiled kernel leaves: q, k, v, each head's output and each row's log-sum-exp
+    of the softmax's input, lse_i = log sum_j exp(s_ij), s_ij = scale q_i . k_j where
+    ``allowed`` lets query i see key j, -inf elsewhere (the layer's whole mask: no bias).
+    Any row of the weights follows exactly from them, P_ij = exp(s_ij - lse_i): ``weight_rows``
+    computes the rows asked for, ``weights`` all of them (n x n per head: one layer at a
+    time, not the whole model's at once).
+
+    Attributes:
+        input, q, k, v, q_plain, k_plain, kv_head_of, scale, context, allowed, output: as in
+            ``LayerSteps``.
+        lse: (H, n), log sum_j exp(s_ij) over the keys row i may see.
+    """
+
+    input: torch.Tensor
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    q_plain: torch.Tensor | None
+    k_plain: torch.Tensor | None
+    kv_head_of: tuple[int, ...]
+    scale: float
+    lse: torch.Tensor
+    context: torch.Tensor
+    allowed: torch.Tensor | None = None
+    output: torch.Tensor | None = None
+
+    @property
+    def n_heads(self) -> int:
+        """H, the query heads."""
+        return int(self.q.shape[0])
+
+    def weight_rows(self, rows: list[int]) -> torch.Tensor:
+        """The weights of the queries ``rows``, every head: P_ij = exp(s_ij - lse_i).   -> (H, len(rows), n)
+
+        Args:
+            rows: 0-based query positions (negative ones count from the end).
+        """
+        return attention_probs_from_lse(
+            self.q, self.k, self.lse, rows=list(rows), attn_mask=self.allowed, scale=self.scale,
+            enable_gqa=self.q.shape[0] != self.k.shape[0],
+        )  # (H, n, d_head), (K, n, d_head), (H, n) -> (H, rows, n)
+
+    @property
+    def weights(self) -> torch.Tensor:
+        """Every row of the weights, rebuilt from lse.   -> (H, n, n)"""
+        return self.weight_rows(range(self.q.shape[1]))
+
 
 @dataclass(frozen=True)
 class AttentionTrace:
@@ -120,7 +181,8 @@ class AttentionTrace:
         tokens: the n tokens (a model's as its vocabulary writes them).
         query: the query followed (index, token).
         embeddings: (n, d), X: the table's vectors, or a model's first hidden state.
-        layers: per layer, every head's steps (``LayerSteps``).
+        layers: per layer, every head's steps (``LayerSteps``); on a model's long text every
+            layer but the chosen one as ``LayerRows``.
         layer: the layer chosen to explain, from 0.
         head: the head chosen to explain, from 0.
         sections: what this kind has more, by name (see the module's docstring), in the
@@ -130,7 +192,7 @@ class AttentionTrace:
     tokens: list[str]
     query: Query
     embeddings: torch.Tensor
-    layers: tuple[LayerSteps, ...]
+    layers: tuple[LayerSteps | LayerRows, ...]
     layer: int = 0
     head: int = 0
     sections: dict[str, Any] = field(default_factory=dict)
@@ -152,7 +214,11 @@ class AttentionTrace:
 
     @property
     def all_weights(self) -> torch.Tensor:
-        """Every layer's and head's weights.   -> (layers, heads, n, n)"""
+        """Every layer's and head's weights.   -> (layers, heads, n, n)
+
+        Layers kept as ``LayerRows`` are rebuilt here, one at a time, but the result holds
+        them all: L x H x n x n numbers. For a few rows, ``weight_rows`` of each layer.
+        """
         return torch.stack([steps.weights for steps in self.layers])
 
     @property
