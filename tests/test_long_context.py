@@ -164,3 +164,24 @@ def test_smollm2_walks_through_2000_tokens_in_a_few_gb(smollm2):
     if peak.bytes is None:
         pytest.skip(f"the peak memory cannot be measured here: {peak.unavailable}")
     assert peak.bytes < 3e9, f"{peak.megabytes:.0f} MB"  # 2.1 GB measured; every layer's steps: about 40 GB
+
+
+def test_heads_on_a_long_text_scores_the_models_own_weights_a_layer_at_a_time(smollm2):
+    """``heads`` past the budget rebuilds one layer's weights at a time; its scores are those of the
+    weights the model's own forward pass returns for every layer at once."""
+    from selfattn.analysis.decoder_roles import DECODER_PATTERNS, classify_decoder_heads
+    from selfattn.commands.heads import decoder_run
+
+    text = story(8)
+    encoded = smollm2.tokenize(text)
+    n, layers, heads = encoded.input_ids.shape[1], len(smollm2.blocks), smollm2.config.n_heads
+    assert layers * heads * n * n > FULL_TRACE_CELLS  # the layer-at-a-time path
+    run = decoder_run(smollm2, text, None, False)
+    with torch.no_grad():
+        own = smollm2.run(encoded, output_attentions=True).attentions  # every layer's weights at once
+    expected = classify_decoder_heads([a[0] for a in own], encoded.input_ids[0].tolist(), first_row=0)
+    names = [name.replace(" ", "_") for name in DECODER_PATTERNS] + ["entropy"]
+    got = torch.tensor([[[getattr(h, k) for k in names] for h in layer] for layer in run.roles], dtype=torch.float64)
+    want = torch.tensor([[[getattr(h, k) for k in names] for h in layer] for layer in expected], dtype=torch.float64)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+    assert float(want[..., :4].max()) > 0.5  # real heads: some pattern clearly holds

@@ -228,7 +228,10 @@ def _query_rows(trace, q: int) -> torch.Tensor:
     shows for the query (one row's softmax, which may round differently from the matrix's).
     """
     walk = trace.record.section("seed")
-    return walk.weights[None, None] if walk is not None else trace.record.all_weights[:, :, q]  # (n,) or (L, H, n)
+    if walk is not None:
+        return walk.weights[None, None]  # (n,) -> (1, 1, n)
+    # Only the query's row of each layer: a long text's layers rebuild it from lse, no n x n matrix.
+    return torch.stack([steps.weight_rows([q])[:, 0] for steps in trace.record.layers])  # L of (H, n) -> (L, H, n)
 
 
 def _allowed_keys(trace, q: int) -> torch.Tensor:

@@ -31,13 +31,12 @@ With ``first_row=0`` its scores read every row and are TransformerLens's own num
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 
 from selfattn.errors import OptionError, ShapeError
-from selfattn.analysis.head_roles import ROW_SUM_TOLERANCE, as_tensor, row_entropy
+from selfattn.analysis.head_roles import ROW_SUM_TOLERANCE, as_tensor
 
 PREVIOUS_TOKEN, DUPLICATE_TOKEN, INDUCTION, FIRST_TOKEN = "previous token", "duplicate token", "induction", "first token"
 MIXED = "mixed"
@@ -184,18 +183,30 @@ def detect_score(weights, pattern, exclude_bos: bool = False, exclude_current: b
     p = _check_pattern(pattern, n)  # (seq, seq) float64
     if isinstance(first_row, bool) or not isinstance(first_row, int) or not 0 <= first_row <= n:
         raise OptionError(f"first_row must be an int from 0 to {n}, got {first_row!r}")
-    keep = torch.ones(n, n, dtype=torch.float64)  # (seq, seq): 1 = this weight counts
-    if exclude_bos:
-        keep[:, 0] = 0
-    if exclude_current:
-        keep.fill_diagonal_(0)
-    kept = (a * keep)[..., first_row:, :]  # (..., rows, seq)
-    on_pattern = (kept * p[first_row:]).sum(dim=(-2, -1))  # (...)
-    total = kept.sum(dim=(-2, -1))  # (...)
-    safe = torch.where(total > 0, total, torch.ones_like(total))  # (...): no 0 / 0, even in the branch not taken
-    score = torch.where(total > 0, on_pattern / safe, torch.zeros_like(total))
-    score = score.clamp(0.0, 1.0)  # float32 weights: a subset's sum may pass the total by ~1e-16
+    if exclude_bos or exclude_current:
+        keep = torch.ones(n, n, dtype=torch.float64)  # (seq, seq): 1 = this weight counts
+        if exclude_bos:
+            keep[:, 0] = 0
+        if exclude_current:
+            keep.fill_diagonal_(0)
+        a = a * keep  # (..., seq, seq)
+    score = _pattern_scores(a, [p], first_row)[..., 0]  # (...)
     return float(score) if a.dim() == 2 else score
+
+
+def _pattern_scores(a: torch.Tensor, patterns, first_row: int) -> torch.Tensor:
+    """detect_score of checked weights for several patterns at once.   (..., seq, seq), P of (seq, seq) -> (..., P)
+
+    sum_ij a_ij P_ij is one matrix-vector product per pattern over the flattened rows (no
+    (seq, seq) product is made), divided by sum_ij a_ij over the same rows.
+    """
+    rows = a[..., first_row:, :]  # (..., rows, seq)
+    flat = rows.reshape(*rows.shape[:-2], -1)  # (..., rows * seq)
+    on_pattern = flat @ torch.stack([p[first_row:].reshape(-1).to(flat.dtype) for p in patterns], dim=-1)  # (..., P)
+    total = flat.sum(dim=-1, keepdim=True)  # (..., 1)
+    safe = torch.where(total > 0, total, torch.ones_like(total))  # no 0 / 0, even in the branch not taken
+    score = torch.where(total > 0, on_pattern / safe, torch.zeros_like(on_pattern))
+    return score.clamp(0.0, 1.0)  # float32 weights: a subset's sum may pass the total by ~1e-16
 
 
 def induction_probe(vocab_size: int, length: int, seed: int = 0, first_id: int | None = None, avoid=()) -> torch.Tensor:
@@ -368,8 +379,8 @@ def classify_decoder_heads(
         sums = a.sum(dim=-1)  # (1, n_heads, seq)
         if a.numel() and float((sums - 1).abs().max()) > ROW_SUM_TOLERANCE:
             raise ShapeError(f"each row of attention weights must sum to 1; one sums to {float(sums.flatten()[(sums - 1).abs().argmax()]):.6g}")
-        scores = torch.stack([detect_score(a, p, first_row=first_row) for p in patterns], dim=-1)[0]  # (n_heads, 4)
-        entropy = row_entropy(a[..., 1:, :]) * math.log(2)  # (1, n_heads, seq - 1): bits -> nats
+        scores = _pattern_scores(a, patterns, first_row)[0]  # (n_heads, 4): detect_score of each pattern
+        entropy = torch.special.entr(a[..., 1:, :]).sum(dim=-1)  # (1, n_heads, seq - 1): -sum a ln a, in nats
         entropy = entropy.mean(dim=-1).clamp(min=0.0)[0] if n > 1 else torch.zeros(a.shape[1], dtype=torch.float64)
         row = []
         for head in range(a.shape[1]):

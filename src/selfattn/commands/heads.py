@@ -130,16 +130,18 @@ def decoder_heads(
 
 def decoder_run(model, given, probe: Probe | None, ablation: bool) -> DecoderRun:
     """One input through a decoder: its tokens, every head's scores and role, and with ``ablation`` each head's loss change."""
-    with torch.no_grad():
-        out = model(given, output_attentions=True)  # one input: no padding
-    ids = out.input_ids[0].tolist()
-    tokens = out.tokens[0]
+    encoded = model.tokenize(given)  # one input: no padding
+    ids = encoded.input_ids[0].tolist()
+    tokens = encoded.tokens[0]
     readable = model.tokenizer.readable(ids) if model.tokenizer is not None else tokens
-    attentions = [layer[0] for layer in out.attentions]  # layers x (heads, seq, seq): read a layer at a time
-    roles = classify_decoder_heads(attentions, ids, first_row=0)  # every row: TransformerLens's scores
+    roles, probe_rows = [], []
+    for weights in _layer_weights(model, encoded):  # (heads, seq, seq), one layer at a time
+        roles += classify_decoder_heads([weights], ids, first_row=0)  # every row: TransformerLens's scores
+        if probe is not None:
+            probe_rows.append(induction_probe_score(weights, probe.length, probe.offset))  # (heads,)
     probe_scores = None
     if probe is not None:
-        probe_scores = torch.stack([induction_probe_score(a, probe.length, probe.offset) for a in attentions])  # (layers, heads)
+        probe_scores = torch.stack(probe_rows)  # (layers, heads)
         roles = probe_roles(roles, probe_scores)
     delta = loss = None
     if ablation:
@@ -147,6 +149,27 @@ def decoder_run(model, given, probe: Probe | None, ablation: bool) -> DecoderRun
         loss, after = ablation_losses(model, model.tokenize(given), positions)
         delta = after - loss  # (layers, heads)
     return DecoderRun(ids, tokens, readable, roles, probe_scores, delta, loss)
+
+
+def _layer_weights(model, encoded):
+    """Every layer's attention weights (heads, seq, seq) on one input, a layer at a time.
+
+    While every layer's weights fit ``FULL_TRACE_CELLS`` they come from one forward pass that
+    returns them all; past it (SmolLM2 beyond about 350 tokens) from the hidden states, each
+    layer's attention taken again through the tiled kernel and its weights rebuilt from the
+    softmax's log-sum-exp, so only one layer's n x n weights are held at once.
+    """
+    from selfattn.trace.model_layers import FULL_TRACE_CELLS, layer_rows
+
+    n, layers = encoded.input_ids.shape[1], len(model.blocks)
+    with torch.no_grad():
+        if layers * model.attention_info(0).n_heads * n * n <= FULL_TRACE_CELLS:
+            yield from (layer[0] for layer in model.run(encoded, output_attentions=True).attentions)
+            return
+        hidden = model.run(encoded, output_hidden_states=True).hidden_states  # layers + 1 of (1, seq, d)
+        shared: dict = {}
+        for layer in range(layers):
+            yield layer_rows(model, layer, hidden, n, shared).weights
 
 
 def _named(texts_file: str | None, index: int, run):
