@@ -359,6 +359,8 @@ def test_chat_mode_answers_over_the_whole_conversation(page, server):
     assert "tuned for chat" in page.locator("[data-testid=chat-note]").text_content()
     choose_model(page, name)
     page.check("[data-testid=chat-mode]")
+    assert page.input_value("[data-testid=generate-count]") == "48"  # room for an answer, not the prompt's 8
+    assert page.locator("[data-testid=generate-run]").text_content() == "Send (answer streamed)"
     page.fill("[data-testid=generate-count]", "12")
     first = [{"role": "user", "content": "What is the capital of France?"}]
     page.fill("[data-testid=prompt-input]", first[0]["content"])

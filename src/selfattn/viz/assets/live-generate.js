@@ -234,6 +234,8 @@ export function setUpGeneration() {
     if (!chatOn()) resetGeneration();
   });
   $("chat-mode").addEventListener("change", () => {
+    // An answer is longer than the few tokens a prompt is stepped by: the page's 8 becomes 48.
+    if ($("chat-mode").checked && $("generate-count").value === "8") $("generate-count").value = "48";
     resetGeneration();
     clearError("generate");
   });
