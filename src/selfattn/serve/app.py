@@ -18,6 +18,7 @@ other failure is a 500 with a line of text, and the server keeps serving.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -30,9 +31,13 @@ from selfattn.commands.live import (
 )
 from selfattn.commands.live_generation import LiveGeneration, generate_request
 from selfattn.errors import SelfAttnError
+from selfattn.serve.guard import Guard
+from selfattn.viz.explorer import CONTENT_SECURITY_POLICY as EXPLORER_CONTENT_POLICY
 from selfattn.viz.live_page import ASSET_TYPES, CONTENT_SECURITY_POLICY, live_asset, live_page
 
 NDJSON = "application/x-ndjson"
+# The explorer's own policy (inline script and style, nothing fetched), framed by the page only.
+EXPLORER_POLICY = f"{EXPLORER_CONTENT_POLICY}; frame-ancestors 'self'"
 
 
 def refusal(message: str, status: int) -> JSONResponse:
@@ -41,11 +46,19 @@ def refusal(message: str, status: int) -> JSONResponse:
     return JSONResponse({"error": line, "detail": line}, status_code=status)
 
 
-def create_app(models: LiveModels | None = None) -> FastAPI:
-    """The live app over ``models`` (None: the built-in models only)."""
+def create_app(models: LiveModels | None = None, hosts: Iterable[str] | None = None) -> FastAPI:
+    """The live app over ``models`` (None: the built-in models only).
+
+    Args:
+        models: the models it offers.
+        hosts: the Host headers it answers (``guard.allowed_hosts`` of the bound address);
+            None: the loopback names on any port. Requests from other sites are refused
+            either way (``serve.guard``).
+    """
     models = LiveModels() if models is None else models
     app = FastAPI(title="selfattn live", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.models = models
+    app.add_middleware(Guard, hosts=hosts)  # the Host, Origin, content type and size of every request
 
     @app.exception_handler(SelfAttnError)
     async def user_error(request: Request, error: SelfAttnError) -> JSONResponse:
@@ -60,8 +73,9 @@ def create_app(models: LiveModels | None = None) -> FastAPI:
         return refusal(f"internal error ({type(error).__name__}): {error}", 500)
 
     async def body_of(request: Request) -> Any:
+        body = await request.body()  # the guard stops a body sent in chunks past its limit (413)
         try:
-            return json.loads(await request.body())
+            return json.loads(body)
         except (ValueError, UnicodeDecodeError):
             raise RequestError("the body is not JSON: send a JSON object") from None
 
@@ -90,7 +104,8 @@ def create_app(models: LiveModels | None = None) -> FastAPI:
                     raise RequestError(f"{name} must be a whole number, got {fields[name]!r}") from None
         if isinstance(fields.get("query"), str) and fields["query"].lstrip("-").isdigit():
             fields["query"] = int(fields["query"])
-        return HTMLResponse(explorer_page(app.state.models, fields))
+        return HTMLResponse(explorer_page(app.state.models, fields),
+                            headers={"Content-Security-Policy": EXPLORER_POLICY})
 
     @app.get("/api/models")
     def listing() -> dict:

@@ -93,6 +93,7 @@ def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, models: Sequence[s
 
     from selfattn.commands.live import LiveModels
     from selfattn.serve.app import create_app
+    from selfattn.serve.guard import allowed_hosts
 
     out = sys.stdout if stream is None else stream
     offered = LiveModels(models)
@@ -100,10 +101,12 @@ def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, models: Sequence[s
     url = address_of(sock, host)
     print(f"selfattn serve: {url}  (Ctrl-C stops it)", file=out)
     print(f"models: {', '.join(offered.names)} (each loads when first used)", file=out)
+    hosts = allowed_hosts(host, sock.getsockname()[1])
     if host not in LOCAL_HOSTS:
         print(f"note: listening on {host}, not only this machine: anyone who can reach it can use the app", file=out)
+        print(f"it answers requests addressed to {', '.join(sorted(hosts))}", file=out)
     out.flush()
-    config = uvicorn.Config(create_app(offered), log_level="warning", access_log=False, lifespan="off")
+    config = uvicorn.Config(create_app(offered, hosts), log_level="warning", access_log=False, lifespan="off")
     server = uvicorn.Server(config)
     if opens_browser(browser, out):
         threading.Timer(0.5, _open, args=(url,)).start()

@@ -14,7 +14,7 @@ from importlib import resources
 # Scripts, styles, frames (the explorer) and requests from the page's own origin only.
 CONTENT_SECURITY_POLICY = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-    "connect-src 'self'; frame-src 'self'; base-uri 'none'; form-action 'none'"
+    "connect-src 'self'; frame-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 )
 CSS, JAVASCRIPT = "text/css; charset=utf-8", "text/javascript; charset=utf-8"
 # The page's script, as ES modules: live.js, the entry, imports the others by relative path.
