@@ -23,8 +23,18 @@ Server and peer are timed in alternating rounds (the order swapped each round), 
 busy machine slows both alike; the ratio is server / peer. Prints the machine first
 (bench/machine.py: the CPU, its caches and vector units, torch's threads).
 
-    .venv/bin/python bench/live.py            # ~20 s on 2 cores
+Then the server under load (bench/live_load.py, the load tests/test_serve_load.py runs):
+
+    burst           20 generations of 200 tokens (stories260K, every row) sent at once:
+                    answered and refused, seconds, MB each, the server's memory
+    40 clients      for 20 s, mixing attention, explain and generate (streamed or not) on
+                    tiny-induction, stories260K and the seed's walkthrough, every answer
+                    checked against the library: per kind the 200s, the 503s, p50 and p95
+                    seconds; the server's memory at rest, at peak and after
+
+    .venv/bin/python bench/live.py                # ~50 s on 2 cores
     .venv/bin/python bench/live.py --rounds 9
+    .venv/bin/python bench/live.py --seconds 0    # no load
 """
 
 from __future__ import annotations
@@ -39,7 +49,8 @@ from fastapi.testclient import TestClient
 import selfattn as sa
 from selfattn.commands.live import LiveModels
 from selfattn.serve.app import create_app
-from machine import machine_line  # bench/, the script's own folder
+import live_load  # bench/, the script's own folder
+from machine import machine_line
 
 TEXTS = {
     "all-MiniLM-L6-v2": "The cat sat on the warm mat because the sun had been on it all morning.",
@@ -112,6 +123,8 @@ def cold_library() -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--clients", type=int, default=40, help="clients of the load (default 40)")
+    parser.add_argument("--seconds", type=float, default=20, help="how long the load lasts (default 20; 0: none)")
     args = parser.parse_args()
     print(f"{machine_line()}; {args.rounds} rounds, medians")
     for name, text in TEXTS.items():
@@ -152,6 +165,26 @@ def main() -> None:
           f"first generate (stories260K loads) {marks['generate']:.2f} s")
     print(f"  library in a new process (import, load, one token) {library:.2f} s; "
           f"ratio {marks['generate'] / library:.2f}")
+    if args.seconds > 0:
+        under_load(args.clients, args.seconds)
+
+
+def under_load(clients: int, seconds: float) -> None:
+    """A burst of generations, then ``clients`` clients for ``seconds``, against one real server."""
+    models: dict = {}
+    pool = live_load.asks(lambda name: models.setdefault(name, sa.load_pretrained(name)))
+    process, url = live_load.start_server()
+    try:
+        found = live_load.burst(url, process.pid)
+        took = found["seconds"]
+        print(f"a burst of 20 generations of 200 tokens at once (stories260K): {found['ok']} answered "
+              f"({took[0]:.1f}-{took[1]:.1f} s, {found['mb_each']:.1f} MB each), {found['busy']} refused with 503; "
+              f"server memory {found['rest_mb']:.0f} MB, peak {found['peak_mb']:.0f} MB, after {found['after_mb']:.0f} MB")
+        print(f"{clients} clients for {seconds:g} s (every answer checked against the library):")
+        for line in live_load.table(live_load.figures(live_load.run_load(url, process.pid, pool, clients, seconds))):
+            print("  " + line)
+    finally:
+        live_load.stop_server(process)
 
 
 if __name__ == "__main__":

@@ -68,12 +68,12 @@ SCRIPT = textwrap.dedent(
     async def call(app, method, path, body=b""):
         scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method,
                  "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
-                 "headers": [(b"content-type", b"application/json")], "client": ("127.0.0.1", 1),
-                 "server": ("127.0.0.1", 80)}
+                 "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json")],
+                 "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80)}
         sent, asked = [], []
         async def receive():
-            if asked:
-                return {"type": "http.disconnect"}
+            if asked:  # the client stays until its answer is sent, as a server's receive says
+                await asyncio.Event().wait()
             asked.append(1)
             return {"type": "http.request", "body": body, "more_body": False}
         async def send(message):

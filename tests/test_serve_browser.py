@@ -316,8 +316,14 @@ def test_knocked_out_head_changes_the_probabilities_as_the_library_says(page, se
         idle(page)
     before_click = shown_probs(page)
     assert not page.locator("[data-testid=next-token-probs-before]").is_visible()
+    asked = []  # the bodies of the generations the tick starts
+    page.on("request", lambda request: asked.append(request.post_data_json) if request.url.endswith("/api/generate") else None)
     page.check(f"[data-testid=ablate-heads] input[data-layer='{knocked[0]}'][data-head='{knocked[1]}']")
     idle(page)  # the box re-runs the current number of steps, with and without the head
+    # The page asks for the rows it draws: every layer and head with the head knocked out (the
+    # strips), none without it (only its tokens and probabilities are shown).
+    assert sorted((body["ablate"], body["layers"], body.get("heads")) for body in asked) == [
+        ([], [], "all"), ([list(knocked)], "all", "all")]
 
     baseline = model.generate(prompt, steps, 0.0, None, None, 0)
     before = expected_top(model, baseline.prompt_ids[0] + baseline.ids[0][:-1], 0.0, None, None)

@@ -62,8 +62,10 @@ class LiveModels:
                 self._keys[name] = key
         self._loaded: dict[str, Any] = {}
         self._outlines: dict[str, ModelOutline] = {}
-        # One computation at a time: ablation hooks live on the shared model for one request.
-        self.lock = threading.RLock()
+        # One computation per model at a time: ablation hooks live on the shared model for one
+        # request. The seed's walkthrough (no model) takes a lock of its own, so that two models,
+        # or a model and the walkthrough, compute side by side.
+        self._locks = {name: threading.RLock() for name in (*self._keys, None)}
 
     @property
     def names(self) -> list[str]:
@@ -76,10 +78,14 @@ class LiveModels:
             raise RequestError(f"unknown model {name!r}: this server offers {', '.join(self._keys)}", 404)
         return name
 
+    def using(self, name: str | None) -> threading.RLock:
+        """The lock a computation with model ``name`` holds (None: the seed's, without a model)."""
+        return self._locks[None if name is None else self.resolve(name)]
+
     def model(self, name: str):
         """The model offered as ``name``, loaded on first use."""
         name = self.resolve(name)
-        with self.lock:
+        with self.using(name):
             if name not in self._loaded:
                 from selfattn.models.pretrained import load_pretrained
 
@@ -221,7 +227,7 @@ def explain_json(models: LiveModels, body: Any) -> str:
     from selfattn.explain.json_out import render_json
 
     config = explain_config(models, body, "json")
-    with models.lock:
+    with models.using(config.model):
         model = models.model(config.model) if config.model is not None else None
         return render_json(build_trace(config, model))
 
@@ -237,7 +243,7 @@ def explorer_page(models: LiveModels, body: Any) -> str:
         fields.pop("layer", None)
         fields.pop("head", None)
     config = explain_config(models, fields, "html")
-    with models.lock:
+    with models.using(config.model):
         model = models.model(config.model) if config.model is not None else None
         trace = build_trace(config, model)
     layer, head = (shown["layer"], shown["head"]) if shown else (config.layer or 0, config.head or 0)
@@ -272,7 +278,7 @@ def attention_json(models: LiveModels, body: Any) -> dict[str, Any]:
     every = fields.get("head") in (None, "all")
     head = None if every else whole(fields, "head", 0, None)
     check_head(outline, layer, head)
-    with models.lock:
+    with models.using(name):
         model = models.model(name)
         with torch.no_grad():
             out = model(text, output_attentions=True)

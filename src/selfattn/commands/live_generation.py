@@ -11,10 +11,15 @@ that saw the same window (``Generation.window_starts``): one in all, until the w
              query = seen[-1]                                      the newest token reads the cache
              attention[layer][head] = its weights over seen        (heads, len(seen)) per layer
              top = the 10 likeliest of the distribution the token is drawn from
+
+A request may ask for some layers and heads only (``layers``, ``heads``: "all" by default);
+the answer then carries those rows alone, and its size is counted on what it carries. A
+generation told to ``stop`` (its client has gone) stops at its next token.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -24,7 +29,8 @@ from selfattn.commands.live import (
     MAX_TEXT_CHARS, LiveModels, RequestError, fields_of, labels_of, number, text_field, whole,
 )
 
-GENERATE_FIELDS = ("model", "text", "messages", "max_new_tokens", "temperature", "top_k", "top_p", "seed", "ablate", "first_step")
+GENERATE_FIELDS = ("model", "text", "messages", "max_new_tokens", "temperature", "top_k", "top_p", "seed", "ablate",
+                   "first_step", "layers", "heads")
 MAX_LIVE_NEW_TOKENS = 512  # one request's tokens: every step keeps a forward's attention rows
 MAX_TEMPERATURE = 10.0
 TOP_SHOWN = 10  # next-token candidates per step
@@ -48,6 +54,27 @@ class GenerateRequest:
     ablate: tuple[tuple[int, int], ...]
     first_step: int = 0  # steps before it are left out of the answer (the page has them already)
     messages: tuple[tuple[str, str], ...] | None = None  # a chat: (role, content) pairs, the user's last
+    layers: tuple[int, ...] | None = None  # the layers each step's attention holds, in this order (None: all)
+    heads: tuple[int, ...] | None = None  # the heads of each of those layers (None: all)
+
+
+class GenerationStopped(RequestError):
+    """The generation was told to stop (its client went away): nobody reads this answer."""
+
+    def __init__(self) -> None:
+        super().__init__("the client closed the connection: the generation stopped", 499)
+
+
+def indices(body: Any, name: str, count: int) -> tuple[int, ...] | None:
+    """body[name]: "all" or absent (None: every one), or a list of distinct whole numbers from 0 to count - 1."""
+    value = body.get(name)
+    if value is None or value == "all":
+        return None
+    if (not isinstance(value, list) or len(set(map(repr, value))) != len(value)
+            or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < count for i in value)):
+        raise RequestError(f'{name} must be "all" or a list of distinct whole numbers from 0 to {count - 1}, '
+                           f"got {value!r}"[:300])
+    return tuple(value)
 
 
 def chat_messages(value: Any) -> tuple[tuple[str, str], ...]:
@@ -103,6 +130,8 @@ def generate_request(models: LiveModels, body: Any) -> GenerateRequest:
         ablate=tuple((layer, head) for layer, head in ablate),
         first_step=whole(fields, "first_step", 0, MAX_LIVE_NEW_TOKENS, 0),
         messages=messages,
+        layers=indices(fields, "layers", models.outline(name).layers),
+        heads=indices(fields, "heads", models.outline(name).heads),
     )
 
 
@@ -125,7 +154,11 @@ class LiveGeneration:
             raise RequestError(f"{request.model} is an encoder: it has no next-token head to generate with; "
                                "pick a decoder")
         self.models, self.request = models, request
-        with models.lock:
+        outline = models.outline(request.model)
+        self.layers = tuple(range(outline.layers)) if request.layers is None else request.layers
+        self.heads_shown = list(range(outline.heads)) if request.heads is None else list(request.heads)
+        self._stopped = threading.Event()
+        with models.using(request.model):
             self.model = model = models.model(request.model)
             self.heads = check_heads(model, [list(pair) for pair in request.ablate])
             if request.messages is None:
@@ -156,10 +189,11 @@ class LiveGeneration:
     def _check_size(self, outline) -> None:
         """Refuse an answer of more than ``MAX_STEP_NUMBERS`` attention numbers, saying how many tokens fit."""
         request, prompt = self.request, len(self.prompt_ids)
+        layers, heads = len(self.layers), len(self.heads_shown)  # the rows sent, not the model's
 
         def numbers(new: int) -> int:  # the most a run of ``new`` tokens could send
             keys = min(prompt + new, outline.positions)
-            return max(0, new - request.first_step) * outline.layers * outline.heads * keys
+            return max(0, new - request.first_step) * layers * heads * keys
 
         if numbers(request.max_new_tokens) <= MAX_STEP_NUMBERS:
             return
@@ -168,20 +202,35 @@ class LiveGeneration:
             fits += 1
         raise RequestError(
             f"max_new_tokens {request.max_new_tokens} would send up to {numbers(request.max_new_tokens)} attention "
-            f"numbers ({outline.layers} layers x {outline.heads} heads per step); one answer holds at most "
-            f"{MAX_STEP_NUMBERS}: ask for at most {fits} tokens, or leave out the steps you have with first_step"
+            f"numbers ({layers} layers x {heads} heads per step); one answer holds at most "
+            f"{MAX_STEP_NUMBERS}: ask for at most {fits} tokens, leave out the steps you have with first_step, "
+            "or ask for fewer layers and heads"
         )
+
+    def stop(self) -> None:
+        """Stop the generation at its next token, and the steps at the next one (callable from any thread)."""
+        self._stopped.set()
 
     def run(self, on_token=None) -> None:
         """Generate, as ``generate`` does (under ``ablate`` when heads are knocked out).
 
         on_token: called as on_token(row, token_id) as each token is chosen.
+
+        Raises:
+            GenerationStopped: ``stop`` was called; the generation ended at the token after it.
         """
         request = self.request
-        with self.models.lock, self._knockout():
+
+        def chosen(row: int, token: int) -> None:
+            if self._stopped.is_set():  # raised inside generate: no forward for the next token
+                raise GenerationStopped()
+            if on_token is not None:
+                on_token(row, token)
+
+        with self.models.using(request.model), self._knockout():
             prompt = request.text if request.messages is None else [self.prompt_ids]
             self.result = self.model.generate(prompt, request.max_new_tokens, request.temperature,
-                                              request.top_k, request.top_p, request.seed, on_token=on_token)
+                                              request.top_k, request.top_p, request.seed, on_token=chosen)
         assert self.result.prompt_ids[0] == self.prompt_ids
         self.ids = self.result.ids[0]
 
@@ -189,7 +238,6 @@ class LiveGeneration:
         """The answer as it is made: "start"; a "token" as each is chosen (generate runs in a
         thread); once it has finished, each "step" with its numbers; then "done"."""
         import queue
-        import threading
 
         yield {"event": "start", **self.start()}
         chosen: queue.Queue = queue.Queue()
@@ -241,7 +289,7 @@ class LiveGeneration:
             "chat": request.messages is not None,
             "options": {"max_new_tokens": request.max_new_tokens, "temperature": request.temperature,
                         "top_k": request.top_k, "top_p": request.top_p, "seed": request.seed,
-                        "first_step": request.first_step},
+                        "first_step": request.first_step, "layers": list(self.layers), "heads": self.heads_shown},
         }
 
     def done(self) -> dict[str, Any]:
@@ -252,6 +300,8 @@ class LiveGeneration:
     def steps(self) -> Iterator[dict[str, Any]]:
         """Each step from ``first_step`` on: the chosen token, the top 10, the query's attention, the cache."""
         for t in range(self.request.first_step, len(self.ids)):
+            if self._stopped.is_set():
+                raise GenerationStopped()
             yield self.step(t)
 
     def step(self, t: int) -> dict[str, Any]:
@@ -269,7 +319,8 @@ class LiveGeneration:
                for i, p in zip(order.tolist(), values.tolist()) if p > 0]
         token_id = self.ids[t]
         token = padder.token(token_id)
-        windows = [self.model.attention_info(layer).window for layer in range(len(out.attentions))]
+        windows = [self.model.attention_info(layer).window for layer in self.layers]
+        heads = slice(None) if request.heads is None else self.heads_shown  # a view, not a copy, for all
         n = end - start
         return {
             "step": t,
@@ -279,7 +330,8 @@ class LiveGeneration:
             "text": self._piece(t),
             "p": float(probs[token_id]),
             "top": top,
-            "attention": [weights[0, :, row, : row + 1].tolist() for weights in out.attentions],  # [layers][heads][keys]
+            # [layers asked][heads asked][keys]
+            "attention": [out.attentions[layer][0, heads, row, : row + 1].tolist() for layer in self.layers],
             "cache": {
                 "length": n,
                 "start": start,
@@ -296,7 +348,9 @@ class LiveGeneration:
             last = max(t for t, s in enumerate(starts) if s == start)
             everything = self.prompt_ids + self.ids
             end = min(len(self.prompt_ids) + last + 1, start + self.model.config.max_positions)
-            with self.models.lock, self._knockout(), torch.no_grad():
+            # With the weights even when no row is asked for: the same forward, so the same logits to
+            # the last digit whichever rows a request asks for.
+            with self.models.using(self.request.model), self._knockout(), torch.no_grad():
                 self._window = (start, self.model(everything[start:end], output_attentions=True))
         return self._window[1]
 

@@ -11,8 +11,9 @@
                            asks for application/x-ndjson: a line per token as it is chosen,
                            then a line per step
 
-Every refusal is JSON, ``{"error": message, "detail": message}`` with a 4xx status; any
-other failure is a 500 with a line of text, and the server keeps serving.
+Every refusal is JSON, ``{"error": message, "detail": message}`` with a 4xx status, or 503
+and ``Retry-After`` past a model's queue (``serve.admission``: one generation per model at a
+time, a few waiting); any other failure is a 500 with a line of text, and the server keeps serving.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
@@ -31,6 +32,9 @@ from selfattn.commands.live import (
 )
 from selfattn.commands.live_generation import LiveGeneration, generate_request
 from selfattn.errors import SelfAttnError
+from selfattn.serve.admission import (
+    GENERATIONS_RUNNING, GENERATIONS_WAITING, WORK_RUNNING, WORK_WAITING, Busy, Gates, Held, until_done,
+)
 from selfattn.serve.guard import Guard
 from selfattn.viz.explorer import CONTENT_SECURITY_POLICY as EXPLORER_CONTENT_POLICY
 from selfattn.viz.live_page import ASSET_TYPES, CONTENT_SECURITY_POLICY, live_asset, live_page
@@ -40,10 +44,10 @@ NDJSON = "application/x-ndjson"
 EXPLORER_POLICY = f"{EXPLORER_CONTENT_POLICY}; frame-ancestors 'self'"
 
 
-def refusal(message: str, status: int) -> JSONResponse:
+def refusal(message: str, status: int, headers: dict[str, str] | None = None) -> JSONResponse:
     """One clear line, in both keys clients look for (ours and FastAPI's)."""
     line = " ".join(str(message).split())
-    return JSONResponse({"error": line, "detail": line}, status_code=status)
+    return JSONResponse({"error": line, "detail": line}, status_code=status, headers=headers)
 
 
 def create_app(models: LiveModels | None = None, hosts: Iterable[str] | None = None) -> FastAPI:
@@ -64,6 +68,10 @@ def create_app(models: LiveModels | None = None, hosts: Iterable[str] | None = N
     async def user_error(request: Request, error: SelfAttnError) -> JSONResponse:
         return refusal(str(error), getattr(error, "status", 400))
 
+    @app.exception_handler(Busy)
+    async def busy(request: Request, error: Busy) -> JSONResponse:
+        return refusal(str(error), error.status, {"Retry-After": str(error.retry_after)})
+
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, error: HTTPException) -> JSONResponse:
         return refusal(str(error.detail), error.status_code)
@@ -78,6 +86,18 @@ def create_app(models: LiveModels | None = None, hosts: Iterable[str] | None = N
             return json.loads(body)
         except (ValueError, UnicodeDecodeError):
             raise RequestError("the body is not JSON: send a JSON object") from None
+
+    generations = Gates("generation", GENERATIONS_RUNNING, GENERATIONS_WAITING)
+    work = Gates("request", WORK_RUNNING, WORK_WAITING)
+
+    async def bounded(fields: Any, function, *args) -> Any:
+        """``function(*args)`` in the thread pool, once the gate of the model ``fields`` name lets it in."""
+        name = fields.get("model") if isinstance(fields, dict) else None
+        place = await work.of(name if isinstance(name, str) and name in app.state.models.names else "").enter()
+        try:
+            return await run_in_threadpool(function, *args)
+        finally:
+            place.leave()
 
     @app.get("/", response_class=HTMLResponse)
     def page() -> HTMLResponse:
@@ -94,7 +114,7 @@ def create_app(models: LiveModels | None = None, hosts: Iterable[str] | None = N
         return Response(live_asset(name), media_type=ASSET_TYPES[name])
 
     @app.get("/explorer", response_class=HTMLResponse)
-    def explorer(request: Request) -> HTMLResponse:
+    async def explorer(request: Request) -> HTMLResponse:
         fields: dict[str, Any] = dict(request.query_params)
         for name in ("heads", "kv_heads", "d_k", "block_size", "dim", "seed", "precision", "layer", "head"):
             if name in fields:
@@ -104,7 +124,7 @@ def create_app(models: LiveModels | None = None, hosts: Iterable[str] | None = N
                     raise RequestError(f"{name} must be a whole number, got {fields[name]!r}") from None
         if isinstance(fields.get("query"), str) and fields["query"].lstrip("-").isdigit():
             fields["query"] = int(fields["query"])
-        return HTMLResponse(explorer_page(app.state.models, fields),
+        return HTMLResponse(await bounded(fields, explorer_page, app.state.models, fields),
                             headers={"Content-Security-Policy": EXPLORER_POLICY})
 
     @app.get("/api/models")
@@ -118,22 +138,28 @@ def create_app(models: LiveModels | None = None, hosts: Iterable[str] | None = N
     @app.post("/api/explain")
     async def explain(request: Request) -> Response:
         body = await body_of(request)
-        text = await run_in_threadpool(explain_json, app.state.models, body)
+        text = await bounded(body, explain_json, app.state.models, body)
         return Response(text, media_type="application/json")
 
     @app.post("/api/attention")
     async def attention(request: Request) -> dict:
         body = await body_of(request)
-        return await run_in_threadpool(attention_json, app.state.models, body)
+        return await bounded(body, attention_json, app.state.models, body)
 
     @app.post("/api/generate")
     async def generate(request: Request) -> Response:
         body = await body_of(request)
         checked = generate_request(app.state.models, body)
-        run = await run_in_threadpool(LiveGeneration, app.state.models, checked)
-        if NDJSON not in request.headers.get("accept", ""):
-            return JSONResponse(await run_in_threadpool(run.whole))
-        return StreamingResponse(_lines(run), media_type=NDJSON)
+        place = await generations.of(checked.model).enter()  # 503 past the model's queue
+        try:
+            run = await run_in_threadpool(LiveGeneration, app.state.models, checked)
+            if NDJSON in request.headers.get("accept", ""):
+                return Held(_lines(run), place, run.stop, NDJSON)
+            await until_done(request.receive, run.stop, run.run)  # a client gone stops it at the next token
+            return Held(_json_text(run), place, run.stop, "application/json")
+        except BaseException:
+            place.leave()
+            raise
 
     return app
 
@@ -146,6 +172,21 @@ def _lines(run: LiveGeneration):
     except Exception as error:  # noqa: BLE001 - the status is sent; the page reads the error line
         message = str(error) if isinstance(error, SelfAttnError) else f"internal error ({type(error).__name__}): {error}"
         yield _line({"event": "error", "error": " ".join(message.split())})
+
+
+def _json_text(run: LiveGeneration, chunk: int = 1 << 18):
+    """``run.whole()``'s object as JSON text, in pieces of about ``chunk`` characters, a step at a
+    time: the answer is never whole in memory."""
+    write = lambda value: json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))  # noqa: E731
+    pieces = [write({**run.start(), **run.done()})[:-1] + ',"steps":[']
+    size = len(pieces[0])
+    for t, step in enumerate(run.steps()):
+        pieces.append(("," if t else "") + write(step))
+        size += len(pieces[-1])
+        if size >= chunk:  # each piece sent is a hop to the event loop and back: not one per step
+            yield "".join(pieces).encode("utf-8")
+            pieces, size = [], 0
+    yield ("".join(pieces) + "]}").encode("utf-8")
 
 
 def _line(value: dict) -> bytes:

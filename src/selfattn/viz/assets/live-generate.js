@@ -65,6 +65,9 @@ function generateBody(count, ablate) {
     top_p: numberField("top-p"),
     seed: seed === null ? 0 : seed,
     ablate,
+    // The strips draw every layer and head of the step looked at, and any step can be looked at.
+    layers: "all",
+    heads: "all",
   };
 }
 
@@ -88,8 +91,9 @@ function generate(count, streamed) {
   const first = extend ? gen.steps.length : 0;
   body.first_step = first;
   return task("generate", async () => {
+    // The generation without the knock-out shows its tokens and probabilities only: no attention asked.
     const baseline = knocked.length
-      ? api("/api/generate", { ...generateBody(count, []), first_step: first }, controller.signal)
+      ? api("/api/generate", { ...generateBody(count, []), first_step: first, layers: [] }, controller.signal)
       : Promise.resolve(null);
     if (streamed) {
       setRun({ prompt: body.text ?? "", knocked });
