@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections import Counter
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -42,10 +43,29 @@ def open_gguf(path: Path):
     if not is_gguf(path):
         raise ModelError(f"{path} is not a GGUF file (it does not start with the bytes GGUF)")
     try:
-        return gguf.GGUFReader(str(path))
+        return _reader_class(gguf)(str(path))
     except Exception as error:  # noqa: BLE001 -- a file that gguf cannot parse is the user's to replace
         reason = first_sentence(str(error)) or type(error).__name__
         raise ModelError(f"cannot read {path} as GGUF (truncated or damaged?): {reason}") from None
+
+
+@lru_cache(maxsize=1)
+def _reader_class(gguf):
+    """gguf's reader over a plain view of its memory map: it slices the map once per metadata item
+    (a vocabulary of 49,152 strings and their merges: about a million slices), and a slice of an
+    ``np.memmap`` costs several times one of an ``np.ndarray`` (SmolLM2's file opens in 0.7 s, not 2.3 s).
+    The bytes are the same mapped pages either way."""
+
+    class PlainViewReader(gguf.GGUFReader):
+        @property
+        def data(self):
+            return self._plain
+
+        @data.setter
+        def data(self, value):
+            self._plain = value.view(np.ndarray) if isinstance(value, np.memmap) else value
+
+    return PlainViewReader
 
 
 def block_types(reader) -> dict[str, int]:
