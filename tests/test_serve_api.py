@@ -12,6 +12,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -332,7 +333,7 @@ BAD = [
     ("/api/attention", {"model": "tiny-induction", "text": "", "layer": 0, "head": 0}, 400, "text is empty"),
     ("/api/attention", {"model": "tiny-induction", "text": 5, "layer": 0, "head": 0}, 400, "text must be a string"),
     ("/api/attention", {"model": "tiny-induction", "text": "x" * 30_000}, 400, "at most 20000"),
-    ("/api/attention", {"model": "tiny-induction", "text": "hi", "path": "/tmp"}, 400, "no field 'path'"),
+    ("/api/attention", {"model": "tiny-induction", "text": "hi", "path": "/tmp"}, 400, 'no field "path"'),
     ("/api/generate", {"model": "all-MiniLM-L6-v2", "text": "hi"}, 400, "is an encoder"),
     ("/api/generate", {"model": "stories260K", "text": "hi", "max_new_tokens": 0}, 400, "max_new_tokens must be"),
     ("/api/generate", {"model": "stories260K", "text": "hi", "max_new_tokens": 100_000}, 400, "max_new_tokens must be"),
@@ -355,7 +356,7 @@ BAD = [
     ("/api/generate", {"model": "SmolLM2-135M-Instruct", "messages": "hi"}, 400, "messages must be a non-empty list"),
     ("/api/generate", {"model": "SmolLM2-135M-Instruct", "messages": [{"role": "user", "content": "hi", "name": "x"}]}, 400,
      "message 0 is"),
-    ("/api/generate", {"model": "SmolLM2-135M-Instruct", "messages": [{"role": "bot", "content": "hi"}]}, 400, "role 'bot'"),
+    ("/api/generate", {"model": "SmolLM2-135M-Instruct", "messages": [{"role": "bot", "content": "hi"}]}, 400, 'role "bot"'),
     ("/api/generate", {"model": "SmolLM2-135M-Instruct", "messages": [{"role": "user", "content": 5}]}, 400, "content must be a string"),
     ("/api/generate", {"model": "SmolLM2-135M-Instruct", "text": "hi", "messages": [{"role": "user", "content": "hi"}]}, 400, "not both"),
     ("/api/generate", {"model": "SmolLM2-135M-Instruct", "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]},
@@ -363,14 +364,49 @@ BAD = [
     ("/api/generate", {"model": "SmolLM2-135M-Instruct", "messages": [{"role": "user", "content": "x" * 30_000}]}, 400,
      "the messages have 30000 characters"),
     ("/api/explain", {"embeddings": "/etc/passwd"}, 400, "never reads"),
-    ("/api/explain", {"format": "markdown"}, 400, "format must be 'json'"),
+    ("/api/explain", {"format": "markdown"}, 400, 'format must be "json"'),
     ("/api/attention", {"model": "all-MiniLM-L6-v2", "text": "word " * 600, "layer": 0, "head": 0}, 400, "512 positions"),
     ("/api/explain", {"variant": "quantum"}, 400, "unknown variant"),
     ("/api/explain", {"query": "dog"}, 400, "dog"),
     ("/api/explain", {"precision": 99}, 400, "precision must be"),
     ("/api/explain", {"model": "/work"}, 404, "unknown model"),
     ("/api/explain", {"text": "x " * 600}, 400, "at most 512"),
+    # In the API's words: the field's name (never a CLI flag), JSON's types and values, "all" where it is taken.
+    ("/api/explain", {"variant": "multihead", "heads": 0}, 400, "heads must be a whole number from 1 to 16, got 0"),
+    ("/api/explain", {"variant": "multihead", "kv_heads": 2}, 400, "kv_heads applies to variant gqa, not multihead"),
+    ("/api/explain", {"variant": "gqa", "heads": 3, "kv_heads": 2}, 400, "heads (3) must be a multiple of kv_heads (2)"),
+    ("/api/explain", {"block_size": 2}, 400, "block_size applies to variant flash"),
+    ("/api/explain", {"d_k": 300}, 400, "d_k must be a whole number from 1 to 256, got 300"),
+    ("/api/explain", {"dim": 0}, 400, "dim must be a whole number from 1 to 1024, got 0"),
+    ("/api/explain", {"layer": 1}, 400, "layer and head choose a layer and head of a pretrained model"),
+    ("/api/explain", {"model": "tiny-induction", "dim": 3}, 400, "dim does not apply with model"),
+    ("/api/explain", {"model": "tiny-induction", "layer": 7}, 400, "layer must be from 0 to 1 for this model, got 7"),
+    ("/api/explain", {"positional": "rope", "dim": 1}, 400, "(give dim 2 or more)"),
+    ("/api/explain", {"variant": 3}, 400, "variant must be a string, got number"),
+    ("/api/explain", {"seed": True}, 400, "seed must be a whole number from 0 to 9223372036854775807, got true"),
+    ("/api/explain", {"variant": "qkv", "seed": 2**70}, 400, "seed must be a whole number from 0 to"),  # was a 500
+    ("/api/explain", {"query": [1]}, 400, "query must be a token (a string) or a position (a whole number), got [1]"),
+    ("/api/explain", {"embeddings": "x.txt"}, 400, 'use embed "seed" or "random"'),
+    ("/api/attention", 5, 400, "attention takes a JSON object, got number"),
+    ("/api/generate", "stories260K", 400, "generate takes a JSON object, got string"),
+    ("/api/explain", [], 400, "explain takes a JSON object, got array"),
+    ("/api/attention", {"model": "tiny-induction", "text": "hi", "head": "ALL"}, 400,
+     'head must be "all" or a whole number from 0, got "ALL"'),
+    ("/api/attention", {"model": "tiny-induction", "text": "hi", "layer": {"a": 1}}, 400, 'layer must be a whole number from 0, got {"a": 1}'),
+    ("/api/attention", {"model": "tiny-induction", "text": None}, 400, "text must be a string, got null"),
+    ("/api/attention", {"model": "tiny-induction"}, 400, "text is missing: send it as a string"),
+    ("/api/attention", {"model": None, "text": "hi"}, 404, "unknown model null"),
+    ("/api/generate", {"model": "stories260K", "text": "hi", "top_k": False}, 400, "top_k must be a whole number from 1, got false"),
+    ("/api/generate", {"model": "stories260K", "text": "hi", "layers": "ALL"}, 400, 'layers must be "all" or a list'),
+    ("/api/generate", {"model": "stories260K", "text": "hi", "ablate": [[0, None]]}, 400, "pairs of whole numbers, got [[0, null]]"),
+    ("/api/generate", {"model": "SmolLM2-135M-Instruct", "messages": [{"role": "user", "content": None}]}, 400,
+     "message 0's content must be a string, got null"),
+    ("/api/generate", {"model": "SmolLM2-135M-Instruct", "messages": [{"role": True, "content": "hi"}]}, 400,
+     "message 0 has role true"),
 ]
+
+# What a refusal never says: a CLI flag, a Python type's name, Python's None, True or False, or 'x' (JSON writes "x").
+NOT_API_WORDS = re.compile(r"(?<![\w-])--[a-z]|NoneType|\bgot (int|float|str|list|dict|bool|tuple|nothing)\b|\b(None|True|False)\b|got '")
 
 
 @pytest.mark.parametrize("path, body, status, words", BAD, ids=[f"{p}-{w}" for p, _, _, w in BAD])
@@ -380,6 +416,7 @@ def test_bad_requests_get_one_clear_line(client, path, body, status, words):
     message = response.json()["error"]
     assert words in message and "\n" not in message and "Traceback" not in message
     assert response.json()["detail"] == message
+    assert not NOT_API_WORDS.search(message), message
     # ... and the server keeps serving.
     assert client.post("/api/attention", json={"model": "tiny-induction", "text": "ab", "layer": 0, "head": 0}).status_code == 200
 
@@ -532,3 +569,20 @@ def test_the_browser_opens_only_when_asked_in_a_terminal_with_a_display(monkeypa
 
     monkeypatch.setattr(sys.stdin, "isatty", lambda: True)
     assert opens_browser(asked, _Terminal(tty), environ, platform) is opens
+
+
+@pytest.mark.parametrize("query, words", [
+    ("variant=multihead&heads=0", "heads must be a whole number from 1 to 16, got 0"),
+    ("text=ab&head=3", "head 3 is out of range: this input has 1 head"),
+    ("model=tiny-induction&text=ab&layer=5", "layer must be from 0 to 1 for this model, got 5"),
+    ("model=tiny-induction&head=-1", "head must be a whole number from 0, got -1"),
+])
+def test_the_explorers_refusals_name_its_fields(client, query, words):
+    response = client.get(f"/explorer?{query}")
+    assert response.status_code == 400 and words in response.json()["error"], response.text
+    assert not NOT_API_WORDS.search(response.json()["error"])
+
+
+def test_a_null_body_is_named_as_json_names_it(client):
+    response = client.post("/api/generate", content=b"null", headers={"content-type": "application/json"})
+    assert response.status_code == 400 and response.json()["error"] == "generate takes a JSON object, got null"

@@ -15,21 +15,27 @@ browser sends is ever read as a file or a folder.
 
 from __future__ import annotations
 
+import json
 import math
+import re
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
-from selfattn.commands.options import ExplainConfig
+from selfattn.commands.options import MAX_D_K, MAX_HEADS, ExplainConfig
 from selfattn.commands.traces import build_trace
 from selfattn.errors import ModelError, SelfAttnError
+from selfattn.formatting import MAX_PRECISION, MIN_PRECISION
 from selfattn.models.files import MODELS
 from selfattn.models.outline import ModelOutline, model_outline, outline_of
+from selfattn.pipeline.embedding_options import MAX_DIM, MIN_DIM
 
 BUILT_IN = tuple(MODELS)  # the models every server offers
 MAX_TEXT_CHARS = 20_000  # a text longer than this is refused before it is tokenised
 # /api/attention with every head of a layer: heads x tokens^2 numbers at most (about 40 MB of JSON).
 MAX_LAYER_CELLS = 1 << 21
+MAX_SEED = 2**63 - 1  # a request's seed: torch's generators take up to 64 bits
 
 
 class RequestError(SelfAttnError):
@@ -75,7 +81,7 @@ class LiveModels:
     def resolve(self, name: Any) -> str:
         """``name`` if this server offers it, else a 404 ``RequestError`` listing what it offers."""
         if not isinstance(name, str) or name not in self._keys:
-            raise RequestError(f"unknown model {name!r}: this server offers {', '.join(self._keys)}", 404)
+            raise RequestError(f"unknown model {shown(name)}: this server offers {', '.join(self._keys)}", 404)
         return name
 
     def using(self, name: str | None) -> threading.RLock:
@@ -125,14 +131,35 @@ class LiveModels:
 
 
 # ---- reading a body --------------------------------------------------------------------
+# A refusal speaks the API's words: the field's name, JSON's types (null, boolean, number,
+# string, array, object) and the value as JSON writes it, never a CLI flag or a Python type.
+
+def json_type(value: Any) -> str:
+    """The JSON name of a parsed value's type."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, (list, tuple)) else "object"
+
+
+def shown(value: Any, most: int = 80) -> str:
+    """A value as JSON writes it, cut to about ``most`` characters."""
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= most else text[: most - 1] + "…"
+
 
 def fields_of(body: Any, allowed: Sequence[str], what: str) -> dict[str, Any]:
     """The body as a dict with known keys only (a 400 for anything else)."""
     if not isinstance(body, Mapping):
-        raise RequestError(f"{what} takes a JSON object, got {type(body).__name__}")
+        raise RequestError(f"{what} takes a JSON object, got {json_type(body)}")
     unknown = sorted(set(body) - set(allowed))
     if unknown:
-        raise RequestError(f"{what} has no field {unknown[0]!r}; its fields are {', '.join(allowed)}")
+        raise RequestError(f"{what} has no field {shown(unknown[0])}; its fields are {', '.join(allowed)}")
     return dict(body)
 
 
@@ -143,7 +170,7 @@ def whole(body: Mapping, name: str, low: int, high: int | None, default: Any = N
         return default
     top = "" if high is None else f" to {high}"
     if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
-        raise RequestError(f"{name} must be a whole number from {low}{top}, got {value!r}")
+        raise RequestError(f"{name} must be a whole number from {low}{top}, got {shown(value)}")
     return value
 
 
@@ -155,7 +182,7 @@ def number(body: Mapping, name: str, low: float, high: float, default: Any = Non
     if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
             or value > high or value < low or (low_open and value == low)):
         bracket = "(" if low_open else "["
-        raise RequestError(f"{name} must be a number in {bracket}{low:g}, {high:g}], got {value!r}")
+        raise RequestError(f"{name} must be a number in {bracket}{low:g}, {high:g}], got {shown(value)}")
     return float(value)
 
 
@@ -165,7 +192,8 @@ def text_field(body: Mapping, name: str = "text", required: bool = True) -> str 
     if value is None and not required:
         return None
     if not isinstance(value, str):
-        raise RequestError(f"{name} must be a string, got {'nothing' if value is None else type(value).__name__}")
+        raise RequestError(f"{name} must be a string, got {json_type(value)}" if name in body else
+                           f"{name} is missing: send it as a string")
     if not value.strip():
         raise RequestError(f"{name} is empty: type some text")
     if len(value) > MAX_TEXT_CHARS:
@@ -187,15 +215,38 @@ def check_head(outline: ModelOutline, layer: int | None, head: int | None) -> No
 # which names a file.
 EXPLAIN_FIELDS = ("text", "query", "variant", "positional", "heads", "kv_heads", "d_k", "block_size", "embed",
                   "dim", "seed", "precision", "model", "layer", "head")
+EXPLAIN_NAMES = ("variant", "positional", "embed", "model")  # its fields that take a name (a string)
+# Its whole-number fields, each from low to high (None: no upper end): ExplainConfig's own
+# bounds, checked here first so that a refusal names the field and JSON's types.
+EXPLAIN_WHOLE = {"heads": (1, MAX_HEADS), "kv_heads": (1, MAX_HEADS), "d_k": (1, MAX_D_K), "block_size": (1, None),
+                 "dim": (MIN_DIM, MAX_DIM), "seed": (0, MAX_SEED), "precision": (MIN_PRECISION, MAX_PRECISION),
+                 "layer": (0, None), "head": (0, None)}
+_FLAG = re.compile(r"(?<![\w'\"-])--([a-z][a-z-]*)")
+
+
+@contextmanager
+def in_api_words() -> Iterator[None]:
+    """The library's refusals as the API says them: a CLI flag (``--kv-heads``) becomes the
+    body's field (``kv_heads``); the message is otherwise the library's, so the two agree."""
+    try:
+        yield
+    except RequestError:
+        raise
+    except SelfAttnError as error:
+        def field(flag: re.Match) -> str:
+            name = flag.group(1).replace("-", "_")
+            return name if name in (*EXPLAIN_FIELDS, "embeddings", "format") else flag.group(0)
+
+        raise RequestError(_FLAG.sub(field, str(error)), getattr(error, "status", 400)) from None
 
 
 def explain_config(models: LiveModels, body: Any, output_format: str) -> ExplainConfig:
     """The ``ExplainConfig`` a request's fields ask for (400 on a bad field, 404 on an unknown model)."""
     if isinstance(body, Mapping) and "embeddings" in body:
-        raise RequestError("embeddings names a file, which the live app never reads: use embed 'seed' or 'random'")
+        raise RequestError('embeddings names a file, which the live app never reads: use embed "seed" or "random"')
     if isinstance(body, Mapping) and "format" in body:  # explain's flag: the API answers in JSON only
         if body["format"] not in (None, "json"):
-            raise RequestError(f"format must be 'json' here (the API answers in JSON), got {body['format']!r}")
+            raise RequestError(f'format must be "json" here (the API answers in JSON), got {shown(body["format"])}')
         body = {name: value for name, value in body.items() if name != "format"}
     fields = fields_of(body, EXPLAIN_FIELDS, "explain")
     sentence = text_field(fields, required=False)
@@ -204,14 +255,15 @@ def explain_config(models: LiveModels, body: Any, output_format: str) -> Explain
         models.resolve(fields["model"])
     query = fields.get("query")
     if query is not None and (isinstance(query, bool) or not isinstance(query, (str, int))):
-        raise RequestError(f"query must be a token or a position, got {query!r}")
+        raise RequestError(f"query must be a token (a string) or a position (a whole number), got {shown(query)}")
     options = {name: value for name, value in fields.items() if value is not None}
-    if "precision" in options:
-        options["precision"] = whole(options, "precision", 0, 10)
-    try:
+    for name in EXPLAIN_NAMES:
+        if name in options and not isinstance(options[name], str):
+            raise RequestError(f"{name} must be a string, got {json_type(options[name])}")
+    for name, (low, high) in EXPLAIN_WHOLE.items():
+        whole(options, name, low, high)
+    with in_api_words():
         return ExplainConfig(sentence=sentence, format=output_format, **options)
-    except TypeError as error:  # a field of the wrong type deep in a check
-        raise RequestError(f"a field has the wrong type: {error}") from None
 
 
 def variant_names() -> dict[str, list[str]]:
@@ -227,7 +279,7 @@ def explain_json(models: LiveModels, body: Any) -> str:
     from selfattn.explain.json_out import render_json
 
     config = explain_config(models, body, "json")
-    with models.using(config.model):
+    with models.using(config.model), in_api_words():
         model = models.model(config.model) if config.model is not None else None
         return render_json(build_trace(config, model))
 
@@ -237,21 +289,22 @@ def explorer_page(models: LiveModels, body: Any) -> str:
     from selfattn.viz.explorer import explorer_html
 
     fields = dict(body) if isinstance(body, Mapping) else body
-    shown = {}
+    picked = {}
     if isinstance(fields, dict) and fields.get("model") is None:  # a variant's head is picked on the page, as view's
-        shown = {name: whole(fields, name, 0, None, 0) for name in ("layer", "head")}
+        picked = {name: whole(fields, name, 0, None, 0) for name in ("layer", "head")}
         fields.pop("layer", None)
         fields.pop("head", None)
     config = explain_config(models, fields, "html")
-    with models.using(config.model):
+    with models.using(config.model), in_api_words():
         model = models.model(config.model) if config.model is not None else None
         trace = build_trace(config, model)
-    layer, head = (shown["layer"], shown["head"]) if shown else (config.layer or 0, config.head or 0)
+    layer, head = (picked["layer"], picked["head"]) if picked else (config.layer or 0, config.head or 0)
     if model is None:
         from selfattn.commands.plot import attention_weights
         from selfattn.commands.plot_options import check_shown_head
 
-        check_shown_head(layer, head, *attention_weights(trace).shape[:2])
+        with in_api_words():
+            check_shown_head(layer, head, *attention_weights(trace).shape[:2])
     return explorer_html(trace, config.precision, head=head, layer=layer)
 
 
@@ -276,7 +329,9 @@ def attention_json(models: LiveModels, body: Any) -> dict[str, Any]:
     outline = models.outline(name)
     layer = whole(fields, "layer", 0, None, 0)
     every = fields.get("head") in (None, "all")
-    head = None if every else whole(fields, "head", 0, None)
+    head = None if every else fields["head"]
+    if not every and (isinstance(head, bool) or not isinstance(head, int) or head < 0):
+        raise RequestError(f'head must be "all" or a whole number from 0, got {shown(head)}')
     check_head(outline, layer, head)
     with models.using(name):
         model = models.model(name)

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from selfattn.commands.live import (
-    MAX_TEXT_CHARS, LiveModels, RequestError, fields_of, labels_of, number, text_field, whole,
+    MAX_SEED, MAX_TEXT_CHARS, LiveModels, RequestError, fields_of, json_type, labels_of, number, shown, text_field,
+    whole,
 )
 
 GENERATE_FIELDS = ("model", "text", "messages", "max_new_tokens", "temperature", "top_k", "top_p", "seed", "ablate",
@@ -73,7 +74,7 @@ def indices(body: Any, name: str, count: int) -> tuple[int, ...] | None:
     if (not isinstance(value, list) or len(set(map(repr, value))) != len(value)
             or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < count for i in value)):
         raise RequestError(f'{name} must be "all" or a list of distinct whole numbers from 0 to {count - 1}, '
-                           f"got {value!r}"[:300])
+                           f"got {shown(value)}")
     return tuple(value)
 
 
@@ -83,16 +84,16 @@ def chat_messages(value: Any) -> tuple[tuple[str, str], ...]:
 
     shape = 'messages must be a non-empty list of {"role": ..., "content": ...} objects'
     if not isinstance(value, list) or not value:
-        raise RequestError(f"{shape}, got {value!r}"[:300])
+        raise RequestError(f"{shape}, got {shown(value)}")
     pairs = []
     for index, message in enumerate(value):
         if not isinstance(message, dict) or set(message) != {"role", "content"}:
-            raise RequestError(f"{shape}; message {index} is {message!r}"[:300])
+            raise RequestError(f"{shape}; message {index} is {shown(message)}")
         role, content = message["role"], message["content"]
         if role not in ROLES:
-            raise RequestError(f"message {index} has role {role!r}: the roles are {', '.join(ROLES)}"[:300])
+            raise RequestError(f"message {index} has role {shown(role)}: the roles are {', '.join(ROLES)}")
         if not isinstance(content, str):
-            raise RequestError(f"message {index}'s content must be a string, got {content!r}"[:300])
+            raise RequestError(f"message {index}'s content must be a string, got {json_type(content)}")
         pairs.append((role, content))
     if pairs[-1][0] != "user" or not pairs[-1][1].strip():
         raise RequestError("the last message must be the user's, with some text: the model answers it")
@@ -118,7 +119,7 @@ def generate_request(models: LiveModels, body: Any) -> GenerateRequest:
         isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in pair)
         for pair in ablate
     ):
-        raise RequestError(f"ablate must be a list of [layer, head] pairs of whole numbers, got {ablate!r}")
+        raise RequestError(f"ablate must be a list of [layer, head] pairs of whole numbers, got {shown(ablate)}")
     return GenerateRequest(
         model=name,
         text=text,
@@ -126,7 +127,7 @@ def generate_request(models: LiveModels, body: Any) -> GenerateRequest:
         temperature=number(fields, "temperature", 0.0, MAX_TEMPERATURE, 0.0),
         top_k=whole(fields, "top_k", 1, None),
         top_p=number(fields, "top_p", 0.0, 1.0, low_open=True),
-        seed=whole(fields, "seed", 0, 2**63 - 1, DEFAULT_SEED),
+        seed=whole(fields, "seed", 0, MAX_SEED, DEFAULT_SEED),
         ablate=tuple((layer, head) for layer, head in ablate),
         first_step=whole(fields, "first_step", 0, MAX_LIVE_NEW_TOKENS, 0),
         messages=messages,

@@ -5,6 +5,7 @@
     GET  /explorer         the explorer page of ``selfattn view`` for the query's fields
     GET  /api/models       the models offered
     GET  /api/variants     the variants and positional encodings explain takes
+    GET  /openapi.json     this API's OpenAPI schema (``serve.schema``)
     POST /api/explain      ``selfattn explain --format json``
     POST /api/attention    one head's weights (or a layer's)
     POST /api/generate     a generation and every step; NDJSON when the request's Accept header
@@ -36,6 +37,7 @@ from selfattn.serve.admission import (
     GENERATIONS_RUNNING, GENERATIONS_WAITING, WORK_RUNNING, WORK_WAITING, Busy, Gates, Held, until_done,
 )
 from selfattn.serve.guard import Guard
+from selfattn.serve.schema import openapi_document, operation
 from selfattn.viz.explorer import CONTENT_SECURITY_POLICY as EXPLORER_CONTENT_POLICY
 from selfattn.viz.live_page import ASSET_TYPES, CONTENT_SECURITY_POLICY, live_asset, live_page
 
@@ -60,8 +62,10 @@ def create_app(models: LiveModels | None = None, hosts: Iterable[str] | None = N
             either way (``serve.guard``).
     """
     models = LiveModels() if models is None else models
-    app = FastAPI(title="selfattn live", docs_url=None, redoc_url=None, openapi_url=None)
+    # The schema at /openapi.json (serve.schema); no /docs or /redoc pages, which load their scripts from a CDN.
+    app = FastAPI(title="selfattn live", docs_url=None, redoc_url=None, openapi_url="/openapi.json")
     app.state.models = models
+    app.openapi = lambda: openapi_document(app)
     app.add_middleware(Guard, hosts=hosts)  # the Host, Origin, content type and size of every request
 
     @app.exception_handler(SelfAttnError)
@@ -99,21 +103,21 @@ def create_app(models: LiveModels | None = None, hosts: Iterable[str] | None = N
         finally:
             place.leave()
 
-    @app.get("/", response_class=HTMLResponse)
+    @app.get("/", response_class=HTMLResponse, openapi_extra=operation("page"))
     def page() -> HTMLResponse:
         return HTMLResponse(live_page(), headers={"Content-Security-Policy": CONTENT_SECURITY_POLICY})
 
-    @app.get("/favicon.ico")
+    @app.get("/favicon.ico", include_in_schema=False)
     def no_icon() -> Response:
         return Response(status_code=204)  # the page has none; a 404 here would be a console error
 
-    @app.get("/assets/{name}")
+    @app.get("/assets/{name}", openapi_extra=operation("asset"))
     def asset(name: str) -> Response:
         if name not in ASSET_TYPES:
             raise RequestError(f"no asset {name!r}", 404)
         return Response(live_asset(name), media_type=ASSET_TYPES[name])
 
-    @app.get("/explorer", response_class=HTMLResponse)
+    @app.get("/explorer", response_class=HTMLResponse, openapi_extra=operation("explorer"))
     async def explorer(request: Request) -> HTMLResponse:
         fields: dict[str, Any] = dict(request.query_params)
         for name in ("heads", "kv_heads", "d_k", "block_size", "dim", "seed", "precision", "layer", "head"):
@@ -127,26 +131,26 @@ def create_app(models: LiveModels | None = None, hosts: Iterable[str] | None = N
         return HTMLResponse(await bounded(fields, explorer_page, app.state.models, fields),
                             headers={"Content-Security-Policy": EXPLORER_POLICY})
 
-    @app.get("/api/models")
+    @app.get("/api/models", openapi_extra=operation("models"))
     def listing() -> dict:
         return app.state.models.listing()
 
-    @app.get("/api/variants")
+    @app.get("/api/variants", openapi_extra=operation("variants"))
     def variants() -> dict:
         return variant_names()
 
-    @app.post("/api/explain")
+    @app.post("/api/explain", openapi_extra=operation("explain"))
     async def explain(request: Request) -> Response:
         body = await body_of(request)
         text = await bounded(body, explain_json, app.state.models, body)
         return Response(text, media_type="application/json")
 
-    @app.post("/api/attention")
+    @app.post("/api/attention", openapi_extra=operation("attention"))
     async def attention(request: Request) -> dict:
         body = await body_of(request)
         return await bounded(body, attention_json, app.state.models, body)
 
-    @app.post("/api/generate")
+    @app.post("/api/generate", openapi_extra=operation("generate"))
     async def generate(request: Request) -> Response:
         body = await body_of(request)
         checked = generate_request(app.state.models, body)
