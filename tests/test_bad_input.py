@@ -220,6 +220,7 @@ ARGUMENT_ERRORS = [
     (["explain", "--precision", "11"], "--precision must be an integer from 0 to 10, got 11"),
     (["explain", "--embed", "random", "--dim", "0"], "--dim must be an integer from 1 to 1024"),
     (["explain", "--embed", "seed", "--dim", "4"], "the seed's table is 3-dimensional"),
+    (["explain", "--variant", "qkv", "--seed", str(2**70)], "--seed must be from -9223372036854775808 to"),
     (["explain", "--embeddings", "notes.txt", "--embed", "random"], "exclude each other"),
     (["explain", "--variant", "multihead", "--heads", "99"], "--heads must be an integer from 1 to 16, got 99"),
     (["explain", "--variant", "qkv", "--heads", "2"], "--heads applies to --variant multihead or gqa"),

@@ -576,6 +576,7 @@ def test_the_browser_opens_only_when_asked_in_a_terminal_with_a_display(monkeypa
     ("text=ab&head=3", "head 3 is out of range: this input has 1 head"),
     ("model=tiny-induction&text=ab&layer=5", "layer must be from 0 to 1 for this model, got 5"),
     ("model=tiny-induction&head=-1", "head must be a whole number from 0, got -1"),
+    ("model=tiny-induction&head=ALL", 'head must be a whole number, got "ALL"'),
 ])
 def test_the_explorers_refusals_name_its_fields(client, query, words):
     response = client.get(f"/explorer?{query}")

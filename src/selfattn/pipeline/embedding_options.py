@@ -51,6 +51,8 @@ def check_embedding_options(method: str, path: str | None, dim: int | None, seed
         raise OptionError(f"unknown embedding method {method!r}: choose one of {', '.join(EMBED_METHODS)}")
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise OptionError(f"--seed must be an integer, got {seed!r}")
+    if not -(2**63) <= seed < 2**64:  # torch's generator takes a 64-bit seed
+        raise OptionError(f"--seed must be from {-(2**63)} to {2**64 - 1}, got {seed}")
     if dim is not None:
         check_dim(dim)
     if path is not None:

@@ -125,7 +125,7 @@ def create_app(models: LiveModels | None = None, hosts: Iterable[str] | None = N
                 try:
                     fields[name] = int(fields[name])
                 except ValueError:
-                    raise RequestError(f"{name} must be a whole number, got {fields[name]!r}") from None
+                    raise RequestError(f"{name} must be a whole number, got {json.dumps(fields[name])}") from None
         if isinstance(fields.get("query"), str) and fields["query"].lstrip("-").isdigit():
             fields["query"] = int(fields["query"])
         return HTMLResponse(await bounded(fields, explorer_page, app.state.models, fields),
