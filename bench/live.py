@@ -87,16 +87,11 @@ def line(label: str, ours: float, theirs: float, per: int = 1) -> None:
 def cold_server() -> dict[str, float]:
     """Seconds from a new ``selfattn serve`` process to its address line and to each first answer."""
     import json
-    import signal
-    import subprocess
-    import sys
     import urllib.request
 
     start = time.perf_counter()
-    server = subprocess.Popen([sys.executable, "-m", "selfattn", "serve", "--port", "0", "--no-browser"],
-                             stdout=subprocess.PIPE, text=True)
-    try:
-        url = server.stdout.readline().split()[2]
+    with live_load.live_server() as server:
+        url = server.url
         marks = {"address": time.perf_counter() - start}
         urllib.request.urlopen(url, timeout=60).read()
         marks["page"] = time.perf_counter() - start
@@ -106,9 +101,6 @@ def cold_server() -> dict[str, float]:
         request = urllib.request.Request(url + "api/generate", body, {"content-type": "application/json"})
         urllib.request.urlopen(request, timeout=60).read()
         marks["generate"] = time.perf_counter() - start
-    finally:
-        server.send_signal(signal.SIGINT)
-        server.wait(timeout=30)
     return marks
 
 
@@ -173,18 +165,16 @@ def under_load(clients: int, seconds: float) -> None:
     """A burst of generations, then ``clients`` clients for ``seconds``, against one real server."""
     models: dict = {}
     pool = live_load.asks(lambda name: models.setdefault(name, sa.load_pretrained(name)))
-    process, url = live_load.start_server()
-    try:
-        found = live_load.burst(url, process.pid)
+    with live_load.live_server() as server:
+        url, pid = server.url, server.pid
+        found = live_load.burst(url, pid)
         took = found["seconds"]
         print(f"a burst of 20 generations of 200 tokens at once (stories260K): {found['ok']} answered "
               f"({took[0]:.1f}-{took[1]:.1f} s, {found['mb_each']:.1f} MB each), {found['busy']} refused with 503; "
               f"server memory {found['rest_mb']:.0f} MB, peak {found['peak_mb']:.0f} MB, after {found['after_mb']:.0f} MB")
         print(f"{clients} clients for {seconds:g} s (every answer checked against the library):")
-        for line in live_load.table(live_load.figures(live_load.run_load(url, process.pid, pool, clients, seconds))):
+        for line in live_load.table(live_load.figures(live_load.run_load(url, pid, pool, clients, seconds))):
             print("  " + line)
-    finally:
-        live_load.stop_server(process)
 
 
 if __name__ == "__main__":

@@ -23,10 +23,7 @@ import contextlib
 import io
 import json
 import random
-import re
-import signal
 import math
-import subprocess
 import sys
 import threading
 import time
@@ -34,10 +31,13 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from email.message import Message
+from pathlib import Path
 
 import torch
 
-FIRST_LINE = re.compile(r"selfattn serve: (http://127\.0\.0\.1:\d+/) ")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from live_server import live_server  # noqa: E402,F401  (tests/: the one way the suite starts a server)
+
 KINDS = ("attention", "explain", "generate", "generate stream")
 SHARES = (0.35, 0.25, 0.2, 0.2)  # how often each kind is picked
 TOLERANCE = 1e-5
@@ -65,31 +65,6 @@ class Outcome:
 
 
 # ---- the server -------------------------------------------------------------------------
-
-
-def start_server(timeout: float = 90) -> tuple[subprocess.Popen, str]:
-    """A real ``selfattn serve --port 0 --no-browser`` and its address."""
-    process = subprocess.Popen([sys.executable, "-m", "selfattn", "serve", "--port", "0", "--no-browser"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    timer = threading.Timer(timeout, process.kill)
-    timer.start()
-    line = process.stdout.readline()
-    timer.cancel()
-    match = FIRST_LINE.match(line)
-    if not match:
-        process.kill()
-        raise RuntimeError(f"selfattn serve did not start: {line!r} {process.stderr.read()[-2000:]}")
-    return process, match.group(1)
-
-
-def stop_server(process: subprocess.Popen) -> str:
-    """Ctrl-C, as a user stops it; its stderr."""
-    process.send_signal(signal.SIGINT)
-    try:
-        process.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        process.kill()
-    return process.stderr.read()
 
 
 def resident_mb(pid: int) -> float | None:

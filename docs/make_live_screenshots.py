@@ -18,9 +18,6 @@ from __future__ import annotations
 
 import io
 import re
-import selectors
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -28,42 +25,11 @@ DOCS = Path(__file__).resolve().parent
 sys.path.insert(0, str(DOCS.parent / "tests"))
 
 from browser import CHROMIUM, CHROMIUM_ARGS, missing_browser
+from live_server import live_server
 
 VIEWPORT = {"width": 1280, "height": 800}
 IDLE = "body[data-pending='0']"
-FIRST_LINE = re.compile(r"selfattn serve: (http://\S+/)")
 MAX_BYTES = 400_000  # each PNG stays under this
-
-
-def start_server() -> tuple[subprocess.Popen, str]:
-    """`selfattn serve` on a free port, and its address (from its first line)."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "selfattn", "serve", "--port", "0", "--no-browser"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    selector = selectors.DefaultSelector()
-    selector.register(process.stdout, selectors.EVENT_READ)
-    ready = selector.select(90)
-    selector.close()
-    line = process.stdout.readline() if ready else ""
-    match = FIRST_LINE.match(line)
-    if not match:
-        process.kill()
-        raise SystemExit(f"selfattn serve did not start: {line!r} {process.stderr.read()[-2000:]}")
-    return process, match.group(1)
-
-
-def stop_server(process: subprocess.Popen) -> None:
-    process.send_signal(signal.SIGINT)
-    try:
-        status = process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        raise SystemExit("selfattn serve did not stop on SIGINT") from None
-    if status != 0:
-        raise SystemExit(f"selfattn serve exited with {status}: {process.stderr.read()[-2000:]}")
 
 
 def idle(page) -> None:
@@ -173,8 +139,8 @@ def main(names: list[str]) -> None:
         raise SystemExit(reason)
     from playwright.sync_api import sync_playwright
 
-    process, url = start_server()
-    try:
+    with live_server() as server:
+        url = server.url
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
             try:
@@ -198,8 +164,6 @@ def main(names: list[str]) -> None:
                     print(f"wrote docs/{name}: {len(data)} bytes{flag}")
             finally:
                 browser.close()
-    finally:
-        stop_server(process)
 
 
 if __name__ == "__main__":

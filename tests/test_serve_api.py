@@ -422,7 +422,7 @@ def test_bad_requests_get_one_clear_line(client, path, body, status, words):
 
 
 def test_an_answer_too_big_for_a_browser_says_how_many_tokens_fit(client):
-    from selfattn.commands.live_generation import MAX_STEP_NUMBERS
+    from selfattn.commands.live_generate_request import MAX_STEP_NUMBERS
 
     body = {"model": "stories260K", "text": "hi " * 100, "max_new_tokens": 512}
     message = client.post("/api/generate", json=body).json()["error"]

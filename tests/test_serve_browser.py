@@ -12,13 +12,9 @@ without a page error or a console error.
 from __future__ import annotations
 
 import json
-import os
 import re
-import selectors
-import signal
-import subprocess
-import sys
 import time
+import urllib.error
 import urllib.request
 from urllib.parse import parse_qs, urlsplit
 
@@ -26,14 +22,13 @@ import pytest
 import torch
 
 from browser import chromium, recorded_page
+from live_server import live_server
 
 VIEWPORT = {"width": 1280, "height": 800}
 IDLE = "body[data-pending='0']"  # the page sets data-pending to the number of requests on their way
-STARTUP_TIMEOUT = 90  # seconds for the server's first line (imports torch)
-STOP_TIMEOUT = 10  # seconds from SIGINT to exit
-FIRST_LINE = re.compile(r"selfattn serve: (http://127\.0\.0\.1:\d+/)  \(Ctrl-C stops it\)$")
 # Chromium writes every 4xx answer to the console as this line, whether or not the page handles it.
 RESOURCE_STATUS = re.compile(r"^Failed to load resource: the server responded with a status of 4\d\d ")
+BUSY_STATUS = re.compile(r"^Failed to load resource: the server responded with a status of 503 ")
 
 CELLS_JS = """els => els.map(e => [Number(e.dataset.head), Number(e.dataset.row), Number(e.dataset.col),
     e.dataset.weight, e.dataset.masked === "true"])"""
@@ -45,51 +40,11 @@ TEXTS_JS = "els => els.map(e => e.textContent)"
 # ---- the server, the browser, the models ----------------------------------------------
 
 
-def first_line(process: subprocess.Popen, timeout: float) -> str:
-    """The server's first line of stdout, or a failure with its stderr after ``timeout`` seconds."""
-    selector = selectors.DefaultSelector()
-    selector.register(process.stdout, selectors.EVENT_READ)
-    try:
-        if not selector.select(timeout):
-            raise AssertionError(f"selfattn serve printed nothing in {timeout} s")
-        line = process.stdout.readline()
-    finally:
-        selector.close()
-    if not line:
-        process.wait(timeout=5)
-        raise AssertionError(f"selfattn serve stopped at once ({process.returncode}): {process.stderr.read()[-2000:]}")
-    return line
-
-
 @pytest.fixture(scope="module")
 def server():
     """The base URL of a real ``selfattn serve --port 0``; stopped with SIGINT (Ctrl-C) at the end."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "selfattn", "serve", "--port", "0", "--no-browser"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    try:
-        line = first_line(process, STARTUP_TIMEOUT)
-        match = FIRST_LINE.match(line.rstrip("\n"))
-        assert match, f"unexpected first line: {line!r}"
-    except BaseException:
-        process.kill()
-        process.communicate()
-        raise
-    yield match.group(1)
-    process.send_signal(signal.SIGINT)
-    try:
-        status = process.wait(timeout=STOP_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.communicate()
-        pytest.fail(f"selfattn serve did not stop within {STOP_TIMEOUT} s of SIGINT")
-    _, errors = process.communicate()
-    assert status == 0, f"selfattn serve exited with {status}: {errors[-2000:]}"
-    assert "Traceback" not in errors, errors[-3000:]
+    with live_server() as running:
+        yield running.url
 
 
 @pytest.fixture(scope="module")
@@ -541,3 +496,58 @@ def test_refusals_show_the_servers_line(page, server):
     idle(page)
     assert message(page) == "The seed's walkthrough: text is empty: type some text"
     assert_clean(page, server, allowed_console=RESOURCE_STATUS)
+
+
+# ---- (h) a busy server: the page waits its Retry-After and asks again --------------------
+
+
+def test_a_full_queue_is_waited_out_not_shown(page, server):
+    import threading
+
+    busy_body = {"model": "tiny-shakespeare", "text": "To be, or not", "max_new_tokens": 512, "layers": []}
+    post = lambda body: urllib.request.urlopen(urllib.request.Request(  # noqa: E731
+        server + "api/generate", json.dumps(body).encode(), {"content-type": "application/json"}), timeout=120)
+    post({**busy_body, "max_new_tokens": 1}).read()  # the model loaded
+    statuses = []
+    page.on("response", lambda r: statuses.append(r.status) if r.url.endswith("/api/generate") else None)
+    page.click("[data-testid=tab-generate]")
+    choose_model(page, "tiny-shakespeare")
+    page.fill("[data-testid=prompt-input]", "To be")
+    # Four clients keep the model's queue full (one generation runs and three wait, about a
+    # second each) until the page has found it full; then it drains within seconds.
+    stop = threading.Event()
+
+    def keep_busy():
+        while not stop.is_set():
+            try:
+                post(busy_body).read()
+            except urllib.error.HTTPError as refused:
+                assert refused.code == 503
+                time.sleep(0.05)
+
+    fillers = [threading.Thread(target=keep_busy) for _ in range(4)]
+    for filler in fillers:
+        filler.start()
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # full once a fifth request is refused
+            try:
+                post({**busy_body, "max_new_tokens": 1}).read()
+            except urllib.error.HTTPError as refused:
+                assert refused.code == 503 and int(refused.headers["Retry-After"]) >= 1
+                break
+            assert time.monotonic() < deadline, "the generation queue never filled"
+        page.click("[data-testid=generate-step]")
+        page.wait_for_function(
+            "() => document.getElementById('status').textContent.startsWith('the server is busy: asking again in')",
+            timeout=10_000)
+    finally:
+        stop.set()
+        for filler in fillers:
+            filler.join()
+    idle(page)
+    expected = library_model("tiny-shakespeare").generate("To be", 1, 0.0, None, None, 0)
+    assert statuses[0] == 503 and statuses[-1] == 200 and set(statuses[1:-1]) <= {503}, statuses
+    assert generated_ids(page) == expected.ids[0]
+    assert message(page) == ""
+    assert_clean(page, server, allowed_console=BUSY_STATUS)

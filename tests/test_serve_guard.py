@@ -13,39 +13,21 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
-import re
-import signal
-import subprocess
-import sys
 import time
 from urllib.parse import urlsplit
 
 import pytest
 
+from live_server import live_server
 from selfattn.serve.guard import LOOPBACK_NAMES, MAX_BODY_BYTES, allowed_hosts, host_names
 
-FIRST_LINE = re.compile(r"selfattn serve: http://127\.0\.0\.1:(\d+)/")
 ATTENTION = {"model": "tiny-induction", "text": "abcabc", "layer": 1, "head": 0}
 
 
 @pytest.fixture(scope="module")
 def port():
-    process = subprocess.Popen([sys.executable, "-m", "selfattn", "serve", "--port", "0", "--no-browser"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    try:
-        match = FIRST_LINE.match(process.stdout.readline())
-        assert match, process.stderr.read()[-2000:] if process.poll() is not None else "no address printed"
-        yield int(match.group(1))
-    finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        errors = process.communicate()[1]
-        assert "Traceback" not in errors, errors[-3000:]
+    with live_server() as server:
+        yield server.port
 
 
 def ask(port: int, method: str, path: str, headers: dict | None = None, body: bytes | None = None):

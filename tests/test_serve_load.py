@@ -139,12 +139,8 @@ def test_the_size_of_an_answer_counts_only_the_rows_sent(client):
 
 @pytest.fixture(scope="module")
 def server():
-    process, url = live_load.start_server()
-    try:
-        yield url, process.pid
-    finally:
-        errors = live_load.stop_server(process)
-    assert process.returncode == 0 and "Traceback" not in errors, errors[-3000:]
+    with live_load.live_server() as running:  # a traceback or a bad exit fails the module
+        yield running.url, running.pid
 
 
 def post(url: str, body: dict, streamed: bool = False):

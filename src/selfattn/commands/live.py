@@ -10,7 +10,7 @@ browser sends is ever read as a file or a folder.
     POST /api/explain    explain_json(models, body)     the JSON of ``selfattn explain --format json``
     POST /api/attention  attention_json(models, body)   one head's (or a layer's) full weights
     GET  /explorer       explorer_page(models, fields)  the explorer page of ``selfattn view``
-    POST /api/generate   live_generation.generation_steps(models, body)
+    POST /api/generate   live_generation.LiveGeneration(models, generate_request(models, body))
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from selfattn.commands.live import (
     ATTENTION_FIELDS, EXPLAIN_FIELDS, EXPLAIN_WHOLE, MAX_LAYER_CELLS, MAX_SEED, MAX_TEXT_CHARS,
 )
-from selfattn.commands.live_generation import (
+from selfattn.commands.live_generate_request import (
     DEFAULT_SEED, GENERATE_FIELDS, MAX_LIVE_NEW_TOKENS, MAX_STEP_NUMBERS, MAX_TEMPERATURE, TOP_SHOWN,
 )
 from selfattn.commands.options import MAX_TOKENS, ExplainConfig

@@ -130,12 +130,47 @@ export function errorOf(text, status) {
   return new ApiError(`the server answered ${status}: ${String(text).slice(0, 300)}`);
 }
 
-export async function reach(path, options) {
+// A 503 means the model's queue is full: the request is sent again after the server's
+// Retry-After, up to BUSY_TRIES times in all and BUSY_WAIT_S seconds of waiting; then the
+// 503's own message shows.
+const BUSY_TRIES = 4;
+const BUSY_WAIT_S = 60;
+
+function pause(seconds, signal) {
+  return new Promise((resolve, reject) => {
+    if (signal && signal.aborted) return reject(new DOMException("aborted", "AbortError"));
+    const timer = setTimeout(resolve, seconds * 1000);
+    if (signal) {
+      signal.addEventListener("abort", () => {
+        clearTimeout(timer);
+        reject(new DOMException("aborted", "AbortError"));
+      }, { once: true });
+    }
+  });
+}
+
+async function fetchOnce(path, options) {
   try {
     return await fetch(path, options);
   } catch (error) {
     if (error && error.name === "AbortError") throw error;
     throw new ApiError("the server did not answer (is selfattn serve still running?)");
+  }
+}
+
+export async function reach(path, options) {
+  let waited = 0;
+  for (let tries = 1; ; tries++) {
+    const response = await fetchOnce(path, options);
+    const wait = Number(response.headers.get("Retry-After"));
+    if (response.status !== 503 || tries >= BUSY_TRIES || !(wait >= 0) || waited + wait > BUSY_WAIT_S) {
+      return response;
+    }
+    await response.text(); // this answer is done with: its connection is free again
+    $("status").textContent = `the server is busy: asking again in ${wait} s…`;
+    await pause(wait, options && options.signal);
+    $("status").textContent = "working…";
+    waited += wait;
   }
 }
 
