@@ -513,8 +513,9 @@ def test_a_full_queue_is_waited_out_not_shown(page, server):
     page.click("[data-testid=tab-generate]")
     choose_model(page, "tiny-shakespeare")
     page.fill("[data-testid=prompt-input]", "To be")
-    # Four clients keep the model's queue full (one generation runs and three wait, about a
-    # second each) until the page has found it full; then it drains within seconds.
+    # Eight clients keep the model's queue full (one generation runs and three wait, about a
+    # second each; the other clients ask again every 10 ms), until the page has found it
+    # full; then it drains within seconds.
     stop = threading.Event()
 
     def keep_busy():
@@ -523,31 +524,39 @@ def test_a_full_queue_is_waited_out_not_shown(page, server):
                 post(busy_body).read()
             except urllib.error.HTTPError as refused:
                 assert refused.code == 503
-                time.sleep(0.05)
+                time.sleep(0.01)
 
-    fillers = [threading.Thread(target=keep_busy) for _ in range(4)]
+    fillers = [threading.Thread(target=keep_busy) for _ in range(8)]
     for filler in fillers:
         filler.start()
+    busy = "() => document.getElementById('status').textContent.startsWith('the server is busy: asking again in')"
     try:
-        deadline = time.monotonic() + 30
-        while True:  # full once a fifth request is refused
+        deadline = time.monotonic() + 60
+        while True:  # full once another request is refused
             try:
                 post({**busy_body, "max_new_tokens": 1}).read()
             except urllib.error.HTTPError as refused:
                 assert refused.code == 503 and int(refused.headers["Retry-After"]) >= 1
                 break
             assert time.monotonic() < deadline, "the generation queue never filled"
-        page.click("[data-testid=generate-step]")
-        page.wait_for_function(
-            "() => document.getElementById('status').textContent.startsWith('the server is busy: asking again in')",
-            timeout=10_000)
+        for _ in range(3):  # a place may come free in the moment the page asks: then it asks again
+            page.click("[data-testid=generate-step]")
+            try:
+                page.wait_for_function(busy, timeout=10_000)
+                break
+            except Exception:  # noqa: BLE001 -- Playwright's timeout: the page got in at once
+                idle(page)
+                page.click("[data-testid=generate-reset]")
+        else:
+            pytest.fail("the page never found the queue full")
     finally:
         stop.set()
         for filler in fillers:
             filler.join()
     idle(page)
     expected = library_model("tiny-shakespeare").generate("To be", 1, 0.0, None, None, 0)
-    assert statuses[0] == 503 and statuses[-1] == 200 and set(statuses[1:-1]) <= {503}, statuses
+    first = statuses.index(503)  # the attempt that found the queue full, and its retries
+    assert statuses[-1] == 200 and set(statuses[first:-1]) == {503}, statuses
     assert generated_ids(page) == expected.ids[0]
     assert message(page) == ""
     assert_clean(page, server, allowed_console=BUSY_STATUS)
