@@ -217,6 +217,7 @@ def test_the_model_is_exactly_as_before_after_the_block_even_after_an_error(indu
         pass
     assert all(torch.equal(v, state[k]) for k, v in ours.state_dict().items())
     assert not any(m._forward_pre_hooks for m in ours.modules())
+    assert all(getattr(m, "points", None) is None for m in ours.modules())  # no hook left on any point
     assert torch.equal(ours(ids).logits, before)
 
 
@@ -257,6 +258,7 @@ def test_bad_heads_are_refused(induction, heads, message):
         with sa.ablate(ours, heads):
             pass
     assert not any(m._forward_pre_hooks for m in ours.modules())
+    assert all(getattr(m, "points", None) is None for m in ours.modules())  # no hook left on any point
 
 
 def test_bad_patching_input_is_refused(induction):

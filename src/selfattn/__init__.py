@@ -30,14 +30,14 @@ Positions                 sinusoidal_encoding, LearnedPositionalEmbedding, apply
 Pretrained models         load_pretrained("all-MiniLM-L6-v2" | "stories260K" | FOLDER | FILE.bin
                           | "org/name") -> BertModel | DecoderModel -> ModelOutput;
                           DecoderModel.generate -> Generation; integrations.transformers
-Poking the model          ablate(model, heads, mode) (a with-block), patch_heads(model, ...)
+Circuits                  hooks, capture, point_names; ablate, patch_heads, attribute
 Training                  train(task="induction" | "text", ...) -> TrainingRun (shipped:
                           "tiny-induction", "tiny-shakespeare"); across processes: ring_attention
 Errors                    SelfAttnError (a ValueError) and its subclasses ConfigError,
                           SentenceError, QueryError, EmbeddingError, OptionError,
                           ShapeError, ModelError, DistributedError, TrainingError
 
-Commands: ``selfattn explain | plot | view | heads | similarity | compare | generate | ablate | patch | train | serve``.
+Commands: ``selfattn explain | plot | view | heads | similarity | compare | generate | ablate | patch | attribute | train | serve``.
 """
 
 from __future__ import annotations
@@ -74,6 +74,12 @@ _EXPORTS = {
     "trace_self_attention": "selfattn.trace.seed",
     "compare": "selfattn.commands.compare",
     "ablate": "selfattn.analysis.interventions",
+    "hooks": "selfattn.analysis.hooks",
+    "attribute": "selfattn.analysis.attribution",
+    "Attribution": "selfattn.analysis.attribution",
+    "capture": "selfattn.analysis.hooks",
+    "point_names": "selfattn.analysis.hooks",
+    "Point": "selfattn.attention.points",
     "patch_heads": "selfattn.analysis.interventions",
     "Comparison": "selfattn.analysis.comparison",
     "HeadComparison": "selfattn.analysis.comparison",

@@ -1,4 +1,5 @@
-"""The command line's ``ablate`` and ``patch``: knock heads out of a decoder, patch them in."""
+"""The command line's ``ablate``, ``patch`` and ``attribute``: knock heads out of a decoder, patch them in,
+split a logit among them."""
 
 from __future__ import annotations
 
@@ -22,8 +23,15 @@ PATCH_EXAMPLES = """examples:
 """
 
 
+ATTRIBUTE_EXAMPLES = """examples:
+  selfattn attribute "kqbxkqb" --model tiny-induction --target x
+                                                   which heads write the repeated token's logit
+  selfattn attribute "The cat sat on the mat. The cat sat on the" --model SmolLM2-135M-Instruct --target " mat" -o dla.png
+"""
+
+
 def add_intervention_commands(commands) -> None:
-    """Add ``ablate`` and ``patch`` to the subcommands."""
+    """Add ``ablate``, ``patch`` and ``attribute`` to the subcommands."""
     ablate = commands.add_parser(
         "ablate",
         help="knock heads out of a decoder and see the loss and the next token change",
@@ -66,6 +74,29 @@ def add_intervention_commands(commands) -> None:
     patch.add_argument("-o", "--output", metavar="FILE", help="also draw the heatmap to FILE (.png or .svg)")
     patch.set_defaults(run=run_patch)
 
+    attribute = commands.add_parser(
+        "attribute",
+        help="direct logit attribution: each head's share of the target token's logit",
+        description=(
+            "Run a decoder on a text once and split the logit of the target token at one position (the last "
+            "by default) into what each part of the residual stream wrote: every head (its output through "
+            "W_o), the embeddings, each MLP and the biases, each through the final norm with its scale "
+            "frozen at the run's value, then the unembedding. The shares add up to the model's logit. "
+            "-o FILE.png draws the heads' shares as a layers x heads grid."),
+    )
+    attribute.epilog = ATTRIBUTE_EXAMPLES
+    attribute.add_argument("text", nargs="+", metavar="TEXT", help="the text, quoted")
+    add_model_option(attribute, default=None)
+    attribute.add_argument("--target", required=True, metavar="TOKEN",
+                           help="the token whose logit is split: as the vocabulary writes it (Ġcat, ▁cat) or as "
+                                "text of one token")
+    attribute.add_argument("--position", type=int, default=None, metavar="P",
+                           help="the position whose next-token logit is read, from 0 (default: the last token)")
+    attribute.add_argument("--precision", type=int, default=3, metavar="DIGITS", help="decimals shown, 0 to 10 (default 3)")
+    attribute.add_argument("--format", choices=["text", "json", "markdown"], default="text", help="output format")
+    attribute.add_argument("-o", "--output", metavar="FILE", help="also draw the heads' shares to FILE (.png or .svg)")
+    attribute.set_defaults(run=run_attribute)
+
 
 def _model(args: argparse.Namespace) -> str:
     from selfattn.errors import OptionError
@@ -79,11 +110,11 @@ def run_ablate(args: argparse.Namespace) -> int:
     from selfattn.commands.model_options import check_ablate_options
 
     text = " ".join(args.text) if args.text else None
-    check_ablate_options(text, _model(args), args.heads, args.mode, args.format, args.precision, args.probe,
-                         args.probe_length, args.seed)  # before torch loads
+    pairs = check_ablate_options(text, _model(args), args.heads, args.mode, args.format, args.precision, args.probe,
+                                 args.probe_length, args.seed)  # before torch loads
     from selfattn.commands.interventions import ablate_command
 
-    ablate_command(text, _model(args), args.heads, args.mode, args.format, args.precision, sys.stdout,
+    ablate_command(text, _model(args), pairs, args.mode, args.format, args.precision, sys.stdout,
                    probe=args.probe, probe_length=args.probe_length, seed=args.seed)
     return 0
 
@@ -91,10 +122,23 @@ def run_ablate(args: argparse.Namespace) -> int:
 def run_patch(args: argparse.Namespace) -> int:
     from selfattn.commands.model_options import check_patch_options
 
-    check_patch_options(args.clean, args.corrupted, _model(args), args.format, args.precision,
-                        args.output)  # before torch loads
+    picture = check_patch_options(args.clean, args.corrupted, _model(args), args.format, args.precision,
+                                  args.output)  # before torch loads
     from selfattn.commands.interventions import patch_command
 
     patch_command(args.clean, args.corrupted, _model(args), args.target, args.format, args.precision, sys.stdout,
-                  args.output)
+                  picture, args.output)
+    return 0
+
+
+def run_attribute(args: argparse.Namespace) -> int:
+    from selfattn.commands.model_options import check_attribute_options
+
+    text = " ".join(args.text)
+    picture = check_attribute_options(text, _model(args), args.format, args.precision, args.position,
+                                      args.output)  # before torch loads
+    from selfattn.commands.interventions import attribute_command
+
+    attribute_command(text, _model(args), args.target, args.position, args.format, args.precision, sys.stdout,
+                      picture, args.output)
     return 0

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from selfattn.analysis.decoder_roles import induction_probe_score
-from selfattn.analysis.interventions import ablate, check_heads
+from selfattn.analysis.interventions import check_heads, knocked_out
 from selfattn.analysis.next_token import Chance, next_token_losses, top_tokens
 from selfattn.models.tokenizer import Encoded
 
@@ -96,7 +96,7 @@ def ablation_report(model, encoded: Encoded, heads, mode: str, positions: list[i
     weights = probe is not None
     with torch.no_grad():
         plain = model.run(encoded, output_attentions=weights)
-        with ablate(model, chosen, mode):
+        with knocked_out(model, chosen, mode):
             knocked = model.run(encoded, output_attentions=weights)
     before, after = plain.logits, knocked.logits  # (1, seq, vocab)
     scores = [None, None]

@@ -2,20 +2,18 @@
 
 In every attention layer the heads' outputs stand side by side before the output projection:
 
-    concat = [head_0 | head_1 | ... | head_(H-1)]      (batch, seq, H * d_head)
-    Y      = concat W_o                                  (batch, seq, d_model)
+    z      = (z_0, z_1, ..., z_(H-1))                    (batch, H, seq, d_head)
+    Y      = concat(z) W_o                               (batch, seq, d_model)
 
-so head h of a layer is the slice concat[..., h d_head : (h + 1) d_head], and what the
-layer adds to the residual stream is the sum of each head's slice times its rows of W_o.
-An intervention rewrites that slice on its way into W_o, through a forward pre-hook on the
-layer's ``w_o`` (hooks on a named point, as TransformerLens does; the model's code and
-weights stay as they are). Every attention path (reference, packed, flash) and the trace
-go through ``w_o``, so the intervention holds in every forward, generate and trace.
+An intervention rewrites head h's z_h at the layer's named point ``blocks.{l}.attn.hook_z``
+(``analysis.hooks``; the model's code and weights stay as they are). Every attention path
+(reference, flash) and the trace pass that point, so the intervention holds in every
+forward, generate and trace.
 
-    zero      head_h := 0
-    mean      head_h := its mean over the positions of the batch being run (padding left
+    zero      z_h := 0
+    mean      z_h := its mean over the positions of the batch being run (padding left
               out); while generation continues from a cache, over every position run so far
-    patch     head_h := the same head's output on another input (activation patching)
+    patch     z_h := the same head's output on another input (activation patching)
 
 Patching asks which heads carry what makes two inputs differ: run the corrupted input with
 one head's output taken from the clean run, and see how much of the clean answer returns:
@@ -34,9 +32,11 @@ from dataclasses import dataclass
 
 import torch
 
+from selfattn.analysis.hooks import capture, hooks, model_blocks
 from selfattn.analysis.next_token import next_token_losses, target_id
 from selfattn.analysis.inputs import ABLATION_MODES
 from selfattn.attention.modules import MultiHeadAttention
+from selfattn.attention.points import Point, point_name
 from selfattn.errors import ModelError, OptionError, SentenceError, did_you_mean
 from selfattn.models.tokenizer import Encoded
 
@@ -57,15 +57,7 @@ def attention_modules(model) -> list[MultiHeadAttention]:
     Raises:
         ModelError: the model has no such layers.
     """
-    blocks = getattr(model, "blocks", None)
-    if blocks is None:
-        blocks = getattr(model, "layers", None)
-    found = [getattr(block, "attention", None) for block in blocks] if blocks is not None else []
-    if not found or not all(isinstance(m, MultiHeadAttention) for m in found):
-        raise ModelError(
-            f"{type(model).__name__} has no attention layers of selfattn's: heads can be knocked out or patched in "
-            "selfattn's models (load_pretrained, train, Transformer)")
-    return found
+    return [block.attention for block in model_blocks(model)]
 
 
 def check_heads(model, heads) -> list[tuple[int, int]]:
@@ -126,108 +118,69 @@ def ablate(model, heads, mode: str = "zero") -> Iterator:
     if mode not in ABLATION_MODES:
         raise OptionError(f"unknown ablation mode {mode!r}: choose one of {', '.join(ABLATION_MODES)}"
                           f"{did_you_mean(mode, ABLATION_MODES)}")
-    modules = attention_modules(model)
-    by_layer: dict[int, list[int]] = {}
-    for layer, head in check_heads(model, heads):
-        by_layer.setdefault(layer, []).append(head)
-    knockouts = {layer: _Knockout(modules[layer], layer_heads, mode) for layer, layer_heads in by_layer.items()}
-    hooks = [(modules[layer], k.see_call, True) for layer, k in knockouts.items()]
-    hooks += [(modules[layer].w_o, k.replace, False) for layer, k in knockouts.items()]
-    with _pre_hooks(hooks):
+    with knocked_out(model, check_heads(model, heads), mode):
         yield model
 
 
-@contextmanager
-def _pre_hooks(hooks) -> Iterator[None]:
-    """Forward pre-hooks [(module, hook, with_kwargs)] in place for a block, removed after it whatever happens."""
-    handles = []
-    try:
-        for module, hook, with_kwargs in hooks:
-            handles.append(module.register_forward_pre_hook(hook, with_kwargs=with_kwargs))
-        yield
-    finally:
-        for handle in handles:
-            handle.remove()
+def knocked_out(model, heads: list[tuple[int, int]], mode: str):
+    """``ablate`` on heads and a mode already checked (``check_heads``, ``ABLATION_MODES``): a context manager."""
+    by_layer: dict[int, list[int]] = {}
+    for layer, head in heads:
+        by_layer.setdefault(layer, []).append(head)
+    return hooks(model, {point_name(layer, "z"): _Knockout(layer_heads, mode) for layer, layer_heads in by_layer.items()})
 
 
 class _Knockout:
-    """One layer's knocked-out heads: ``see_call`` notes the call's padding and cache, ``replace`` rewrites concat."""
+    """A hook on one layer's z: its knocked-out heads zeroed, or set to their mean over the real positions.
 
-    def __init__(self, module: MultiHeadAttention, heads: list[int], mode: str) -> None:
+    The mean's running sum is the knock-out's own: a call that continues a cache
+    (``point.past`` > 0) adds to it, a fresh call starts it again.
+    """
+
+    def __init__(self, heads: list[int], mode: str) -> None:
         self.heads, self.mode = heads, mode
-        self.n_heads, self.d_head = module.config.n_heads, module.config.d_head
-        self.call = None  # (real queries (batch, q_len) bool or None, continues a cache)
-        self.total, self.count = None, 0  # the mean's running sum (k, d_head) and weight
+        self.total, self.count = None, 0.0  # the mean's running sum (k, d_head) and weight
 
-    def see_call(self, module, args, kwargs):
-        cache = kwargs.get("cache")
-        query = args[0] if args else kwargs["query"]
-        q_len = query.shape[-2]
-        self.call = (real_queries(kwargs.get("attn_mask"), q_len), cache is not None and cache.length > 0)
-
-    def replace(self, module, args):
-        (concat,) = args  # (batch, q_len, H d_head), or (q_len, H d_head) unbatched
-        call, self.call = self.call, None  # a trace's direct steps() call has no see_call: all positions, fresh
-        x = concat if concat.dim() == 3 else concat[None]  # (batch, q_len, H d_head)
-        batch, q_len, _ = x.shape
-        split = x.reshape(batch, q_len, self.n_heads, self.d_head).clone()  # (batch, q_len, H, d_head)
+    def __call__(self, z: torch.Tensor, point: Point) -> torch.Tensor:
+        z = z.clone()  # (batch, H, q_len, d_head)
         if self.mode == "zero":
-            split[:, :, self.heads] = 0
+            z[:, self.heads] = 0
         else:
-            split[:, :, self.heads] = self._mean(split[:, :, self.heads], call).to(split.dtype)
-        out = split.reshape(batch, q_len, self.n_heads * self.d_head)
-        return (out if concat.dim() == 3 else out[0],)
+            z[:, self.heads] = self._mean(z[:, self.heads], point)[None, :, None].to(z.dtype)
+        return z
 
-    def _mean(self, values: torch.Tensor, call) -> torch.Tensor:
-        """values (batch, q_len, k, d_head) -> their mean over the real positions (k, d_head), running with a cache."""
-        real, continues = call if call is not None else (None, False)
-        weight = torch.ones(values.shape[:2], dtype=torch.float64) if real is None else real.to(torch.float64)
-        total = (values.double() * weight[..., None, None]).sum(dim=(0, 1))  # (k, d_head)
+    def _mean(self, values: torch.Tensor, point: Point) -> torch.Tensor:
+        """values (batch, k, q_len, d_head) -> their mean over the real positions (k, d_head), running with a cache."""
+        batch, _, q_len, _ = values.shape
+        weight = torch.ones(batch, q_len, dtype=torch.float64) if point.real is None else point.real.to(torch.float64)
+        total = (values.double() * weight[:, None, :, None]).sum(dim=(0, 2))  # (k, d_head)
         count = float(weight.sum())
-        if continues and self.total is not None:
+        if point.past > 0 and self.total is not None:
             total, count = total + self.total, count + self.count
         self.total, self.count = total, count
         return total / max(count, 1.0)
 
 
-def real_queries(attn_mask, q_len: int) -> torch.Tensor | None:
-    """Which of a call's queries are real tokens, read from its mask.   -> (batch or 1, q_len) bool, or None
-
-    The last query of a padded batch is a real token (left padding puts every row's newest
-    token last; right padding leaves an encoder's keys masked for every query), so the keys
-    its row may see are the real ones; the queries are the last q_len keys.
-    None when the call has no mask: every position is real.
-    """
-    if not isinstance(attn_mask, torch.Tensor) or attn_mask.dim() < 2:
-        return None
-    seen = attn_mask if attn_mask.dtype == torch.bool else attn_mask > torch.finfo(attn_mask.dtype).min / 2
-    last = seen[..., -1, :]  # (..., kv_len): what the last query may see
-    last = last.reshape(last.shape[0], -1, last.shape[-1]).any(dim=1) if last.dim() > 1 else last[None]  # (batch or 1, kv_len)
-    return last[:, last.shape[-1] - q_len:]  # (batch or 1, q_len)
-
-
 def capture_heads(model, encoded: Encoded) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """Run the model once and keep what each layer's W_o read.   -> last logits (batch, 1, vocab), n_layers x (batch, seq, H d_head)"""
-    modules = attention_modules(model)
-    seen: list[torch.Tensor | None] = [None] * len(modules)
-    hooks = [(m.w_o, lambda _, args, i=i: seen.__setitem__(i, args[0].detach()), False) for i, m in enumerate(modules)]
-    with _pre_hooks(hooks), torch.no_grad():
+    """Run the model once and keep every head's output.   -> last logits (batch, 1, vocab), n_layers x z (batch, H, seq, d_head)"""
+    names = [point_name(layer, "z") for layer in range(len(model_blocks(model)))]
+    with capture(model, names) as seen, torch.no_grad():
         logits = model.run(encoded, last_only=True).logits
-    return logits, seen
+    return logits, [seen[name] for name in names]
 
 
 def per_head_runs(model, encoded: Encoded, measure, sources: list[torch.Tensor] | None = None,
                   last_only: bool = True) -> torch.Tensor:
     """For every head alone, run ``encoded`` with that head replaced, and measure.   -> (n_layers, n_heads) float64
 
-    head_h := 0 (sources None) or sources[layer][..., h] (patching). The runs are rows of
+    z_h := 0 (sources None) or sources[layer][:, h] (patching). The runs are rows of
     batched forwards, one head per row.
 
     Args:
         model: a decoder.
         encoded: one input, batch 1, unpadded.
         measure: (rows, seq or 1, vocab) logits -> (rows,) numbers.
-        sources: per layer what W_o read on the clean input, (1, seq, H d_head).
+        sources: per layer every head's output on the clean input, (1, H, seq, d_head).
         last_only: only the last position's logits are needed.
     """
     modules = attention_modules(model)
@@ -241,28 +194,24 @@ def per_head_runs(model, encoded: Encoded, measure, sources: list[torch.Tensor] 
     results = []
     for start in range(0, len(pairs), chunk):
         rows = pairs[start:start + chunk]
-        hooks = [(m.w_o, _row_patch(layer, m, rows, sources), False) for layer, m in enumerate(modules)]
+        table = {point_name(layer, "z"): _row_patch(layer, rows, sources) for layer in {l for l, _ in rows}}
         batch = Encoded(encoded.tokens * len(rows), encoded.input_ids.expand(len(rows), -1),
                         encoded.attention_mask.expand(len(rows), -1))
-        with _pre_hooks(hooks), torch.no_grad():
+        with hooks(model, table), torch.no_grad():
             logits = model.run(batch, last_only=last_only).logits  # (rows, 1 or seq, vocab)
         results.append(measure(logits).double())
     return torch.cat(results).reshape(shape)
 
 
-def _row_patch(layer: int, module: MultiHeadAttention, rows: list[tuple[int, int]], sources):
-    """A W_o pre-hook that replaces, in row r, head rows[r][1] when rows[r][0] is this layer."""
+def _row_patch(layer: int, rows: list[tuple[int, int]], sources):
+    """A hook on layer ``layer``'s z that replaces, in row r, head rows[r][1] when rows[r][0] is this layer."""
     mine = [(r, head) for r, (l, head) in enumerate(rows) if l == layer]
-    d = module.config.d_head
 
-    def hook(_, args):
-        if not mine:
-            return None
-        concat = args[0].clone()  # (rows, seq, H d_head)
+    def hook(z: torch.Tensor, point: Point) -> torch.Tensor:
+        z = z.clone()  # (rows, H, seq, d_head)
         for r, head in mine:
-            span = slice(head * d, (head + 1) * d)
-            concat[r, :, span] = 0 if sources is None else sources[layer][0, :, span]
-        return (concat,)
+            z[r, head] = 0 if sources is None else sources[layer][0, head]
+        return z
 
     return hook
 

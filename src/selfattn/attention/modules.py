@@ -26,11 +26,13 @@ from selfattn.attention.functional import AttentionSteps, attention_steps
 from selfattn.attention.kv_cache import KVCache
 from selfattn.attention.layers import RMSNorm
 from selfattn.attention.paths import AttentionCall, PathChoice, choose_path, merge_heads
+from selfattn.attention.points import LayerPoints, PointCall
 from selfattn.attention.torch_weights import copy_torch_weights, torch_settings
-from selfattn.checks import check_width
+from selfattn.checks import check_width, expand_kv_heads
 from selfattn.errors import ShapeError
 from selfattn.masks import causal_mask, check_mask_kind, combine_masks, sliding_window_mask
 from selfattn.positional import alibi_bias, apply_rope
+from selfattn.pipeline.steps import context_vectors
 from selfattn.positional.rope import RopeRotation, rotate_pairs
 
 
@@ -128,6 +130,9 @@ class MultiHeadAttention(nn.Module):
         self.w_o = nn.Linear(c.n_heads * c.d_head, c.d_model, bias=c.output_bias)
         self.q_norm = RMSNorm(c.d_head, c.qk_norm_eps, c.qk_norm_gain) if c.qk_norm else None
         self.k_norm = RMSNorm(c.d_head, c.qk_norm_eps, c.qk_norm_gain) if c.qk_norm else None
+        # The hooks set on this layer's named points (``attention.points``; set by ``selfattn.hooks``
+        # for a with-block); None, as almost always, keeps every path exactly as without them.
+        self.points: LayerPoints | None = None
 
     @classmethod
     def from_config(cls, config: AttentionConfig) -> MultiHeadAttention:
@@ -168,6 +173,7 @@ class MultiHeadAttention(nn.Module):
         cache: KVCache | None = None,
         need_weights: bool = False,
         positions: torch.Tensor | None = None,
+        real_tokens: torch.Tensor | None = None,
     ):
         """Y, or (Y, weights (batch, H, q_len, kv_len)) with need_weights=True (no batch axis if unbatched).
 
@@ -195,6 +201,8 @@ class MultiHeadAttention(nn.Module):
                 Or a ``RopeRotation`` (``positional.rope.rope_rotation``): their cos and
                 sin computed once, for a model whose every layer turns the same positions.
                 Self-attention only.
+            real_tokens: (batch, q_len) bool, True at the real tokens of a padded batch (None:
+                all real); only the hooks of intervention points read it (``attention.points``).
 
         Returns:
             Y, (batch, q_len, d_model); with need_weights=True the pair (Y, weights),
@@ -206,7 +214,7 @@ class MultiHeadAttention(nn.Module):
                 above, the inputs disagree on batch axis, batch size or kv_len, the mask
                 does not broadcast, or the cache holds keys of another shape.
         """
-        call = AttentionCall(query, key, value, attn_mask, is_causal, cache, need_weights, positions)
+        call = AttentionCall(query, key, value, attn_mask, is_causal, cache, need_weights, positions, real_tokens)
         path, _ = choose_path(self, call)
         return path.run(self, call)
 
@@ -262,6 +270,7 @@ class MultiHeadAttention(nn.Module):
         is_causal: bool = False,
         cache: KVCache | None = None,
         positions: torch.Tensor | None = None,
+        real_tokens: torch.Tensor | None = None,
     ) -> MultiHeadSteps:
         """Run attention and return every intermediate (the projections, each head, the concat).
 
@@ -275,6 +284,7 @@ class MultiHeadAttention(nn.Module):
             is_causal: hide later keys, aligned bottom-right (as in ``forward``).
             cache: a ``KVCache`` to extend with this call's keys and values, in place.
             positions: RoPE's positions of the new tokens, as in ``forward``.
+            real_tokens: the real tokens of a padded batch, for the intervention points (as in ``forward``).
 
         Returns:
             ``MultiHeadSteps(q, k, v, mask, attention, concat, output, q_plain, k_plain)``:
@@ -289,13 +299,17 @@ class MultiHeadAttention(nn.Module):
         Raises:
             ShapeError: the inputs, the mask or the cache do not fit (as in ``forward``).
         """
-        heads = self.project_heads(query, key, value, attn_mask, is_causal, cache, positions)
+        heads = self.project_heads(query, key, value, attn_mask, is_causal, cache, positions, real_tokens=real_tokens)
         steps = attention_steps(
             heads.q, heads.k, heads.v, attn_mask=heads.mask, dropout_p=self.dropout_p, scale=heads.scale,
             enable_gqa=self.grouped,
         )  # heads: (batch, H, q_len, d_head)
-        concat = merge_heads(steps.output)  # (batch, q_len, H * d_head)
-        output = self.w_o(concat)  # (batch, q_len, d_model)
+        if heads.call is not None and "pattern" in self.points:
+            weights = self.points.apply("pattern", steps.weights, heads.call)  # (batch, H, q_len, kv_len)
+            steps = steps._replace(weights=weights, output=self.attend_with(weights, heads.v))
+        z, output = self.heads_out(steps.output, heads.call)  # (batch, H, q_len, d_head), (batch, q_len, d_model)
+        steps = steps._replace(output=z)
+        concat = merge_heads(z)  # (batch, q_len, H * d_head)
         if heads.unbatched:
             output, concat = output[0], concat[0]
         return MultiHeadSteps(heads.q, heads.k, heads.v, heads.mask, steps, concat, output, heads.q_plain, heads.k_plain)
@@ -322,7 +336,8 @@ class MultiHeadAttention(nn.Module):
         return self.config.kv_heads != self.config.n_heads
 
     def project_heads(
-        self, query, key, value, attn_mask, is_causal: bool, cache: KVCache | None, positions=None, fast: bool = False
+        self, query, key, value, attn_mask, is_causal: bool, cache: KVCache | None, positions=None, fast: bool = False,
+        real_tokens: torch.Tensor | None = None,
     ) -> Heads:
         """Project the inputs into heads, normalise q and k (qk_norm), apply RoPE and the cache, build the one mask.
 
@@ -341,13 +356,16 @@ class MultiHeadAttention(nn.Module):
             cache: a ``KVCache`` to extend with this call's keys and values, in place.
             positions: RoPE's positions of the new tokens, as in ``forward``.
             fast: allow the stacked projection.
+            real_tokens: the real tokens of a padded batch, for the intervention points.
 
         Returns:
-            ``Heads(q, k, v, mask, unbatched, scale, q_plain, k_plain)``: q (batch, H,
+            ``Heads(q, k, v, mask, unbatched, scale, q_plain, k_plain, call)``: q (batch, H,
                 q_len, d_head) after the norm and RoPE, k and v (batch, Hkv, kv_len,
                 d_head) with the cache, the one mask (or None), whether the input had no
-                batch axis, the scale left to apply (None: 1 / sqrt(d_head)), and q and k
-                after the norm and before RoPE.
+                batch axis, the scale left to apply (None: 1 / sqrt(d_head)), q and k
+                after the norm and before RoPE, and the ``PointCall`` the layer's points
+                are told (None when none is set). With points set, the q, k and v hooks
+                have run: k and v before the cache keeps them.
 
         Raises:
             ShapeError: the inputs, the mask or the cache do not fit (as in ``forward``).
@@ -370,7 +388,9 @@ class MultiHeadAttention(nn.Module):
             )
 
         past = 0 if cache is None else cache.length
-        q, k, v, scale = self._project(query, key, value, fast)
+        points = self.points
+        call = None if points is None else PointCall(real_tokens, past)
+        q, k, v, scale = self._project(query, key, value, fast and points is None)
         q = _split_heads(q, c.n_heads)  # (batch, H, q_len, d_head)
         k = _split_heads(k, c.kv_heads)  # (batch, Hkv, new_len, d_head)
         v = _split_heads(v, c.kv_heads)  # (batch, Hkv, new_len, d_head)
@@ -392,13 +412,55 @@ class MultiHeadAttention(nn.Module):
         elif c.positional == "rope":
             rope = dict(base=c.rope_base, pairs=c.rope_pairs, scaling=c.rope_scaling)
             k = apply_rope(k, torch.arange(past, past + k.shape[-2], device=k.device) if positions is None else positions, **rope)
+        if call is not None:
+            k, v = points.apply("k", k, call), points.apply("v", v, call)  # (batch, Hkv, new_len, d_head)
         if cache is not None:
             k, v = cache.append(k, v)  # (batch, Hkv, past + new_len, d_head)
         q_len, kv_len = q.shape[-2], k.shape[-2]
         if c.positional == "rope" and rotation is None:
             # The queries are the newest positions: bottom-right aligned with the keys.
             q = apply_rope(q, torch.arange(kv_len - q_len, kv_len, device=q.device) if positions is None else positions, **rope)
-        return Heads(q, k, v, self._mask(attn_mask, is_causal, q_len, kv_len, q), unbatched, scale, q_plain, k_plain)
+        if call is not None:
+            q = points.apply("q", q, call)  # (batch, H, q_len, d_head)
+        return Heads(q, k, v, self._mask(attn_mask, is_causal, q_len, kv_len, q), unbatched, scale, q_plain, k_plain,
+                     call)
+
+    def attend_with(self, weights: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """z_h = A_h V_g(h) for given weights (a pattern a hook changed).
+
+        Args:
+            weights: A, (batch, H, q_len, kv_len).
+            v: the values, (batch, Hkv, kv_len, d_head).
+
+        Returns:
+            z, (batch, H, q_len, d_head).
+        """
+        _, v = expand_kv_heads(v, v, weights.shape[-3])  # (batch, H, kv_len, d_head)
+        return context_vectors(weights, v)
+
+    def heads_out(self, z: torch.Tensor, call: PointCall | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(z, Y): Y = concat(z_0 .. z_(H-1)) W_o (+ b_o), through the z and result points when set.
+
+        Every path ends here. With a result point, each head's part z_h W_o,h is made
+        (batch, q_len, H, d_model), handed to the hooks, and Y is their sum plus the bias.
+
+        Args:
+            z: each head's output, (batch, H, q_len, d_head).
+            call: what the layer's points are told (``Heads.call``); None when none is set.
+
+        Returns:
+            (z as the hooks left it, Y (batch, q_len, d_model)).
+        """
+        if call is not None and "z" in self.points:
+            z = self.points.apply("z", z, call)  # (batch, H, q_len, d_head)
+        if call is None or "result" not in self.points:
+            return z, self.w_o(merge_heads(z))  # (batch, q_len, d_model)
+        c = self.config
+        w_o = self.w_o.weight.view(c.d_model, c.n_heads, c.d_head)  # (d_model, H, d_head)
+        result = torch.einsum("bhqe,dhe->bqhd", z, w_o)  # (batch, q_len, H, d_model)
+        result = self.points.apply("result", result, call)
+        out = result.sum(dim=-2)  # (batch, q_len, d_model)
+        return z, out if self.w_o.bias is None else out + self.w_o.bias
 
     def _project(self, query, key, value, fast: bool):
         """Q = X W_q, K = X W_k, V = X W_v, and the scale still to apply to Q K^T (None: 1 / sqrt(d_head)).
@@ -486,6 +548,7 @@ class Heads(NamedTuple):
     scale: float | None  # what is left to multiply Q K^T by; None: 1 / sqrt(d_head)
     q_plain: torch.Tensor | None = None  # after the q norm, before RoPE
     k_plain: torch.Tensor | None = None
+    call: PointCall | None = None  # what the layer's intervention points are told; None when none is set
 
 
 def _split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:

@@ -37,6 +37,7 @@ class AttentionCall(NamedTuple):
     cache: Any = None  # a KVCache, or None
     need_weights: bool = False
     positions: Any = None  # RoPE's positions, or a RopeRotation
+    real_tokens: torch.Tensor | None = None  # (batch, q_len) bool: a padded batch's real tokens, for the points
 
 
 class AttentionPath(NamedTuple):
@@ -106,12 +107,16 @@ def _reference_run(module, call: AttentionCall):
     # bottom-right is top-left there, and attention_forward applies it without a mask tensor.
     square = call.is_causal and module.causal_alone(call.attn_mask) and _as_many_keys(call)
     heads = module.project_heads(call.query, call.key, call.value, call.attn_mask, call.is_causal and not square,
-                                 call.cache, call.positions, fast=True)
+                                 call.cache, call.positions, fast=True, real_tokens=call.real_tokens)
+    pattern = heads.call is not None and "pattern" in module.points  # a hook reads or changes the weights
     attended = attention_forward(
         heads.q, heads.k, heads.v, attn_mask=heads.mask, dropout_p=module.dropout_p, is_causal=square,
-        scale=heads.scale, enable_gqa=module.grouped, need_weights=call.need_weights,
+        scale=heads.scale, enable_gqa=module.grouped, need_weights=call.need_weights or pattern,
     )  # output (batch, H, q_len, d_head), weights (batch, H, q_len, kv_len) or None
-    output = module.w_o(merge_heads(attended.output))  # (batch, q_len, d_model)
+    if pattern:
+        attended = attended._replace(weights=module.points.apply("pattern", attended.weights, heads.call))
+        attended = attended._replace(output=module.attend_with(attended.weights, heads.v))
+    output = module.heads_out(attended.output, heads.call)[1]  # (batch, q_len, d_model)
     if heads.unbatched:
         output = output[0]
     if not call.need_weights:
@@ -132,6 +137,8 @@ def _as_many_keys(call: AttentionCall) -> bool:
 
 
 def _flash_declines(module, call: AttentionCall) -> str | None:
+    if module.points is not None and "pattern" in module.points:
+        return "a hook is set on the layer's attention pattern, which the tiled kernel never holds"
     if call.need_weights:
         return "the call asks for the weights (need_weights=True), which the tiled kernel never holds"
     q_len = call.query.shape[-2] if isinstance(call.query, torch.Tensor) and call.query.dim() >= 2 else 0
@@ -149,11 +156,11 @@ def _flash_run(module, call: AttentionCall):
 
     alone = call.is_causal and module.causal_alone(call.attn_mask)
     heads = module.project_heads(call.query, call.key, call.value, call.attn_mask, call.is_causal and not alone,
-                                 call.cache, call.positions, fast=True)
+                                 call.cache, call.positions, fast=True, real_tokens=call.real_tokens)
     offset = heads.k.shape[-2] - heads.q.shape[-2] if alone else None  # bottom-right: the queries are the newest
     out, _ = flash_with_offset(heads.q, heads.k, heads.v, heads.mask, offset, heads.scale, module.grouped,
                                dropout_p=module.dropout_p)
-    output = module.w_o(merge_heads(out))  # (batch, H, q_len, d_head) -> (batch, q_len, d_model)
+    output = module.heads_out(out, heads.call)[1]  # (batch, H, q_len, d_head) -> (batch, q_len, d_model)
     return output[0] if heads.unbatched else output
 
 
@@ -166,6 +173,8 @@ def _packed_declines(module, call: AttentionCall) -> str | None:
     # One test after another, so that a decoding step (declined here on every call) builds
     # no message it does not return: at width 64 the f-strings alone showed in a profile.
     c = module.config
+    if module.points is not None:
+        return "hooks are set on the layer's intervention points"
     if call.need_weights:
         return "the call asks for the weights"
     if call.attn_mask is not None:

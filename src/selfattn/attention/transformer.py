@@ -31,6 +31,7 @@ from torch import nn
 from selfattn.attention.config import GATED_ACTIVATIONS, TransformerConfig
 from selfattn.attention.kv_cache import KVCache
 from selfattn.attention.modules import MultiHeadAttention, MultiHeadSteps
+from selfattn.attention.points import LayerPoints, PointCall
 from selfattn.checks import check_width
 from selfattn.attention.layers import GatedFeedForward, make_norm
 from selfattn.errors import ConfigError, ShapeError
@@ -127,6 +128,7 @@ class TransformerBlock(nn.Module):
         self.post_feedforward_norm = make_norm(config) if config.sandwich_norm else None
         self.dropout1 = nn.Dropout(config.dropout)
         self.dropout2 = nn.Dropout(config.dropout)
+        self.points: LayerPoints | None = None  # hooks on the residual stream's points (``attention.points``)
 
     def forward(
         self,
@@ -137,6 +139,7 @@ class TransformerBlock(nn.Module):
         cache: KVCache | None = None,
         need_weights: bool = False,
         positions: torch.Tensor | None = None,
+        real_tokens: torch.Tensor | None = None,
     ):
         """x', or (x', weights (batch, H, q_len, kv_len)) with need_weights=True.
 
@@ -151,6 +154,8 @@ class TransformerBlock(nn.Module):
             need_weights: also return the attention weights.
             positions: with RoPE, the new tokens' positions, (seq,) or (batch, seq); see
                 ``MultiHeadAttention.forward``.
+            real_tokens: (batch, seq) bool, a padded batch's real tokens, for the hooks of
+                the intervention points (``attention.points``); None: all real.
 
         Returns:
             x', the shape of x; with need_weights=True the pair (x', weights), weights
@@ -162,28 +167,41 @@ class TransformerBlock(nn.Module):
         """
         check_width(x, self.config.d_model, "x")
         causal = self.config.causal if is_causal is None else is_causal
+        points = self.points
+        call = None if points is None else PointCall(real_tokens, 0 if cache is None else cache.length)
+        if call is not None:
+            x = points.apply("resid_pre", x, call)
 
         def attend(h: torch.Tensor):
             options = dict(attn_mask=attn_mask, is_causal=causal, cache=cache, positions=positions)
+            if real_tokens is not None:
+                options["real_tokens"] = real_tokens
             if need_weights:
                 out, weights = self.attention(h, **options, need_weights=True)  # weights (batch, H, q_len, kv_len)
             else:
                 out, weights = self.attention(h, **options), None
             if self.post_attention_norm is not None:
                 out = self.post_attention_norm(out)  # (..., seq, d_model)
-            return _dropped(self.dropout1, out), weights
+            out = _dropped(self.dropout1, out)
+            return (out if call is None else points.apply("attn_out", out, call)), weights
+
+        def transform(h: torch.Tensor) -> torch.Tensor:
+            out = self.feed_forward(h)  # (..., seq, d_model)
+            if self.post_feedforward_norm is not None:
+                out = self.post_feedforward_norm(out)
+            out = _dropped(self.dropout2, out)
+            return out if call is None else points.apply("mlp_out", out, call)
 
         if self.config.norm_first:
             attended, weights = attend(self.norm1(x))
             x = x + attended
-            transformed = self.feed_forward(self.norm2(x))  # (..., seq, d_model)
-            if self.post_feedforward_norm is not None:
-                transformed = self.post_feedforward_norm(transformed)
-            x = x + _dropped(self.dropout2, transformed)
+            x = x + transform(self.norm2(x))
         else:
             attended, weights = attend(x)
             x = self.norm1(x + attended)
-            x = self.norm2(x + _dropped(self.dropout2, self.feed_forward(x)))
+            x = self.norm2(x + transform(x))
+        if call is not None:
+            x = points.apply("resid_post", x, call)
         if not need_weights:
             return x
         if x.dim() == 2 and weights.dim() == 4:
@@ -283,6 +301,7 @@ class Transformer(nn.Module):
         caches: list[KVCache] | None = None,
         output_attentions: bool = False,
         output_hidden_states: bool = False,
+        real_tokens: torch.Tensor | None = None,
     ) -> TransformerOutput:
         """Run every block over x (positions added first).   (batch, seq, d_model) -> TransformerOutput
 
@@ -295,6 +314,8 @@ class Transformer(nn.Module):
                 length; each is extended in place, and x continues the cached sequence.
             output_attentions: also return each layer's attention weights.
             output_hidden_states: also return the hidden states between the layers.
+            real_tokens: (batch, seq) bool, a padded batch's real tokens, for the hooks of
+                the intervention points (``attention.points``); None: all real.
 
         Returns:
             A ``TransformerOutput``; shapes lose the batch axis when x has none.
@@ -312,13 +333,14 @@ class Transformer(nn.Module):
         x = x + self._positions(x.shape[1], past, x)  # (batch, seq, d_model) + (seq, d_model)
 
         hidden_states, attentions = [x], []
+        extra = {} if real_tokens is None else {"real_tokens": real_tokens}
         for i, layer in enumerate(self.layers):
             cache = None if caches is None else caches[i]
             if output_attentions:
-                x, weights = layer(x, attn_mask=attn_mask, is_causal=is_causal, cache=cache, need_weights=True)
+                x, weights = layer(x, attn_mask=attn_mask, is_causal=is_causal, cache=cache, need_weights=True, **extra)
                 attentions.append(weights)  # (batch, H, q_len, kv_len)
             else:
-                x = layer(x, attn_mask=attn_mask, is_causal=is_causal, cache=cache)
+                x = layer(x, attn_mask=attn_mask, is_causal=is_causal, cache=cache, **extra)
             hidden_states.append(x)  # (batch, seq, d_model)
         last = x if self.norm is None else self.norm(x)  # (batch, seq, d_model)
 

@@ -16,9 +16,10 @@ from selfattn.analysis.next_token import probe_positions, text_positions
 from selfattn.analysis.inputs import PROBE_LENGTH, PROBE_SEED
 from selfattn.analysis.probes import induction_probe_for
 from selfattn.errors import OptionError
-from selfattn.commands.model_options import check_ablate_options, check_patch_options
 from selfattn.explain.command_output import write_document, write_json
-from selfattn.explain.interventions import ablation_document, ablation_to_dict, patching_document, patching_to_dict
+from selfattn.explain.interventions import (
+    ablation_document, ablation_to_dict, attribution_document, attribution_to_dict, patching_document, patching_to_dict,
+)
 from selfattn.models.loading import shared_model
 from selfattn.models.registry import decoder_names
 
@@ -37,15 +38,18 @@ def decoder_model(model_name: str, command: str):
 
 
 def ablate_command(
-    text: str | None, model_name: str, heads: str, mode: str, output_format: str, precision: int, stream: TextIO,
-    probe: str | None = None, probe_length: int | None = None, seed: int | None = None,
+    text: str | None, model_name: str, pairs: list[tuple[int, int]], mode: str, output_format: str, precision: int,
+    stream: TextIO, probe: str | None = None, probe_length: int | None = None, seed: int | None = None,
 ) -> None:
-    """Knock ``heads`` out of a decoder and print the loss and the next tokens before and after.
+    """Knock heads out of a decoder and print the loss and the next tokens before and after.
+
+    Every option has been checked where it entered (``check_ablate_options``, before torch
+    loads); what needs the model (the heads' range) is checked here, once.
 
     Args:
         text: the text to score; None with a probe.
         model_name: a decoder's name or folder.
-        heads: "L.H[,L.H...]".
+        pairs: the (layer, head) pairs to knock out, parsed from --heads.
         mode: "zero" or "mean".
         output_format: "text", "markdown" or "json".
         precision: decimals in text and markdown.
@@ -59,7 +63,6 @@ def ablate_command(
             text and a probe together or neither, an encoder.
         SentenceError: the text is not usable, or has fewer than two tokens.
     """
-    pairs = check_ablate_options(text, model_name, heads, mode, output_format, precision, probe, probe_length, seed)
     model = decoder_model(model_name, "ablate")
     if probe is not None:
         made = induction_probe_for(model, PROBE_LENGTH if probe_length is None else probe_length,
@@ -78,16 +81,18 @@ def ablate_command(
 
 def patch_command(
     clean: str, corrupted: str, model_name: str, target: str, output_format: str, precision: int, stream: TextIO,
-    output_file: str | None = None,
+    target_path=None, output_file: str | None = None,
 ) -> None:
-    """Activation patching of every head: print the fraction recovered, and draw it with ``output_file``.
+    """Activation patching of every head: print the fraction recovered, and draw it to ``target_path``.
+
+    The options have been checked where they entered (``check_patch_options``, which
+    gives ``target_path`` from ``output_file``).
 
     Raises:
         OptionError: an encoder, a target that is not one token, inputs that give the
             target the same log-probability, or an output file that cannot be written.
         SentenceError: an input is not usable, or the two differ in token length.
     """
-    target_path = check_patch_options(clean, corrupted, model_name, output_format, precision, output_file)
     model = decoder_model(model_name, "patch")
     run = patching(model, clean, corrupted, target)
     data = patching_to_dict(model, clean, corrupted, run)
@@ -100,3 +105,34 @@ def patch_command(
         write_json(data, stream)
         return
     write_document(patching_document(data, precision, output_file), f"Patching heads of {model.name}", output_format, stream)
+
+
+def attribute_command(
+    text: str, model_name: str, target: str, position: int | None, output_format: str, precision: int, stream: TextIO,
+    picture=None, output_file: str | None = None,
+) -> None:
+    """Direct logit attribution: print each head's share of the target's logit, and draw it to ``picture``.
+
+    The options have been checked where they entered (``check_attribute_options``, which
+    gives ``picture`` from ``output_file``).
+
+    Raises:
+        OptionError: an encoder, a target that is not one token, a position outside the
+            text, or an output file that cannot be written.
+        SentenceError: the text is not usable.
+    """
+    from selfattn.analysis.attribution import attribute
+
+    model = decoder_model(model_name, "attribute")
+    found = attribute(model, text, target, position)
+    data = attribution_to_dict(model, text, found)
+    if picture is not None:
+        from selfattn.viz.patch_plot import attribution_figure
+        from selfattn.viz.plots import save_figure
+
+        save_figure(attribution_figure(data), picture)
+    if output_format == "json":
+        write_json(data, stream)
+        return
+    write_document(attribution_document(data, precision, output_file), f"Who writes the logit in {model.name}",
+                   output_format, stream)

@@ -172,9 +172,9 @@ class LiveGeneration:
         yield {"event": "done", **self.done()}
 
     def _knockout(self):
-        from selfattn.analysis.interventions import ablate
+        from selfattn.analysis.interventions import knocked_out
 
-        return ablate(self.model, self.heads, "zero") if self.heads else nullcontext()
+        return knocked_out(self.model, self.heads, "zero") if self.heads else nullcontext()  # checked when made
 
     def start(self) -> dict[str, Any]:
         """What the page needs before the first step: the prompt's tokens and the request."""

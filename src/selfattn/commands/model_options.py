@@ -184,3 +184,22 @@ def check_patch_options(clean: str, corrupted: str, model_name, output_format: s
     target = None if output_file is None else check_output_path(output_file, PICTURE_EXTENSIONS)
     locate.model_key(model_name)
     return target
+
+
+def check_attribute_options(text: str, model_name, output_format: str, precision: int, position,
+                            output_file: str | None = None) -> Path | None:
+    """``attribute``'s checks before its model loads; returns the picture's path (None without -o).
+
+    Raises:
+        OptionError: an unknown format or precision, a negative position.
+        SentenceError: the text is empty.
+        OutputError: the picture cannot be written there, or is not .png or .svg.
+        ModelError: the model is not there.
+    """
+    check_output(output_format, precision)
+    check_sentence(text, "the text")
+    if position is not None and position < 0:
+        raise OptionError(f"--position counts tokens from 0, got {position}")
+    target = None if output_file is None else check_output_path(output_file, PICTURE_EXTENSIONS)
+    locate.model_key(model_name)
+    return target

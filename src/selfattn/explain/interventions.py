@@ -145,3 +145,66 @@ def patching_document(data: dict, precision: int, picture: str | None) -> Docume
                                     f"{quoted} --model {shlex.quote(data['model'])} --target "
                                     f"{shlex.quote(data['target']['token'])} -o patch.png")))
     return doc
+
+
+TOP_HEADS = 10  # heads listed by the size of their share
+
+
+def attribution_to_dict(model, text: str, found) -> dict:
+    """A direct logit attribution as plain data (for --format json, and for the text, which reads it).
+
+    Returns:
+        model, text, tokens, target {token, text, id}, position (from 0), heads
+        [{layer, head, logit}] (every head, layer by layer), components [{name, logit}]
+        (embeddings, biases, MLPs, in the order the stream adds them), total (the sum of
+        every share) and logit (the model's own).
+    """
+    tokenizer = model.tokenizer
+    readable = (lambda ids: tokenizer.readable(ids)) if tokenizer is not None else (lambda ids: [f"<id {i}>" for i in ids])
+    token = tokenizer.token(found.target) if tokenizer is not None else f"<id {found.target}>"
+    return {
+        "model": model.name, "text": text, "tokens": readable(found.ids),
+        "target": {"token": token, "text": readable([found.target])[0], "id": found.target},
+        "position": found.position,
+        "heads": [{"layer": layer, "head": head, "logit": float(v)}
+                  for layer, row in enumerate(found.heads) for head, v in enumerate(row)],
+        "components": [{"name": name, "logit": share} for name, share in found.components],
+        "total": found.total, "logit": found.logit,
+    }
+
+
+def attribution_document(data: dict, precision: int, picture: str | None) -> Document:
+    """The heads that write the target's logit most, every other part, and the sum against the logit."""
+    tokens, position = data["tokens"], data["position"]
+    target = display_token(data["target"]["text"])
+    heads = sorted(data["heads"], key=lambda h: (-abs(h["logit"]), h["layer"], h["head"]))
+    head_total = sum(h["logit"] for h in data["heads"])
+    doc = Document()
+    doc.add(
+        Paragraph(f"Text: {shown_tokens(tokens, ' | ')}"),
+        Paragraph(f"Target {target!r} after token {position} ({display_token(tokens[position])!r}): "
+                  f"logit {fmt(data['logit'], precision)}."),
+        Heading("How to read it"),
+        Paragraph(
+            "The residual stream at the last layer is a sum of what each part wrote: the embeddings, every "
+            "head (its output through W_o), every MLP, the biases. With the final norm's scale held at the "
+            "value it had in this run, each part's share of the target's logit is its vector through the norm "
+            "and then the target's row of the unembedding; the shares add up to the logit. A large positive "
+            "share is a part that pushes the target up; a negative one pushes it down. Layers and heads count "
+            "from 0."),
+        Heading(f"The heads with the largest shares (of {len(heads)})"),
+        Table(["layer", "head", "share"],
+              [[str(h["layer"]), str(h["head"]), fmt(h["logit"], precision)] for h in heads[:TOP_HEADS]], numeric_from=0),
+        Heading("The other parts"),
+        Table(["part", "share"], [[c["name"], fmt(c["logit"], precision)] for c in data["components"]], numeric_from=1),
+        Paragraph(f"Every head together: {fmt(head_total, precision)}; the total of every share "
+                  f"{fmt(data['total'], precision)}, the model's logit {fmt(data['logit'], precision)}."),
+    )
+    if picture is not None:
+        doc.add(Paragraph(f"The heads' shares drawn to {picture}."))
+    else:
+        doc.add(Paragraph("Every head's share as a picture:"))
+        doc.add(Lines(command_lines(
+            "selfattn attribute", f"{shlex.quote(data['text'])} --model {shlex.quote(data['model'])} --target "
+            f"{shlex.quote(data['target']['token'])} --position {position} -o attribution.png")))
+    return doc

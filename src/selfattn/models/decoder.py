@@ -241,10 +241,13 @@ class DecoderModel(nn.Module):
         # One new token is the newest position: the causal rule (bottom-right) hides no key
         # from it, so a decoding step skips building that mask in every layer.
         causal = seq > 1
+        real_tokens = None if mask is None else real[:, past:].bool()  # (batch, seq): for intervention points
         hidden_states, attentions = [x], []
         for i, layer in enumerate(self.layers):
             cache = None if caches is None else caches[i]
             options = dict(attn_mask=mask, is_causal=causal, cache=cache, positions=rotations.get(c.layer_rope_bases[i]))
+            if real_tokens is not None:
+                options["real_tokens"] = real_tokens
             if output_attentions:
                 x, weights = layer(x, **options, need_weights=True)
                 attentions.append(weights)  # (batch, H, seq, past + seq)

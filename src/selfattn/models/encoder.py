@@ -195,7 +195,8 @@ class BertModel(nn.Module):
         if not bool(real.all()):
             keys = padding_mask(real.sum(dim=1), ids.shape[1], device=ids.device)  # (batch, 1, 1, seq): True = real
         out = self.encoder(
-            x, attn_mask=keys, output_attentions=output_attentions, output_hidden_states=output_hidden_states
+            x, attn_mask=keys, output_attentions=output_attentions, output_hidden_states=output_hidden_states,
+            real_tokens=None if keys is None else real.bool(),
         )
         return ModelOutput(
             tokens=encoded.tokens,
