@@ -53,6 +53,7 @@ class Parts:
     attn_out: list = field(default_factory=list)  # per layer (seq, d)
     final_in: torch.Tensor | None = None  # (seq, d)
     logits: torch.Tensor | None = None  # (seq, vocab)
+    hidden: tuple = ()  # the stream entering each layer, (seq, d) each (transformers' hidden_states)
 
 
 def hf_parts(hf, ids: torch.Tensor) -> Parts:
@@ -73,7 +74,9 @@ def hf_parts(hf, ids: torch.Tensor) -> Parts:
         lambda m, args, out: setattr(parts, "final_in", args[0][0].double())))
     try:
         with torch.no_grad():
-            parts.logits = hf(ids).logits[0].double()
+            out = hf(ids, output_hidden_states=True)
+        parts.logits = out.logits[0].double()
+        parts.hidden = tuple(h[0] for h in out.hidden_states[:layers])
     finally:
         for handle in handles:
             handle.remove()
@@ -83,11 +86,11 @@ def hf_parts(hf, ids: torch.Tensor) -> Parts:
 def norm_scale(norm, x: torch.Tensor):
     """(f, bias): the norm made linear at x, f(c) its share of a part c; read from the module's own parameters."""
     if isinstance(norm, torch.nn.LayerNorm):
-        scale = norm.weight.double() / torch.sqrt(x.var(unbiased=False) + norm.eps)
+        scale = norm.weight.double() / torch.sqrt(x.var(dim=-1, unbiased=False, keepdim=True) + norm.eps)
         return (lambda c: (c - c.mean(dim=-1, keepdim=True)) * scale), norm.bias.double()
     eps = getattr(norm, "variance_epsilon", None) or getattr(norm, "eps")
     gain = norm.weight.double() + (1.0 if type(norm).__name__.startswith("Gemma") else 0.0)
-    scale = gain / torch.sqrt(x.pow(2).mean() + eps)
+    scale = gain / torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)
     return (lambda c: c * scale), None
 
 
@@ -103,3 +106,71 @@ def head_share(hf, parts: Parts, layer: int, head: int, position: int, target: i
         part = f(part)
     f, _ = norm_scale(final_norm(hf), parts.final_in[position])
     return float((f(part) @ unembedding(hf)[target].double()).detach())
+
+
+def input_norm(hf, layer: int):
+    block = layers_of(hf)[layer]
+    return block.ln_1 if hf.config.model_type == "gpt2" else block.input_layernorm
+
+
+def head_output(hf, parts: Parts, layer: int, head: int) -> torch.Tensor:
+    """Head (layer, head)'s part of the stream at every position, (seq, d) float64 (Gemma: through its
+    post-attention norm with the scale of that run)."""
+    d = head_dim(hf)
+    proj = output_projection(hf, layer)
+    w_o = proj.weight.double() if hf.config.model_type != "gpt2" else proj.weight.double().T  # (d_model, H d_head)
+    part = parts.z[layer][:, head] @ w_o[:, head * d:(head + 1) * d].T  # (seq, d_model)
+    post = post_attention_norm(hf, layer)
+    if post is not None:
+        f, _ = norm_scale(post, parts.attn_out[layer])  # per position: mean over the last axis
+        part = f(part)
+    return part
+
+
+def projections(hf, layer: int) -> dict:
+    """via letter -> (module, offset of its columns in the module's output): q_proj/k_proj/v_proj, or GPT-2's c_attn."""
+    block = layers_of(hf)[layer]
+    if hf.config.model_type == "gpt2":
+        d = hf.config.hidden_size
+        return {"q": (block.attn.c_attn, 0), "k": (block.attn.c_attn, d), "v": (block.attn.c_attn, 2 * d)}
+    attn = block.self_attn
+    return {"q": (attn.q_proj, 0), "k": (attn.k_proj, 0), "v": (attn.v_proj, 0)}
+
+
+def hf_path_patching(hf, clean_ids, corrupted_ids, target: int, senders, receivers, via) -> float:
+    """Path patching written on transformers' modules: forward hooks on the receivers' projections fed with
+    the projection of Norm(x_L + sum of the senders' clean - corrupted outputs)."""
+    clean, corrupted = hf_parts(hf, clean_ids), hf_parts(hf, corrupted_ids)
+    delta = sum(head_output(hf, clean, l, h) - head_output(hf, corrupted, l, h) for l, h in senders)
+    d = head_dim(hf)
+    group = hf.config.num_attention_heads // getattr(hf.config, "num_key_value_heads", hf.config.num_attention_heads)
+    handles, new = [], {}
+    for layer in sorted({l for l, _ in receivers}):
+        moved = (corrupted.hidden[layer] + delta).to(torch.float32)[None]  # (1, seq, d)
+        with torch.no_grad():
+            read = input_norm(hf, layer)(moved)
+        heads = [h for l, h in receivers if l == layer]
+        for x in via:
+            module, offset = projections(hf, layer)[x]
+            with torch.no_grad():
+                out = module(read)
+            for head in (heads if x == "q" else sorted({h // group for h in heads})):
+                span = slice(offset + head * d, offset + (head + 1) * d)
+                new.setdefault(module, []).append((span, out[..., span]))
+
+    def hook(module, args, output):
+        output = output.clone()
+        for span, values in new[module]:
+            output[..., span] = values
+        return output
+
+    handles = [module.register_forward_hook(hook) for module in new]
+    try:
+        with torch.no_grad():
+            patched = hf(corrupted_ids).logits[0, -1].double().log_softmax(-1)[target]
+    finally:
+        for handle in handles:
+            handle.remove()
+    lp_clean = clean.logits[-1].log_softmax(-1)[target]
+    lp_corrupted = corrupted.logits[-1].log_softmax(-1)[target]
+    return float((patched - lp_corrupted) / (lp_clean - lp_corrupted))

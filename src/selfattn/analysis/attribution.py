@@ -24,11 +24,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from torch import nn
 
 from selfattn.analysis.hooks import capture, model_blocks
 from selfattn.analysis.next_token import target_id
-from selfattn.attention.layers import RMSNorm
+from selfattn.analysis.stream import frozen_norm, head_parts
 from selfattn.attention.points import point_name
 from selfattn.errors import ModelError, OptionError, SentenceError
 
@@ -59,23 +58,6 @@ class Attribution:
     def total(self) -> float:
         """The sum of every share: the logit again, up to rounding."""
         return float(self.heads.sum()) + sum(share for _, share in self.components)
-
-
-def frozen_norm(norm: nn.Module, x: torch.Tensor):
-    """A norm made linear at the vector it read: (share of a part c, its bias).   x (d,) float64
-
-    RMSNorm: c -> c * g / rms(x); LayerNorm: c -> (c - mean(c)) * g / std(x), bias b.
-    """
-    if isinstance(norm, RMSNorm):
-        gain = norm.weight.double() + (1.0 if norm.gain == "1+w" else 0.0)
-        scale = gain / torch.sqrt(x.pow(2).mean() + norm.eps)  # (d,)
-        return (lambda c: c * scale), None
-    if isinstance(norm, nn.LayerNorm):
-        gain = torch.ones_like(x) if norm.weight is None else norm.weight.double()
-        scale = gain / torch.sqrt(x.var(unbiased=False) + norm.eps)
-        bias = None if norm.bias is None else norm.bias.double()
-        return (lambda c: (c - c.mean(dim=-1, keepdim=True)) * scale), bias
-    raise ModelError(f"attribution knows RMSNorm and LayerNorm, not {type(norm).__name__}")
 
 
 def attribute(model, text, target, position: int | None = None) -> Attribution:
@@ -131,29 +113,28 @@ def attribute(model, text, target, position: int | None = None) -> Attribution:
         value = seen[name][0]  # (n, d), or (H, n, d_head)
         return (value[:, position] if value.dim() == 3 else value[position]).double()
 
-    final, final_bias = frozen_norm(model.norm, at(point_name(layers - 1, "resid_post")))
+    final = frozen_norm(model.norm, at(point_name(layers - 1, "resid_post")))
     unembed = model.output_matrix[wanted].double()  # (d,)
-    share = lambda c: final(c) @ unembed  # noqa: E731  (..., d) -> (...)
+
+    def share(part: torch.Tensor, heads: bool = False) -> torch.Tensor:  # (..., d) -> (...)
+        return final.share(part, heads) @ unembed
 
     components = [("embeddings", float(share(at(point_name(0, "resid_pre")))))]
     heads = torch.zeros(layers, blocks[0].attention.config.n_heads, dtype=torch.float64)
     for l, block in enumerate(blocks):
-        attention, c = block.attention, block.attention.config
+        attention = block.attention
         z = at(point_name(l, "z"))  # (H, d_head)
-        w_o = attention.w_o.weight.double().view(c.d_model, c.n_heads, c.d_head)  # (d_model, H, d_head)
-        parts = torch.einsum("he,dhe->hd", z, w_o)  # (H, d_model): each head's z_h W_o,h
-        bias = None if attention.w_o.bias is None else attention.w_o.bias.double()
-        if block.post_attention_norm is not None:  # attention normalised again before it is added
-            y = parts.sum(dim=0) + (0 if bias is None else bias)
-            post, _ = frozen_norm(block.post_attention_norm, y)
-            parts, bias = post(parts), None if bias is None else post(bias)
-        if parts.shape[0] != heads.shape[1]:
+        if z.shape[0] != heads.shape[1]:
             raise ModelError("attribution draws one grid of heads: every layer needs the same number of heads")
-        heads[l] = share(parts)
-        if bias is not None:
+        heads[l] = share(head_parts(block, z), heads=True)
+        if attention.w_o.bias is not None:
+            bias = attention.w_o.bias.double()
+            if block.post_attention_norm is not None:
+                y = torch.einsum("he,dhe->d", z, attention.w_o.weight.double().view(-1, *z.shape)) + bias
+                bias = frozen_norm(block.post_attention_norm, y).share(bias)
             components.append((f"attention bias {l}", float(share(bias))))
         components.append((f"MLP {l}", float(share(at(point_name(l, "mlp_out"))))))
-    if final_bias is not None:
-        components.append(("final norm bias", float(final_bias @ unembed)))
+    if final.bias is not None:
+        components.append(("final norm bias", float(final.bias @ unembed)))
     return Attribution(wanted, position, heads, tuple(components), float(logits[0, position, wanted]),
                        encoded.input_ids[0].tolist())

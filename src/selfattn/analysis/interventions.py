@@ -170,7 +170,7 @@ def capture_heads(model, encoded: Encoded) -> tuple[torch.Tensor, list[torch.Ten
 
 
 def per_head_runs(model, encoded: Encoded, measure, sources: list[torch.Tensor] | None = None,
-                  last_only: bool = True) -> torch.Tensor:
+                  last_only: bool = True, positions: list[int] | None = None) -> torch.Tensor:
     """For every head alone, run ``encoded`` with that head replaced, and measure.   -> (n_layers, n_heads) float64
 
     z_h := 0 (sources None) or sources[layer][:, h] (patching). The runs are rows of
@@ -182,6 +182,7 @@ def per_head_runs(model, encoded: Encoded, measure, sources: list[torch.Tensor] 
         measure: (rows, seq or 1, vocab) logits -> (rows,) numbers.
         sources: per layer every head's output on the clean input, (1, H, seq, d_head).
         last_only: only the last position's logits are needed.
+        positions: replace the head only at these positions (None: every position).
     """
     modules = attention_modules(model)
     shape = (len(modules), modules[0].config.n_heads)
@@ -194,7 +195,7 @@ def per_head_runs(model, encoded: Encoded, measure, sources: list[torch.Tensor] 
     results = []
     for start in range(0, len(pairs), chunk):
         rows = pairs[start:start + chunk]
-        table = {point_name(layer, "z"): _row_patch(layer, rows, sources) for layer in {l for l, _ in rows}}
+        table = {point_name(layer, "z"): _row_patch(layer, rows, sources, positions) for layer in {l for l, _ in rows}}
         batch = Encoded(encoded.tokens * len(rows), encoded.input_ids.expand(len(rows), -1),
                         encoded.attention_mask.expand(len(rows), -1))
         with hooks(model, table), torch.no_grad():
@@ -203,25 +204,33 @@ def per_head_runs(model, encoded: Encoded, measure, sources: list[torch.Tensor] 
     return torch.cat(results).reshape(shape)
 
 
-def _row_patch(layer: int, rows: list[tuple[int, int]], sources):
-    """A hook on layer ``layer``'s z that replaces, in row r, head rows[r][1] when rows[r][0] is this layer."""
+def _row_patch(layer: int, rows: list[tuple[int, int]], sources, positions=None):
+    """A hook on layer ``layer``'s z that replaces, in row r, head rows[r][1] when rows[r][0] is this layer
+    (at ``positions`` only, when given)."""
     mine = [(r, head) for r, (l, head) in enumerate(rows) if l == layer]
+    at = slice(None) if positions is None else positions
 
     def hook(z: torch.Tensor, point: Point) -> torch.Tensor:
         z = z.clone()  # (rows, H, seq, d_head)
         for r, head in mine:
-            z[r, head] = 0 if sources is None else sources[layer][0, head]
+            z[r, head, at] = 0 if sources is None else sources[layer][0, head, at]
         return z
 
     return hook
 
 
-def patch_heads(model, clean, corrupted, target) -> torch.Tensor:
-    """Activation patching: how much of the clean answer each head alone brings back.   -> (n_layers, n_heads)
+def patch_heads(model, clean, corrupted, target, senders=None, receivers=None, via=None,
+                positions=None) -> torch.Tensor:
+    """Activation patching (how much of the clean answer each head alone brings back), or path patching.
 
-    recovered[l, h] = (lp_patched - lp_corrupted) / (lp_clean - lp_corrupted), lp the
-    log-probability of ``target`` at the last position; lp_patched from the corrupted input
-    with head (l, h)'s output (at every position) taken from the clean run.
+    recovered = (lp_patched - lp_corrupted) / (lp_clean - lp_corrupted), lp the
+    log-probability of ``target`` at the last position.
+
+    Without senders and receivers, lp_patched[l, h] comes from the corrupted input with
+    head (l, h)'s output taken from the clean run (at every position, or at ``positions``).
+    With them, from the corrupted input where only the senders' clean outputs reach only
+    the receivers' chosen inputs (``via``), everything else as in the corrupted run
+    (``analysis.path_patching``).
 
     Args:
         model: a decoder (``load_pretrained``, ``train``).
@@ -229,15 +238,24 @@ def patch_heads(model, clean, corrupted, target) -> torch.Tensor:
         corrupted: an input of the same token length that changes the answer.
         target: the token whose log-probability is read: an id, or a string (as the
             vocabulary writes it, or a text of one token).
+        senders: path patching's senders, [(layer, head), ...], all before every receiver.
+        receivers: path patching's receivers, [(layer, head), ...].
+        via: which inputs of the receivers take the senders' clean output: "q", "k", "v"
+            or several ("qkv", the default). With grouped key/value heads, k and v are a
+            key/value head's, shared with the other query heads of its group.
+        positions: the positions (from 0) where a head's (or the senders') clean output
+            is let in; None: every position.
 
     Returns:
-        float64 (n_layers, n_heads).
+        float64 (n_layers, n_heads); with senders and receivers one number (a 0-d tensor).
 
     Raises:
         ModelError: the model is not a decoder of selfattn's.
         SentenceError: an input is not one text, or the two differ in token length.
-        OptionError: the target is not one token of the vocabulary, or the two inputs give
-            it the same log-probability (nothing to recover).
+        OptionError: the target is not one token of the vocabulary; the two inputs give it
+            the same log-probability (nothing to recover); a head out of range; senders
+            without receivers (or the other way), a sender not before every receiver, an
+            unknown via; a position outside the text.
 
     Examples:
         >>> import selfattn as sa
@@ -245,8 +263,30 @@ def patch_heads(model, clean, corrupted, target) -> torch.Tensor:
         >>> recovered = sa.patch_heads(model, "kqbxkqb", "kqbxkmb", "x")
         >>> recovered.shape
         torch.Size([2, 4])
+        >>> path = sa.patch_heads(model, "kqbxkqb", "kqbxkmb", "x", senders=[(0, 2)], receivers=[(1, 2)], via="k")
+        >>> path.shape
+        torch.Size([])
     """
-    return patching(model, clean, corrupted, target).recovered
+    run = patching(model, clean, corrupted, target, senders, receivers, via, positions)
+    if isinstance(run, Patching):
+        return run.recovered
+    return torch.tensor(run.recovered, dtype=torch.float64)
+
+
+SMALL_GAP = 0.1  # nats: a clean answer this little above the corrupted one leaves little to recover
+
+
+def gap_warning(lp_clean: float, lp_corrupted: float) -> str | None:
+    """A line saying why the recovered fractions mean little, or None when the inputs are a fair pair."""
+    gap = lp_clean - lp_corrupted
+    if gap <= 0:
+        return (f"the clean input gives the target a log-probability no higher than the corrupted one "
+                f"({lp_clean:.2f} against {lp_corrupted:.2f} nats): the fractions measure a way back to a worse "
+                "answer; swap the inputs, or choose a corrupted input that lowers the target")
+    if gap < SMALL_GAP:
+        return (f"the clean input gives the target only {gap:.3f} nats more than the corrupted one: every fraction "
+                "divides by that small gap, so small changes look large")
+    return None
 
 
 @dataclass(frozen=True)
@@ -259,6 +299,7 @@ class Patching:
         lp_clean: the target's log-probability at the clean input's last position.
         lp_corrupted: the same on the corrupted input.
         clean, corrupted: the two inputs' token ids.
+        positions: where each head's clean output was let in (None: every position).
     """
 
     recovered: torch.Tensor
@@ -267,13 +308,48 @@ class Patching:
     lp_corrupted: float
     clean: list[int]
     corrupted: list[int]
+    positions: list[int] | None = None
+
+    @property
+    def warning(self) -> str | None:
+        """Why the fractions mean little (``gap_warning``), or None."""
+        return gap_warning(self.lp_clean, self.lp_corrupted)
 
 
-def patching(model, clean, corrupted, target) -> Patching:
-    """``patch_heads`` with what it read on the way: the two log-probabilities and the inputs' ids (see there)."""
+def check_positions(positions, n: int) -> list[int] | None:
+    """Positions (from 0) in a text of n tokens, duplicates dropped, in order; None stays None.
+
+    Raises:
+        OptionError: not a list of whole numbers from 0 to n - 1.
+    """
+    if positions is None:
+        return None
+    if isinstance(positions, (str, bytes)) or not hasattr(positions, "__iter__"):
+        raise OptionError(f"positions must be a list of whole numbers from 0 to {n - 1}, got {positions!r}")
+    found = list(positions)
+    if not found or not all(isinstance(p, int) and not isinstance(p, bool) and 0 <= p < n for p in found):
+        raise OptionError(f"positions must be a non-empty list of whole numbers from 0 to {n - 1} (the inputs have "
+                          f"{n} tokens), got {found!r}")
+    return sorted(set(found))
+
+
+def patching(model, clean, corrupted, target, senders=None, receivers=None, via=None, positions=None):
+    """``patch_heads`` with what it read on the way (see there): a ``Patching``, or with senders and
+    receivers a ``PathPatching`` (``analysis.path_patching``)."""
+    from selfattn.analysis.path_patching import check_path, check_via, path_patching
+
     attention_modules(model)
     if not hasattr(model, "generate") or not getattr(model.attention_info(0), "causal", False):
         raise ModelError(f"patching reads the next token's log-probability: {model.name} is not a decoder")
+    path = senders is not None or receivers is not None
+    if path:
+        if senders is None or receivers is None:
+            raise OptionError("path patching needs senders and receivers together")
+        senders, receivers = check_heads(model, senders), check_heads(model, receivers)
+        check_path(model, senders, receivers)
+        via = check_via("qkv" if via is None else via)
+    elif via is not None:
+        raise OptionError("via names the receivers' inputs: it goes with senders and receivers")
     runs = []
     for name, given in (("clean", clean), ("corrupted", corrupted)):
         encoded = model.tokenize(given)
@@ -284,6 +360,7 @@ def patching(model, clean, corrupted, target) -> Patching:
         raise SentenceError(
             f"patching needs two inputs of the same token length: the clean one has {runs[0].input_ids.shape[1]} tokens, "
             f"the corrupted {runs[1].input_ids.shape[1]}")
+    positions = check_positions(positions, runs[0].input_ids.shape[1])
     wanted = target_id(model, target)
 
     def log_prob(logits: torch.Tensor) -> torch.Tensor:
@@ -293,14 +370,15 @@ def patching(model, clean, corrupted, target) -> Patching:
     with torch.no_grad():
         corrupted_logits = model.run(runs[1], last_only=True).logits
     lp_clean, lp_corrupted = float(log_prob(clean_logits)), float(log_prob(corrupted_logits))
-    gap = lp_clean - lp_corrupted
-    if abs(gap) < 1e-6:
+    if abs(lp_clean - lp_corrupted) < 1e-6:
         raise OptionError(
             f"the clean and corrupted inputs give the target the same log-probability ({lp_clean:.4f}): there is "
             "nothing to recover; choose inputs that change the answer")
-    patched = per_head_runs(model, runs[1], log_prob, sources)
-    return Patching((patched - lp_corrupted) / gap, wanted, lp_clean, lp_corrupted,
-                    runs[0].input_ids[0].tolist(), runs[1].input_ids[0].tolist())
+    if path:
+        return path_patching(model, runs, wanted, senders, receivers, via, positions, log_prob, lp_clean, lp_corrupted)
+    patched = per_head_runs(model, runs[1], log_prob, sources, positions=positions)
+    return Patching((patched - lp_corrupted) / (lp_clean - lp_corrupted), wanted, lp_clean, lp_corrupted,
+                    runs[0].input_ids[0].tolist(), runs[1].input_ids[0].tolist(), positions)
 
 
 def ablation_losses(model, encoded: Encoded, positions: list[int]) -> tuple[float, torch.Tensor]:

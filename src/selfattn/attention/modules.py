@@ -390,7 +390,8 @@ class MultiHeadAttention(nn.Module):
         past = 0 if cache is None else cache.length
         points = self.points
         call = None if points is None else PointCall(real_tokens, past)
-        q, k, v, scale = self._project(query, key, value, fast and points is None)
+        # The stacked projection folds the score scale into Q: not when a hook reads or changes Q.
+        q, k, v, scale = self._project(query, key, value, fast and (points is None or "q" not in points))
         q = _split_heads(q, c.n_heads)  # (batch, H, q_len, d_head)
         k = _split_heads(k, c.kv_heads)  # (batch, Hkv, new_len, d_head)
         v = _split_heads(v, c.kv_heads)  # (batch, Hkv, new_len, d_head)
