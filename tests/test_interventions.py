@@ -341,3 +341,25 @@ def test_a_text_of_one_token_has_nothing_to_score():
     assert text_positions(3) == [0, 1]
     with pytest.raises(sa.SentenceError, match="at least two"):
         text_positions(1)
+
+
+def test_ablate_writes_the_text_with_and_without_the_heads(run_cli):
+    prompt, heads = "Tim had a red ball. He gave the ball to", [(1, 2), (1, 4)]
+    status, out, err = run_cli("ablate", "--model", "stories260K", "--heads", "1.2,1.4", "--generate", "12",
+                               "--format", "json", prompt)
+    assert status == 0 and err == ""
+    written = json.loads(out)["generated"]
+    model = sa.load_pretrained("stories260K")
+    before = model.generate(prompt, 12)
+    with sa.ablate(model, heads):
+        after = model.generate(prompt, 12)
+    assert (written["before"], written["after"]) == (before.text[0], after.text[0])
+    assert written["ids_before"] != written["ids_after"]
+    status, out, err = run_cli("ablate", "--model", "stories260K", "--heads", "1.2,1.4", "--generate", "12",
+                               "--temperature", "0.8", "--generate-seed", "3", "--format", "json", prompt)
+    sampled = model.generate(prompt, 12, 0.8, None, None, 3)
+    assert json.loads(out)["generated"]["before"] == sampled.text[0]
+    status, out, err = run_cli("ablate", "--model", "stories260K", "--heads", "1.2", "--temperature", "0.8", prompt)
+    assert status == 2 and "give --generate too" in err
+    status, out, err = run_cli("ablate", "--model", "stories260K", "--heads", "1.2", "--generate", "0", prompt)
+    assert status == 2 and "max_new_tokens must be a whole number from 1" in err

@@ -9,6 +9,8 @@ receivers' columns to forward hooks on those projections in a corrupted run.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -137,3 +139,51 @@ def test_bad_path_options_are_refused(induction, options, message):
     ours, _ = induction
     with pytest.raises(sa.OptionError, match=message):
         sa.patch_heads(ours, CLEAN, CORRUPTED, "k", **options)
+
+
+def test_the_patch_command_patches_a_path_and_says_what_a_shared_input_touches(run_cli):
+    status, out, err = run_cli("patch", CLEAN, CORRUPTED, "--model", "tiny-induction", "--target", "k",
+                               "--senders", "0.3", "--receivers", "1.0", "--via", "k", "--format", "json")
+    assert status == 0 and err == ""
+    data = json.loads(out)
+    expected = sa.patch_heads(sa.load_pretrained("tiny-induction"), CLEAN, CORRUPTED, "k", senders=[(0, 3)],
+                              receivers=[(1, 0)], via="k")
+    assert data["recovered"] == pytest.approx(float(expected), abs=1e-9)
+    assert data["senders"] == [[0, 3]] and data["receivers"] == [[1, 0]] and data["via"] == "k"
+    assert data["touched"] == [] and data["warning"] is None and data["positions"] is None
+    status, out, err = run_cli("patch", CLEAN, CORRUPTED, "--model", "tiny-induction", "--target", "k",
+                               "--senders", "0.3", "--receivers", "1.0", "--via", "k")
+    assert status == 0 and f"Recovered: {float(expected):.2f}" in out and "the keys of the receivers 1.0" in out
+    status, out, err = run_cli("patch", CLEAN, CORRUPTED, "--model", "tiny-induction", "--target", "k",
+                               "--positions", "11", "--format", "json")
+    assert status == 0 and json.loads(out)["positions"] == [11]
+
+
+def test_a_clean_input_no_better_than_the_corrupted_one_is_warned_about(run_cli):
+    status, out, err = run_cli("patch", CORRUPTED, CLEAN, "--model", "tiny-induction", "--target", "k", "--format", "json")
+    assert status == 0
+    warning = json.loads(out)["warning"]
+    assert warning.startswith("the clean input gives the target a log-probability no higher than the corrupted one")
+    status, out, err = run_cli("patch", CORRUPTED, CLEAN, "--model", "tiny-induction", "--target", "k")
+    assert out.splitlines()[2].startswith("Warning: the clean input gives")
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--senders", "0.3"], "--senders and --receivers together"),
+    (["--senders", "0.3", "--receivers", "1"], "--receivers takes LAYER.HEAD pairs"),
+    (["--via", "k"], "--via goes with --senders and --receivers"),
+    (["--senders", "0.3", "--receivers", "1.0", "--via", "kx"], "--via names the receivers' inputs"),
+    (["--positions", "1,x"], "--positions takes whole numbers"),
+    (["--senders", "0.3", "--receivers", "1.0", "-o", "p.png"], "path patching gives one number"),
+    (["--senders", "1.3", "--receivers", "1.0"], "sender 1.3 is not before every receiver"),
+    (["--positions", "99"], "positions must be"),
+])
+def test_bad_path_options_in_the_command_are_one_line(run_cli, argv, message):
+    status, out, err = run_cli("patch", CLEAN, CORRUPTED, "--model", "tiny-induction", "--target", "k", *argv)
+    assert status == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_target_of_two_tokens_is_refused_with_one_token_words_close_to_it():
+    model = sa.load_pretrained("stories260K")
+    with pytest.raises(sa.OptionError, match="one-token words close to it: ' Tim'"):
+        sa.patch_heads(model, "Tom saw Tom", "Tom saw Sam", "Tom")

@@ -15,10 +15,14 @@ ABLATE_EXAMPLES = """examples:
                                                    the previous-token heads out
   selfattn ablate --model stories260K --heads 1.0 "Once upon a time, there was a little girl"
   selfattn ablate --model stories260K --heads 1.0 --mode mean --probe induction --format json
+  selfattn ablate --model stories260K --heads 1.2,1.4 --generate 20 "Tim had a red ball. He gave the ball to"
+                                                   the text the model writes with and without the heads
 """
 
 PATCH_EXAMPLES = """examples:
   selfattn patch "abcdefghijklmnopabcdefghij" "abcdefghijklmnopabcdefghiw" --model tiny-induction --target k
+  selfattn patch "abcdefghijklmnopabcdefghij" "abcdefghiwklmnopabcdefghij" --model tiny-induction --target k \\
+      --senders 0.3 --receivers 1.0 --via k         does the induction head read the previous-token head's keys?
   selfattn patch "CLEAN" "CORRUPTED" --model stories260K --target TOKEN -o patch.png
 """
 
@@ -50,6 +54,15 @@ def add_intervention_commands(commands) -> None:
     ablate.add_argument("--mode", default="zero", metavar="MODE", help="zero (default) or mean")
     ablate.add_argument("--precision", type=int, default=3, metavar="DIGITS", help="decimals shown, 0 to 10 (default 3)")
     ablate.add_argument("--format", choices=["text", "json", "markdown"], default="text", help="output format")
+    generate = ablate.add_argument_group("the text written with and without the heads")
+    generate.add_argument("--generate", type=int, metavar="N",
+                          help="also continue the input by N tokens with every head and with the heads knocked out")
+    generate.add_argument("--temperature", type=float, default=0.0, metavar="T",
+                          help="with --generate: 0 (default) picks the likeliest token; above 0 draws")
+    generate.add_argument("--top-k", type=int, metavar="K", help="with --generate: draw among the K likeliest")
+    generate.add_argument("--top-p", type=float, metavar="P", help="with --generate: draw from the top-p nucleus")
+    generate.add_argument("--generate-seed", type=int, default=0, metavar="S",
+                          help="with --generate: the draws' seed (default 0: the same text every run)")
     add_probe_options(ablate, "probe (instead of a text)",
                       "induction: random tokens, then the same again; the loss is read on the second copy")
     ablate.set_defaults(run=run_ablate)
@@ -61,7 +74,10 @@ def add_intervention_commands(commands) -> None:
             "Run a decoder on the corrupted text once per head, each time with that head's output taken from "
             "the clean text's run, and print the share of the target token's log-probability each head brings "
             "back: (lp_patched - lp_corrupted) / (lp_clean - lp_corrupted). The two texts must have the same "
-            "number of tokens. -o FILE.png draws it as a heatmap."),
+            "number of tokens. -o FILE.png draws it as a heatmap. With --senders and --receivers, path patching: "
+            "only the senders' clean output reaches only the receivers' inputs named by --via (everything else "
+            "as in the corrupted run), and the one fraction that path brings back is printed. --positions lets "
+            "the clean output in at those positions only."),
     )
     patch.epilog = PATCH_EXAMPLES
     patch.add_argument("clean", metavar="CLEAN", help="the text whose next token is the target, quoted")
@@ -72,6 +88,13 @@ def add_intervention_commands(commands) -> None:
     patch.add_argument("--precision", type=int, default=2, metavar="DIGITS", help="decimals shown, 0 to 10 (default 2)")
     patch.add_argument("--format", choices=["text", "json", "markdown"], default="text", help="output format")
     patch.add_argument("-o", "--output", metavar="FILE", help="also draw the heatmap to FILE (.png or .svg)")
+    patch.add_argument("--senders", metavar="L.H[,L.H...]", help="path patching: the heads whose clean output is sent")
+    patch.add_argument("--receivers", metavar="L.H[,L.H...]",
+                       help="path patching: the heads that receive it (in later layers than every sender)")
+    patch.add_argument("--via", metavar="q|k|v", help="the receivers' inputs that receive it: q, k, v or several "
+                                                       "(qkv, the default)")
+    patch.add_argument("--positions", metavar="P[,P...]",
+                       help="let the clean output in at these positions only (from 0; default every position)")
     patch.set_defaults(run=run_patch)
 
     attribute = commands.add_parser(
@@ -112,22 +135,34 @@ def run_ablate(args: argparse.Namespace) -> int:
     text = " ".join(args.text) if args.text else None
     pairs = check_ablate_options(text, _model(args), args.heads, args.mode, args.format, args.precision, args.probe,
                                  args.probe_length, args.seed)  # before torch loads
+    sampling = None
+    if args.generate is not None:
+        from selfattn.models.generation_options import check_generation_options
+
+        sampling = (args.generate, args.temperature, args.top_k, args.top_p, args.generate_seed)
+        check_generation_options(*sampling)
+    elif (args.temperature, args.top_k, args.top_p, args.generate_seed) != (0.0, None, None, 0):
+        from selfattn.errors import OptionError
+
+        raise OptionError("--temperature, --top-k, --top-p and --generate-seed shape the text --generate N writes: "
+                          "give --generate too")
     from selfattn.commands.interventions import ablate_command
 
     ablate_command(text, _model(args), pairs, args.mode, args.format, args.precision, sys.stdout,
-                   probe=args.probe, probe_length=args.probe_length, seed=args.seed)
+                   probe=args.probe, probe_length=args.probe_length, seed=args.seed, sampling=sampling)
     return 0
 
 
 def run_patch(args: argparse.Namespace) -> int:
     from selfattn.commands.model_options import check_patch_options
 
-    picture = check_patch_options(args.clean, args.corrupted, _model(args), args.format, args.precision,
-                                  args.output)  # before torch loads
+    picture, path = check_patch_options(args.clean, args.corrupted, _model(args), args.format, args.precision,
+                                        args.output, args.senders, args.receivers, args.via,
+                                        args.positions)  # before torch loads
     from selfattn.commands.interventions import patch_command
 
     patch_command(args.clean, args.corrupted, _model(args), args.target, args.format, args.precision, sys.stdout,
-                  picture, args.output)
+                  picture, args.output, path)
     return 0
 
 

@@ -136,7 +136,29 @@ def target_id(model, target) -> int:
     ids = [int(i) for i in tokenizer.encode(target).input_ids[0].tolist() if int(i) not in specials]
     if len(ids) != 1:
         pieces = " | ".join(tokenizer.readable(ids)) if ids else "nothing"
+        close = one_token_words(model, target)
+        hint = f"; one-token words close to it: {', '.join(repr(w) for w in close)}" if close else ""
         raise OptionError(
             f"the target {target!r} is {len(ids)} tokens for {model.name} ({pieces}), not one: give a single token, "
-            "as the vocabulary writes it or as text")
+            f"as the vocabulary writes it or as text{hint}")
     return ids[0]
+
+
+def one_token_words(model, target: str, count: int = 3) -> list[str]:
+    """Up to ``count`` texts of one token each that read like ``target`` (its spelling with and without
+    a leading space, then the closest of the vocabulary's words), for a refusal's hint."""
+    import difflib
+
+    tokenizer, vocab = model.tokenizer, model.config.vocab_size
+    words = {}
+    for i in range(vocab):
+        text = tokenizer.readable([i])[0]
+        if text.strip().isalpha():
+            words.setdefault(text, i)
+    found = [w for w in (" " + target.strip(), target.strip()) if w in words]
+    stripped = {w.strip(): w for w in words}
+    close = [stripped[w] for w in difflib.get_close_matches(target.strip(), list(stripped), n=3 * count, cutoff=0.6)]
+    # Whole words (a leading space, as a word after another reads) and the same first letter first.
+    first = target.strip()[:1].lower()
+    close.sort(key=lambda w: (not w.startswith(" "), w.strip()[:1].lower() != first))
+    return list(dict.fromkeys(found + close))[:count]

@@ -48,6 +48,7 @@ class PathPatching:
             (grouped key/value heads), [(layer, head), ...].
         positions: the positions where the senders' clean output was let through (None: all).
         lp_patched, lp_clean, lp_corrupted: the target's log-probabilities.
+        target: the target's id.
     """
 
     recovered: float
@@ -59,6 +60,14 @@ class PathPatching:
     lp_patched: float
     lp_clean: float
     lp_corrupted: float
+    target: int = -1
+
+    @property
+    def warning(self) -> str | None:
+        """Why the fraction means little (``interventions.gap_warning``), or None."""
+        from selfattn.analysis.interventions import gap_warning
+
+        return gap_warning(self.lp_clean, self.lp_corrupted)
 
 
 def check_via(via) -> tuple[str, ...]:
@@ -146,7 +155,8 @@ def path_patching(model, runs, wanted: int, senders, receivers, via: tuple[str, 
     with hooks(model, table), torch.no_grad():
         lp_patched = float(log_prob(model.run(runs[1], last_only=True).logits))
     return PathPatching((lp_patched - lp_corrupted) / (lp_clean - lp_corrupted), list(senders), list(receivers), via,
-                        sorted(touched), None if positions is None else list(positions), lp_patched, lp_clean, lp_corrupted)
+                        sorted(touched), None if positions is None else list(positions), lp_patched, lp_clean, lp_corrupted,
+                        wanted)
 
 
 def _replace_heads(rows: list[int], source: torch.Tensor):

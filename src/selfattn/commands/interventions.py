@@ -18,7 +18,8 @@ from selfattn.analysis.probes import induction_probe_for
 from selfattn.errors import OptionError
 from selfattn.explain.command_output import write_document, write_json
 from selfattn.explain.interventions import (
-    ablation_document, ablation_to_dict, attribution_document, attribution_to_dict, patching_document, patching_to_dict,
+    ablation_document, ablation_to_dict, attribution_document, attribution_to_dict, path_patching_document,
+    path_patching_to_dict, patching_document, patching_to_dict,
 )
 from selfattn.models.loading import shared_model
 from selfattn.models.registry import decoder_names
@@ -40,6 +41,7 @@ def decoder_model(model_name: str, command: str):
 def ablate_command(
     text: str | None, model_name: str, pairs: list[tuple[int, int]], mode: str, output_format: str, precision: int,
     stream: TextIO, probe: str | None = None, probe_length: int | None = None, seed: int | None = None,
+    sampling: tuple | None = None,
 ) -> None:
     """Knock heads out of a decoder and print the loss and the next tokens before and after.
 
@@ -57,6 +59,8 @@ def ablate_command(
         probe: None or "induction": score the probe's second copy instead of a text.
         probe_length: tokens in one copy (default PROBE_LENGTH); needs the probe.
         seed: the probe's seed (default PROBE_SEED); needs the probe.
+        sampling: None, or (new tokens, temperature, top_k, top_p, seed), checked: the input is
+            also continued with every head and with the heads knocked out.
 
     Raises:
         OptionError: malformed --heads, a head or layer out of range, an unknown mode, a
@@ -73,6 +77,8 @@ def ablate_command(
         positions = text_positions(encoded.input_ids.shape[1])
     report = ablation_report(model, encoded, pairs, mode, positions, made)
     data = ablation_to_dict(model.name, text, made, report)
+    if sampling is not None:
+        data["generated"] = written_with_and_without(model, encoded.input_ids[0].tolist(), pairs, mode, sampling)
     if output_format == "json":
         write_json(data, stream)
         return
@@ -81,20 +87,32 @@ def ablate_command(
 
 def patch_command(
     clean: str, corrupted: str, model_name: str, target: str, output_format: str, precision: int, stream: TextIO,
-    target_path=None, output_file: str | None = None,
+    target_path=None, output_file: str | None = None, path: dict | None = None,
 ) -> None:
-    """Activation patching of every head: print the fraction recovered, and draw it to ``target_path``.
+    """Activation patching of every head (or path patching): print the fraction recovered, draw it to ``target_path``.
 
     The options have been checked where they entered (``check_patch_options``, which
-    gives ``target_path`` from ``output_file``).
+    gives ``target_path`` from ``output_file`` and ``path``: senders, receivers, via,
+    positions).
 
     Raises:
         OptionError: an encoder, a target that is not one token, inputs that give the
-            target the same log-probability, or an output file that cannot be written.
+            target the same log-probability, a head out of range, a sender not before every
+            receiver, a position outside the texts.
         SentenceError: an input is not usable, or the two differ in token length.
     """
+    path = path or {}
     model = decoder_model(model_name, "patch")
-    run = patching(model, clean, corrupted, target)
+    run = patching(model, clean, corrupted, target, path.get("senders"), path.get("receivers"), path.get("via"),
+                   path.get("positions"))
+    if path.get("senders") is not None:
+        data = path_patching_to_dict(model, clean, corrupted, run)
+        if output_format == "json":
+            write_json(data, stream)
+            return
+        write_document(path_patching_document(data, precision), f"Patching a path in {model.name}", output_format,
+                       stream)
+        return
     data = patching_to_dict(model, clean, corrupted, run)
     if target_path is not None:
         from selfattn.viz.patch_plot import patching_figure
@@ -136,3 +154,16 @@ def attribute_command(
         return
     write_document(attribution_document(data, precision, output_file), f"Who writes the logit in {model.name}",
                    output_format, stream)
+
+
+def written_with_and_without(model, ids: list[int], pairs, mode: str, sampling: tuple) -> dict:
+    """The continuation of ``ids`` with every head and with ``pairs`` knocked out: {"before", "after"} texts and ids,
+    and the sampling used."""
+    from selfattn.analysis.interventions import knocked_out
+
+    count, temperature, top_k, top_p, seed = sampling
+    before = model.generate(ids, count, temperature, top_k, top_p, seed)
+    with knocked_out(model, pairs, mode):
+        after = model.generate(ids, count, temperature, top_k, top_p, seed)
+    return {"new_tokens": count, "temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed,
+            "before": before.text[0], "after": after.text[0], "ids_before": before.ids[0], "ids_after": after.ids[0]}

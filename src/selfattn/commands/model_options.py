@@ -127,8 +127,8 @@ def not_a_decoder(name: str) -> ModelError:
     )
 
 
-def parse_heads(spec: str) -> list[tuple[int, int]]:
-    """--heads "1.0,1.3" -> [(1, 0), (1, 3)].
+def parse_heads(spec: str, flag: str = "--heads") -> list[tuple[int, int]]:
+    """--heads "1.0,1.3" -> [(1, 0), (1, 3)] (``flag`` names the option in the message).
 
     Raises:
         OptionError: not LAYER.HEAD pairs of whole numbers separated by commas.
@@ -138,7 +138,7 @@ def parse_heads(spec: str) -> list[tuple[int, int]]:
         match = HEAD_PAIR.fullmatch(part)
         if match is None:
             raise OptionError(
-                f"--heads takes LAYER.HEAD pairs separated by commas, counted from 0, like 1.0,1.3: {part.strip()!r} "
+                f"{flag} takes LAYER.HEAD pairs separated by commas, counted from 0, like 1.0,1.3: {part.strip()!r} "
                 f"in {spec!r} is not one")
         pairs.append((int(match[1]), int(match[2])))
     return pairs
@@ -169,11 +169,18 @@ def check_ablate_options(text: str | None, model_name, heads: str, mode: str, ou
 
 
 def check_patch_options(clean: str, corrupted: str, model_name, output_format: str, precision: int,
-                        output_file: str | None = None) -> Path | None:
-    """``patch``'s checks before its model loads; returns the picture's path (None without -o).
+                        output_file: str | None = None, senders: str | None = None, receivers: str | None = None,
+                        via: str | None = None, positions: str | None = None) -> tuple[Path | None, dict]:
+    """``patch``'s checks before its model loads.
+
+    Returns:
+        (the picture's path or None, the path options as ``patch_heads`` takes them:
+        senders, receivers, via, positions; absent ones None).
 
     Raises:
-        OptionError: an unknown format or precision.
+        OptionError: an unknown format or precision; malformed --senders, --receivers or
+            --positions; --senders without --receivers (or the other way); --via without
+            them, or a letter other than q, k, v; a picture with path patching (one number).
         SentenceError: an input is empty.
         OutputError: the picture cannot be written there, or is not .png or .svg.
         ModelError: the model is not there.
@@ -181,9 +188,25 @@ def check_patch_options(clean: str, corrupted: str, model_name, output_format: s
     check_output(output_format, precision)
     check_sentence(clean, "the clean text")
     check_sentence(corrupted, "the corrupted text")
+    path = {"senders": None, "receivers": None, "via": None, "positions": None}
+    if (senders is None) != (receivers is None):
+        raise OptionError("path patching needs --senders and --receivers together")
+    if senders is not None:
+        path["senders"], path["receivers"] = parse_heads(senders, "--senders"), parse_heads(receivers, "--receivers")
+        if output_file is not None:
+            raise OptionError("path patching gives one number: -o draws the per-head table, without --senders")
+        if via is not None and (not via or any(x not in "qkv" for x in via) or len(set(via)) != len(via)):
+            raise OptionError(f"--via names the receivers' inputs: q, k, v or several (qk, qkv), got {via!r}")
+        path["via"] = via
+    elif via is not None:
+        raise OptionError("--via goes with --senders and --receivers (path patching)")
+    if positions is not None:
+        if not re.fullmatch(r"\d+(,\d+)*", positions):
+            raise OptionError(f"--positions takes whole numbers from 0 separated by commas (3,7,8), got {positions!r}")
+        path["positions"] = sorted({int(p) for p in positions.split(",")})
     target = None if output_file is None else check_output_path(output_file, PICTURE_EXTENSIONS)
     locate.model_key(model_name)
-    return target
+    return target, path
 
 
 def check_attribute_options(text: str, model_name, output_format: str, precision: int, position,

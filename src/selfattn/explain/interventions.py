@@ -95,6 +95,17 @@ def ablation_document(data: dict, report, precision: int) -> Document:
                   [[str(layer), str(head), fmt(stripes["before"][layer][head], precision),
                     fmt(stripes["after"][layer][head], precision)] for layer, head in shown], numeric_from=2),
         )
+    written = data.get("generated")
+    if written is not None:
+        how = ("the likeliest token each step" if written["temperature"] == 0
+               else f"drawn at temperature {written['temperature']:g}, seed {written['seed']}")
+        doc.add(
+            Heading(f"The next {written['new_tokens']} tokens, before and after"),
+            Paragraph(f"The input continued ({how}), with every head:"),
+            Lines([written["before"]]),
+            Paragraph("With the heads knocked out:"),
+            Lines([written["after"]]),
+        )
     return doc
 
 
@@ -108,8 +119,65 @@ def patching_to_dict(model, clean: str, corrupted: str, run) -> dict:
         "clean_tokens": readable(run.clean), "corrupted_tokens": readable(run.corrupted),
         "target": {"token": target, "text": readable([run.target])[0], "id": run.target},
         "log_prob": {"clean": run.lp_clean, "corrupted": run.lp_corrupted},
+        "positions": run.positions,
+        "warning": run.warning,
         "recovered": [[float(v) for v in row] for row in run.recovered],
     }
+
+
+def path_patching_to_dict(model, clean: str, corrupted: str, run) -> dict:
+    """A path-patching run as plain data: the path, what it recovered, the heads a shared input also touched."""
+    tokenizer = model.tokenizer
+    target = tokenizer.token(run.target) if tokenizer is not None else f"<id {run.target}>"
+    text = tokenizer.readable([run.target])[0] if tokenizer is not None else target
+    return {
+        "model": model.name, "clean": clean, "corrupted": corrupted,
+        "target": {"token": target, "text": text, "id": run.target},
+        "senders": [[l, h] for l, h in run.senders], "receivers": [[l, h] for l, h in run.receivers],
+        "via": "".join(run.via), "positions": run.positions,
+        "touched": [[l, h] for l, h in run.touched],
+        "log_prob": {"clean": run.lp_clean, "corrupted": run.lp_corrupted, "patched": run.lp_patched},
+        "warning": run.warning,
+        "recovered": run.recovered,
+    }
+
+
+def _heads_list(pairs) -> str:
+    return ", ".join(f"{l}.{h}" for l, h in pairs)
+
+
+def path_patching_document(data: dict, precision: int) -> Document:
+    """One path's recovered fraction, with what was sent where and how to read it."""
+    target = display_token(data["target"]["text"])
+    inputs = {"q": "queries", "k": "keys", "v": "values"}
+    via = " and ".join(inputs[x] for x in data["via"])
+    lp = data["log_prob"]
+    doc = Document()
+    if data["warning"]:
+        doc.add(Paragraph(f"Warning: {data['warning']}."))
+    doc.add(
+        Paragraph(f"Target {target!r} after the last token: log-probability {fmt(lp['clean'], precision)} on the clean "
+                  f"text, {fmt(lp['corrupted'], precision)} on the corrupted one, {fmt(lp['patched'], precision)} "
+                  "with the path patched."),
+        Paragraph(f"Path: the senders {_heads_list(data['senders'])} -> the {via} of the receivers "
+                  f"{_heads_list(data['receivers'])}"
+                  + ("" if data["positions"] is None else f", at positions {', '.join(map(str, data['positions']))}")
+                  + "."),
+        Paragraph(f"Recovered: {fmt(data['recovered'], precision)}"),
+        Heading("How to read it"),
+        Paragraph(
+            "The corrupted text is run again with one change: the receivers read their "
+            f"{via} from the stream of the corrupted run plus what the senders wrote on the clean run instead "
+            "(less what they wrote on the corrupted one). Nothing else sees the senders' clean output: other "
+            "heads, the MLPs and the embeddings stay as in the corrupted run. Everything after the receivers is "
+            "computed again. The number is the share of the way back to the clean answer: 1, this path alone "
+            "carries the difference; 0, none of it."),
+    )
+    if data["touched"]:
+        doc.add(Paragraph(
+            f"The receivers share their key/value heads with {_heads_list(data['touched'])}: replacing a key or "
+            "value changes what those heads read too."))
+    return doc
 
 
 def patching_document(data: dict, precision: int, picture: str | None) -> Document:
@@ -118,6 +186,8 @@ def patching_document(data: dict, precision: int, picture: str | None) -> Docume
     n_heads = len(recovered[0])
     target = display_token(data["target"]["text"])
     doc = Document()
+    if data.get("warning"):
+        doc.add(Paragraph(f"Warning: {data['warning']}."))
     doc.add(
         Paragraph(f"Clean:     {shown_tokens(data['clean_tokens'], ' | ')}"),
         Paragraph(f"Corrupted: {shown_tokens(data['corrupted_tokens'], ' | ')}"),
