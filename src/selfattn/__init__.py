@@ -30,7 +30,8 @@ Positions                 sinusoidal_encoding, LearnedPositionalEmbedding, apply
 Pretrained models         load_pretrained("all-MiniLM-L6-v2" | "stories260K" | FOLDER | FILE.bin
                           | "org/name") -> BertModel | DecoderModel -> ModelOutput;
                           DecoderModel.generate -> Generation; integrations.transformers
-Circuits                  hooks, capture, point_names; ablate, patch_heads, attribute
+Circuits                  hooks, capture, point_names; ablate, patch_heads, attribute,
+                          composition_scores
 Training                  train(task="induction" | "text", ...) -> TrainingRun (shipped:
                           "tiny-induction", "tiny-shakespeare"); across processes: ring_attention
 Errors                    SelfAttnError (a ValueError) and its subclasses ConfigError,
@@ -76,6 +77,8 @@ _EXPORTS = {
     "ablate": "selfattn.analysis.interventions",
     "hooks": "selfattn.analysis.hooks",
     "attribute": "selfattn.analysis.attribution",
+    "composition_scores": "selfattn.analysis.composition",
+    "Composition": "selfattn.analysis.composition",
     "Attribution": "selfattn.analysis.attribution",
     "capture": "selfattn.analysis.hooks",
     "point_names": "selfattn.analysis.hooks",

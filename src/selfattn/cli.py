@@ -143,6 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a UTF-8 file of texts, one a line: every score is averaged over them, with its spread")
     heads.add_argument("--ablation", action="store_true",
                        help="decoders: add each head's loss change when it alone is zeroed (one run per head)")
+    heads.add_argument("--composition", action="store_true",
+                       help="from the weights alone: how much each head's queries, keys and values read each earlier "
+                            "head's output (Q-, K- and V-composition scores, with a random baseline)")
     heads.set_defaults(run=run_heads)
 
     similarity = commands.add_parser(
@@ -378,6 +381,16 @@ def run_heads(args: argparse.Namespace) -> int:
     from selfattn.commands.model_options import check_heads_options
 
     sentence = " ".join(args.sentence) if args.sentence else None
+    if args.composition:
+        from selfattn.commands.model_options import check_composition_options
+
+        check_composition_options(sentence, args.model, args.format, args.precision,
+                                  any(x is not None for x in (args.probe, args.probe_length, args.seed, args.texts))
+                                  or args.ablation)  # before torch loads
+        from selfattn.commands.composition import composition_command
+
+        composition_command(args.model, args.format, args.precision, sys.stdout)
+        return 0
     check_heads_options(sentence, args.model, args.format, args.precision, args.probe, args.probe_length, args.seed,
                         args.texts)  # before torch loads
     from selfattn.commands.heads import heads_command

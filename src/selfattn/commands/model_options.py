@@ -226,3 +226,18 @@ def check_attribute_options(text: str, model_name, output_format: str, precision
     target = None if output_file is None else check_output_path(output_file, PICTURE_EXTENSIONS)
     locate.model_key(model_name)
     return target
+
+
+def check_composition_options(sentence: str | None, model_name, output_format: str, precision: int,
+                              input_options: bool) -> None:
+    """``heads --composition``'s checks before its model loads.
+
+    Raises:
+        OptionError: an unknown format or precision; a sentence, a probe, --texts or --ablation with it.
+        ModelError: the model is not there.
+    """
+    check_output(output_format, precision)
+    if sentence is not None or input_options:
+        raise OptionError("--composition reads the weights alone: give no sentence, --probe, --texts or --ablation "
+                          "with it")
+    locate.model_key(model_name)
