@@ -110,3 +110,25 @@ def test_the_chat_answer_is_transformers_greedy_answer(ours, theirs):
     want = theirs.generate(torch.tensor([ids]), max_new_tokens=40, do_sample=False, pad_token_id=2)[0, len(ids):].tolist()
     assert answer.ids[0] == want[: len(answer.ids[0])] and answer.ids[0][-1] == 2  # stopped at <|im_end|>
     assert "Paris" in answer.text[0]
+
+
+def test_attribution_and_path_patching_match_transformers(ours, theirs):
+    """Each head's share of ' mat' and a path through grouped key/value heads, both against transformers' modules."""
+    from tests.hf_parts import head_share, hf_parts, hf_path_patching
+
+    text = "The cat sat on the warm mat. The cat sat on the warm"
+    ids = ours.tokenize(text).input_ids
+    target = int(theirs(ids).logits[0, -1].argmax())
+    found = sa.attribute(ours, ids[0].tolist(), target)
+    parts = hf_parts(theirs, ids)
+    assert abs(found.total - found.logit) < 1e-4 and abs(found.logit - float(parts.logits[-1, target])) < 1e-3
+    n = ids.shape[1] - 1
+    for layer, head in [(0, 0), (17, 4), (18, 6), (23, 1), (29, 8)]:
+        assert float(found.heads[layer, head]) == pytest.approx(head_share(theirs, parts, layer, head, n, target), abs=1e-3)
+    clean, corrupted = ours.tokenize(text).input_ids, ours.tokenize(text.replace("mat. The", "rug. The")).input_ids
+    assert clean.shape == corrupted.shape
+    for via in ("k", "q"):  # receivers 18.6 and 18.7 share key/value head 2 (9 query heads, 3 key/value heads)
+        got = sa.patch_heads(ours, clean[0].tolist(), corrupted[0].tolist(), target, senders=[(17, 8), (16, 0)],
+                             receivers=[(18, 6), (18, 7)], via=via)
+        expected = hf_path_patching(theirs, clean, corrupted, target, [(17, 8), (16, 0)], [(18, 6), (18, 7)], via)
+        assert abs(float(got) - expected) < 1e-3

@@ -41,9 +41,13 @@ def summary(run) -> str:
         previous = strongest(final["heads"], "previous_token")
         formed = run.induction_step
         when = f"formed by step {formed}" if formed is not None else f"not formed (below {INDUCTION_FORMED})"
-        lines.append(f"induction head: layer {best['layer']} head {best['head']}, score {best['induction']:.2f}, {when}")
+        lines.append(f"induction head: layer {best['layer']} head {best['head']}, stripe score {best['induction']:.2f} "
+                     f"on the run's probe, {when}")
         lines.append(f"previous-token head: layer {previous['layer']} head {previous['head']}, score {previous['previous_token']:.2f}")
         lines.append(f"heads by role (the highest of its probe scores, when it reaches 0.40): {role_line(final['heads'])}")
+        lines.append("(stripe score: the mean weight from each token of the probe's second copy to the token after its "
+                     "first copy; `selfattn heads --probe induction` draws its own random probe and scores it the same "
+                     "way, so its numbers differ a little)")
     if not run.finished:
         lines.append(f"continue with: selfattn train --out {run.folder} --resume")
     else:

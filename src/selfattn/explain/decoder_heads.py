@@ -232,7 +232,9 @@ def decoder_heads_summary(data: dict, precision: int, model_arg: str) -> list[Pa
         where = f"layer {best['layer']} head {best['head']} ({fmt(best['score'], precision)})" if best["score"] > 0 else (
             "none: no head puts weight there")
         lines.append(f"{pattern + ':':17}{where}")
-    blocks += [Paragraph("Strongest head for each pattern:"), Lines(lines)]
+    blocks += [Paragraph("Strongest head for each pattern:"), Lines(lines), Paragraph(
+        "(pattern score: the share of a head's weight, over every row, on the keys the pattern marks: the token "
+        "before, an earlier copy of the same token, the token after an earlier copy, the first token)")]
     model = shlex.quote(model_arg)
     if "ablation_delta" in heads[0]:
         costly = sorted(heads, key=lambda h: (-_mean(h["ablation_delta"]), h["layer"], h["head"]))[:TOP_HEADS]
@@ -246,6 +248,9 @@ def decoder_heads_summary(data: dict, precision: int, model_arg: str) -> list[Pa
         top = sorted(heads, key=lambda h: (-h["probe_induction"], h["layer"], h["head"]))[:TOP_HEADS]
         blocks.append(Paragraph("Top induction heads on the probe: " + "; ".join(
             f"layer {h['layer']} head {h['head']} ({fmt(h['probe_induction'], precision)})" for h in top) + "."))
+        blocks.append(Paragraph(
+            "(stripe score, the probe column: the mean weight from each token of the second copy to the token after "
+            "its first copy; the training summary gives the same score on its run's own probe)"))
         blocks.append(Paragraph(
             "A trained model usually has a few heads near 1 in its middle layers; in a random or tiny model "
             "every head stays low. Another seed gives other random tokens:"))
