@@ -215,8 +215,9 @@ def test_text_keeps_stdout_clean_and_notes_the_slide_on_stderr(run_cli):
     data = json.loads(run_cli("generate", "ROMEO:", "--model", "tiny-shakespeare", "--max-new-tokens", "80",
                               "--format", "json")[1])
     assert status == 0 and out == "ROMEO:" + data["text"] + "\n"
-    assert err.count("\n") == 1 and err.startswith("selfattn: note: the context window slid at new token 60 ")
-    assert "(window_slid_at 59)" in err and "64 positions" in err and "48 to 64" in err
+    assert err.count("\n") == 1 and err.startswith("selfattn: note: the context window slid from new token 59 on ")
+    assert f"new token {data['window_slid_at']} on (new tokens counted from 0, as window_slid_at)" in err
+    assert "64 positions" in err and "48 to 64" in err
     status, out, err = run_cli("generate", "ROMEO:", "--model", "tiny-shakespeare", "--max-new-tokens", "20")
     assert status == 0 and err == ""
 
@@ -231,7 +232,7 @@ def test_a_terminal_gets_the_note_after_the_text():
     terminal, notes, piped = Terminal(), io.StringIO(), io.StringIO()
     generate_command("ROMEO:", "tiny-shakespeare", 80, 0.0, None, None, None, "text", terminal, notes)
     generate_command("ROMEO:", "tiny-shakespeare", 80, 0.0, None, None, None, "text", piped, io.StringIO())
-    assert terminal.getvalue() == piped.getvalue() and "window_slid_at 59" in notes.getvalue()
+    assert terminal.getvalue() == piped.getvalue() and "from new token 59 on" in notes.getvalue()
 
 
 def test_the_cli_refuses_too_many_new_tokens_in_one_line(run_cli):

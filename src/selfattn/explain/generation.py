@@ -20,7 +20,7 @@ from selfattn.models.generation import kept_after_slide
 def window_note(model, result) -> str | None:
     """The note line for a generation that ran past the model's positions; None if it fitted.
 
-    Step t (0-based, as ``window_slid_at``) chose new token t + 1, so the note counts from 1.
+    One numbering: new tokens counted from 0, as ``window_slid_at`` and the JSON's ``ids`` count them.
     """
     slid = result.window_slid_at
     if slid is None:
@@ -29,8 +29,9 @@ def window_note(model, result) -> str | None:
     kept = kept_after_slide(limit)
     seen = f"{kept} to {limit}" if kept < limit else f"{limit}"
     return (
-        f"selfattn: note: the context window slid at new token {slid + 1} (window_slid_at {slid}): {model.name} "
-        f"has {limit} positions, so from there each token saw only the most recent {seen} tokens"
+        f"selfattn: note: the context window slid from new token {slid} on (new tokens counted from 0, as "
+        f"window_slid_at): {model.name} has {limit} positions, so from there each token saw only the most recent "
+        f"{seen} tokens"
     )
 
 

@@ -71,8 +71,10 @@ def _layer_input(doc: Document, t: ModelTrace, p: int, step: int) -> None:
         doc.add(
             Paragraph(
                 f"This model normalises before each part of a layer (pre-norm): the attention of layer {layer} reads "
-                f"{norm}({x}), not {x} itself, and its output is added back to {x} unnormalised (the residual "
-                f"connection). {NORM_TEXT.get(a.norm, '')}"
+                f"{norm}({x}), not {x} itself, and its output is added back to {x}, which is never normalised in "
+                f"place (the residual connection)"
+                + (f"; the output is normalised once more by {norm} before it is added" if a.sandwich_norm else "")
+                + f". {NORM_TEXT.get(a.norm, '')}"
                 + (" This checkpoint stores each gain minus one: its RMSNorm multiplies by 1 + g." if a.norm_gain == "1+w" else "")
             ),
             *wide_table(t, t.attention_input, p, f"{norm}({x}): what the attention of layer {layer} reads"),
