@@ -7,15 +7,15 @@ The earlier commit's ``src/`` is written to a temporary folder (``git archive``)
 workload runs in a fresh process with one tree or the other first on ``PYTHONPATH``,
 alternating A B A B so that a machine's slow minute falls on both. In each process the
 workload is warmed up once and timed several times (the median); the table gives the
-median over rounds and the ratio this tree / the base (1.00: the same; under 1.03 is noise
-on these machines).
+median over rounds and the ratio this tree / the base (1.00: the same). Two runs of the
+same tree on these 2-core machines differ by up to about 5% on the smaller workloads.
 
     generate   stories260K, 64 greedy tokens from "Once upon a time" (many small calls:
                the per-call overhead shows here first)
     forward    SmolLM2-135M-Instruct, one forward over 256 tokens, logits of the last
-    train      a 4-layer Transformer (d 64, 4 heads) on 8 x 128 tokens: forward, backward
-    ablate     tiny-induction: patch_heads over every head (hooks set: the new mechanism
-               against the forward pre-hooks it replaced)
+    train      a 4-layer Transformer (d 64, 4 heads) on 8 x 128 tokens: 4 x (forward, backward)
+    ablate     tiny-induction: patch_heads over every head (hooks set: the named points
+               against the forward pre-hooks on W_o they replaced)
 """
 
 from __future__ import annotations
@@ -57,8 +57,9 @@ torch.manual_seed(0)
 net = sa.Transformer(sa.TransformerConfig(d_model=64, n_heads=4, n_layers=4, causal=True))
 x = torch.randn(8, 128, 64)
 def work():
-    net.zero_grad()
-    net(x).last_hidden_state.square().mean().backward()
+    for _ in range(4):
+        net.zero_grad()
+        net(x).last_hidden_state.square().mean().backward()
 """,
     "ablate": """
 import selfattn as sa
