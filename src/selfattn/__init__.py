@@ -30,8 +30,7 @@ Positions                 sinusoidal_encoding, LearnedPositionalEmbedding, apply
 Pretrained models         load_pretrained("all-MiniLM-L6-v2" | "stories260K" | FOLDER | FILE.bin
                           | "org/name") -> BertModel | DecoderModel -> ModelOutput;
                           DecoderModel.generate -> Generation; integrations.transformers
-Circuits                  hooks, capture, point_names; ablate, patch_heads, attribute,
-                          composition_scores
+Circuits                  hooks, capture; ablate, patch_heads, attribute, composition_scores
 Training                  train(task="induction" | "text", ...) -> TrainingRun (shipped:
                           "tiny-induction", "tiny-shakespeare"); across processes: ring_attention
 Errors                    SelfAttnError (a ValueError) and its subclasses ConfigError,

@@ -44,9 +44,10 @@ class Composition:
     """Every pair of heads' composition scores (``composition_scores``).
 
     Attributes:
-        q, k, v: (n_layers, n_heads, n_layers, n_heads) float64: [l1, h1, l2, h2] is how much
-            head (l2, h2) reads head (l1, h1)'s output in its queries, keys or values; NaN
-            unless l1 < l2.
+        q: (n_layers, n_heads, n_layers, n_heads) float64: [l1, h1, l2, h2] is how much head
+            (l2, h2) reads head (l1, h1)'s output in its queries; NaN unless l1 < l2.
+        k: the same for its keys.
+        v: the same for its values.
         baseline: mode -> the mean score of random matrices of the same shapes.
     """
 

@@ -33,8 +33,9 @@ from dataclasses import dataclass
 import torch
 
 from selfattn.analysis.hooks import capture, hooks, model_blocks
-from selfattn.analysis.next_token import next_token_losses, target_id
+from selfattn.analysis.next_token import gap_warning, next_token_losses, target_id
 from selfattn.analysis.inputs import ABLATION_MODES
+from selfattn.analysis.path_patching import check_path, check_via, path_patching
 from selfattn.attention.modules import MultiHeadAttention
 from selfattn.attention.points import Point, point_name
 from selfattn.errors import ModelError, OptionError, SentenceError, did_you_mean
@@ -273,22 +274,6 @@ def patch_heads(model, clean, corrupted, target, senders=None, receivers=None, v
     return torch.tensor(run.recovered, dtype=torch.float64)
 
 
-SMALL_GAP = 0.1  # nats: a clean answer this little above the corrupted one leaves little to recover
-
-
-def gap_warning(lp_clean: float, lp_corrupted: float) -> str | None:
-    """A line saying why the recovered fractions mean little, or None when the inputs are a fair pair."""
-    gap = lp_clean - lp_corrupted
-    if gap <= 0:
-        return (f"the clean input gives the target a log-probability no higher than the corrupted one "
-                f"({lp_clean:.2f} against {lp_corrupted:.2f} nats): the fractions measure a way back to a worse "
-                "answer; swap the inputs, or choose a corrupted input that lowers the target")
-    if gap < SMALL_GAP:
-        return (f"the clean input gives the target only {gap:.3f} nats more than the corrupted one: every fraction "
-                "divides by that small gap, so small changes look large")
-    return None
-
-
 @dataclass(frozen=True)
 class Patching:
     """An activation-patching run (``patching``).
@@ -336,8 +321,6 @@ def check_positions(positions, n: int) -> list[int] | None:
 def patching(model, clean, corrupted, target, senders=None, receivers=None, via=None, positions=None):
     """``patch_heads`` with what it read on the way (see there): a ``Patching``, or with senders and
     receivers a ``PathPatching`` (``analysis.path_patching``)."""
-    from selfattn.analysis.path_patching import check_path, check_via, path_patching
-
     attention_modules(model)
     if not hasattr(model, "generate") or not getattr(model.attention_info(0), "causal", False):
         raise ModelError(f"patching reads the next token's log-probability: {model.name} is not a decoder")

@@ -162,3 +162,19 @@ def one_token_words(model, target: str, count: int = 3) -> list[str]:
     first = target.strip()[:1].lower()
     close.sort(key=lambda w: (not w.startswith(" "), w.strip()[:1].lower() != first))
     return list(dict.fromkeys(found + close))[:count]
+
+
+SMALL_GAP = 0.1  # nats: a clean answer this little above the corrupted one leaves little to recover
+
+
+def gap_warning(lp_clean: float, lp_corrupted: float) -> str | None:
+    """A line saying why the recovered fractions mean little, or None when the inputs are a fair pair."""
+    gap = lp_clean - lp_corrupted
+    if gap <= 0:
+        return (f"the clean input gives the target a log-probability no higher than the corrupted one "
+                f"({lp_clean:.2f} against {lp_corrupted:.2f} nats): the fractions measure a way back to a worse "
+                "answer; swap the inputs, or choose a corrupted input that lowers the target")
+    if gap < SMALL_GAP:
+        return (f"the clean input gives the target only {gap:.3f} nats more than the corrupted one: every fraction "
+                "divides by that small gap, so small changes look large")
+    return None

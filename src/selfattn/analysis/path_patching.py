@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from selfattn.analysis.hooks import capture, hooks, model_blocks
+from selfattn.analysis.next_token import gap_warning
 from selfattn.analysis.stream import head_parts
 from selfattn.attention.points import point_name
 from selfattn.errors import OptionError
@@ -64,9 +65,7 @@ class PathPatching:
 
     @property
     def warning(self) -> str | None:
-        """Why the fraction means little (``interventions.gap_warning``), or None."""
-        from selfattn.analysis.interventions import gap_warning
-
+        """Why the fraction means little (``next_token.gap_warning``), or None."""
         return gap_warning(self.lp_clean, self.lp_corrupted)
 
 
