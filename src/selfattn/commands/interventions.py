@@ -33,7 +33,7 @@ def decoder_model(model_name: str, command: str):
     model = shared_model(model_name)
     if not model.attention_info(0).causal:
         raise OptionError(
-            f"{command} reads the next-token loss, which only a decoder has ({', '.join(decoder_names())}): "
+            f"{command} reads what a model predicts for the next token, which only a decoder does ({', '.join(decoder_names())}): "
             f"{model.name} is an encoder")
     return model
 
