@@ -51,7 +51,7 @@ from selfattn.masks import DocumentMask
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from machine import describe  # noqa: E402
-from attention import loadavg, make_inputs, max_diff, run_once
+from attention import loadavg, make_inputs, max_diff, run_once, sdpa_shape
 
 HEADS, D_HEAD, SOFTCAP, DOCUMENTS = 8, 64, 30.0, 8
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -170,12 +170,14 @@ def build_cases(n: int, window: int, inputs: dict, compile_flex: bool = True) ->
     """Every case and pass, with its implementations; setup times (block masks, compile) in the dict."""
     slopes = alibi_slopes()
     i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
-    causal_bool = j <= i  # (N, N)
-    causal_alibi = (-slopes[:, None, None] * (i - j)).masked_fill(~causal_bool, float("-inf"))  # (H, N, N)
-    alibi_abs = -slopes[:, None, None] * (i - j).abs()  # (H, N, N)
+    # Every dense mask in SDPA's fastest accepted shape, 4-D and contiguous (attention.sdpa_shape), for every side.
+    causal_2d = j <= i  # (N, N)
+    causal_bool = sdpa_shape(causal_2d)  # (1, 1, N, N)
+    causal_alibi = sdpa_shape((-slopes[:, None, None] * (i - j)).masked_fill(~causal_2d, float("-inf")))  # (1, H, N, N)
+    alibi_abs = sdpa_shape(-slopes[:, None, None] * (i - j).abs())  # (1, H, N, N)
     noise = torch.Generator().manual_seed(18)
-    random_bias = torch.randn(n, n, generator=noise)  # no structure: every tile is added, nothing skipped or bounded away
-    random_bool = torch.rand(n, n, generator=noise) < 0.5  # half the keys of every row, scattered: every tile partial
+    random_bias = sdpa_shape(torch.randn(n, n, generator=noise))  # no structure: every tile is added, nothing skipped
+    random_bool = sdpa_shape(torch.rand(n, n, generator=noise) < 0.5)  # half the keys of every row, scattered
     shared_causal = torch.zeros(1, 1, n, n).masked_fill(~causal_bool, float("-inf"))  # one 0 / -inf mask for all heads
 
     def alibi(score, b, h, q_idx, kv_idx):
@@ -193,14 +195,15 @@ def build_cases(n: int, window: int, inputs: dict, compile_flex: bool = True) ->
     setup.update(info)
     no_backward = info.get("torch flex backward", "")
     t = lambda x: x.transpose(1, 2)  # (B, H, N, d) <-> (B, N, H, d) views
-    window_bool = sa.sliding_window_mask(n, left=window, right=window)
+    window_bool = sdpa_shape(sa.sliding_window_mask(n, left=window, right=window))
     window_rule = sa.sliding_window_mask(n, left=window, right=window, structured=True)
     length = n // DOCUMENTS
     cu = torch.arange(0, n + 1, length, dtype=torch.int32)
     document = torch.arange(n) // length
-    documents_bool = document[:, None] == document[None, :]  # (N, N)
+    documents_2d = document[:, None] == document[None, :]  # (N, N)
+    documents_bool = sdpa_shape(documents_2d)
     documents_rule = DocumentMask([length] * DOCUMENTS)
-    block_causal = causal_bool & documents_bool
+    block_causal = sdpa_shape(causal_2d & documents_2d)
     packed = lambda x: x[0].transpose(0, 1)  # (1, H, N, d) -> (N, H, d) view
 
     cases = []
@@ -221,7 +224,7 @@ def build_cases(n: int, window: int, inputs: dict, compile_flex: bool = True) ->
              "flash_attn_func softcap": lambda q, k, v: t(sa.flash_attn_func(t(q), t(k), t(v), softcap=SOFTCAP)),
              "flex softcap": lambda q, k, v: sa.flex_attention(q, k, v, score_mod=softcap)}
         cases.append(Case(CASES[1], pass_, b, {"flash_attn_func softcap": "flex softcap"}))
-        masks = (torch.zeros(n, n), alibi_abs, causal_alibi, causal_bool, random_bias, random_bool, shared_causal)
+        masks = (sdpa_shape(torch.zeros(n, n)), alibi_abs, causal_alibi, causal_bool, random_bias, random_bool, shared_causal)
         for name, mask in zip(DENSE, masks):
             c = {"sdpa": lambda q, k, v, m=mask: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
                  "flash": lambda q, k, v, m=mask: sa.flash_attention(q, k, v, attn_mask=m),

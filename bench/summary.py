@@ -30,7 +30,7 @@ import torch.nn.functional as F
 import selfattn as sa
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from attention import make_inputs, max_diff, run_once  # noqa: E402
+from attention import make_inputs, max_diff, run_once, sdpa_shape  # noqa: E402
 from machine import machine_line  # noqa: E402
 
 HEADS, DOCUMENTS, SOFTCAP = 8, 8, 30.0
@@ -42,7 +42,7 @@ class Row:
     pass_: str
     ours: str
     peer: str
-    limit: float  # ours / peer must be at most this
+    limit: float | None  # ours / peer must be at most this; None: shown, not judged (a peer called slowly, on purpose)
     ours_ms: float = 0.0
     peer_ms: float = 0.0
     ratio: float = 0.0
@@ -50,6 +50,8 @@ class Row:
 
     @property
     def verdict(self) -> str:
+        if self.limit is None:
+            return "info"
         return "pass" if self.ratio <= self.limit else "miss"
 
 
@@ -61,14 +63,15 @@ def cases(n: int) -> list[tuple[str, str, float, callable, callable, bool, bool]
     """(label, ours name, limit, ours fn, peer fn, same result, gqa) for each headline."""
     s = slopes()
     i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
-    causal_alibi = (-s[:, None, None] * (i - j)).masked_fill(j > i, float("-inf"))  # (H, N, N): half the tiles hidden
+    causal_alibi_3d = (-s[:, None, None] * (i - j)).masked_fill(j > i, float("-inf"))  # (H, N, N): half the tiles hidden
+    causal_alibi = sdpa_shape(causal_alibi_3d)  # (1, H, N, N): SDPA's fast shape, given to both sides
     causal_block = sa.create_block_mask(lambda b, h, q, kv: q >= kv, None, None, n, n)
     alibi = lambda score, b, h, q, kv: score - s[h] * (q - kv)  # noqa: E731
     t = lambda x: x.transpose(1, 2)  # noqa: E731
     length = max(1, n // DOCUMENTS)
     cu = torch.arange(0, n + 1, length, dtype=torch.int32)
     document = torch.arange(n) // length
-    block_causal = (document[:, None] == document[None, :]) & (j <= i)
+    block_causal = sdpa_shape((document[:, None] == document[None, :]) & (j <= i))  # (1, 1, N, N)
     packed = lambda x: x[0].transpose(0, 1)  # noqa: E731
     sdpa = F.scaled_dot_product_attention
     return [
@@ -87,6 +90,10 @@ def cases(n: int) -> list[tuple[str, str, float, callable, callable, bool, bool]
         ("dense causal + ALiBi bias (1, 8, N, N)", "flash", 0.7,
          lambda q, k, v: sa.flash_attention(q, k, v, attn_mask=causal_alibi),
          lambda q, k, v: sdpa(q, k, v, attn_mask=causal_alibi), True, False),
+        # Not a headline: SDPA takes a far slower path for a 3-D mask than for the same numbers in 4-D.
+        (SLOW_PEER, "flash", None,
+         lambda q, k, v: sa.flash_attention(q, k, v, attn_mask=causal_alibi),
+         lambda q, k, v: sdpa(q, k, v, attn_mask=causal_alibi_3d), True, False),
         ("softcap 30 vs plain flash", "flash_attn_func", 1.3,
          lambda q, k, v: t(sa.flash_attn_func(t(q), t(k), t(v), softcap=SOFTCAP)),
          lambda q, k, v: sa.flash_attention(q, k, v), False, False),
@@ -97,7 +104,8 @@ def cases(n: int) -> list[tuple[str, str, float, callable, callable, bool, bool]
     ]
 
 
-FORWARD_ONLY = {"dense causal + ALiBi bias (1, 8, N, N)", "GQA 8 query / 2 kv heads"}
+SLOW_PEER = "dense causal + ALiBi bias vs SDPA given a 3-D mask (8, N, N)"
+FORWARD_ONLY = {"dense causal + ALiBi bias (1, 8, N, N)", "GQA 8 query / 2 kv heads", SLOW_PEER}
 
 
 def measure(n: int, rounds: int) -> list[Row]:
@@ -115,7 +123,7 @@ def measure(n: int, rounds: int) -> list[Row]:
                         times[side].append(seconds)
                     else:
                         results[side] = result
-            row = Row(label, pass_, ours_name, "SDPA" if "vs" not in label else label.split(" vs ")[1], limit,
+            row = Row(label, pass_, ours_name, "SDPA" if " vs " not in label else label.split(" vs ")[1], limit,
                       statistics.median(times["ours"]) * 1e3, statistics.median(times["peer"]) * 1e3)
             row.ratio = row.ours_ms / row.peer_ms
             row.diff = max_diff(results["ours"], results["peer"]) if same else None
@@ -161,7 +169,8 @@ def main() -> None:
     width = max(len(r.label) for r in rows)
     print(f"{'case':{width}}  {'pass':7}  {'ours ms':>8}  {'peer ms':>8}  {'ratio':>6}  {'target':>7}  verdict")
     for r in rows:
-        print(f"{r.label:{width}}  {r.pass_:7}  {r.ours_ms:8.0f}  {r.peer_ms:8.0f}  {r.ratio:6.2f}  <= {r.limit:4.2f}  {r.verdict}")
+        target = "" if r.limit is None else f"<= {r.limit:4.2f}"
+        print(f"{r.label:{width}}  {r.pass_:7}  {r.ours_ms:8.0f}  {r.peer_ms:8.0f}  {r.ratio:6.2f}  {target:>7}  {r.verdict}")
     if args.json:
         with open(args.json, "w") as out:
             json.dump({"machine": machine, "n": args.n, "rounds": args.rounds,

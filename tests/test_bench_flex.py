@@ -64,6 +64,9 @@ def test_summary_quick_judges_every_headline(tmp_path):
             "dense causal + ALiBi bias (1, 8, N, N)"} <= labels
     for row in result["rows"]:
         assert math.isclose(row["ratio"], row["ours_ms"] / row["peer_ms"]), row
+        if row["limit"] is None:  # a peer called slowly on purpose, shown beside its headline, not judged
+            assert row["verdict"] == "info" and "SDPA given a 3-D mask" in row["label"], row
+            continue
         assert row["verdict"] == ("pass" if row["ratio"] <= row["limit"] else "miss"), row
         if row["diff"] is not None:
             assert row["diff"] < 1e-4, row  # ours and its peer compute the same attention
