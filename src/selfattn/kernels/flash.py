@@ -110,9 +110,11 @@ def flash_attention(
         enable_gqa: grouped-query attention: key and value have Hk heads, Hq a multiple
             of Hk, and query heads g G .. g G + G - 1 (G = Hq / Hk) share key/value
             head g. K and V are not repeated, unless the mask differs between heads.
-        block_q: query rows per tile, a positive int. None: 512 without a mask; with a
-            mask the cheapest of 512, 256 and 128 by an estimate (visible area plus a fixed
-            cost per tile). The backward takes at most 128 rows per tile.
+        block_q: query rows per tile, a positive int. None: without a mask, the tile fitted
+            to this CPU (measured once per shape class from 2048 queries and keys on,
+            ``selfattn.kernels.tile_choice`` says which and why; 512 below); with a mask the
+            cheapest of 512, 256 and 128 by an estimate (visible area plus a fixed cost per
+            tile). The backward takes at most 128 rows per tile.
         block_k: keys per tile, a positive int; None chooses it as for block_q.
         return_lse: also return the log-sum-exp of every row.
         dropout_p: chance of dropping each attention weight, in [0, 1); kept weights are
@@ -216,6 +218,12 @@ def flash_with_offset(query, key, value, attn_mask, causal_offset: int | None, s
         return triton_attention(query, key, value, mask, float_mask, scale, group, softcap,
                                 getattr(score_mod, "alibi", None), block_q, block_k)
     auto_k = block_k is None  # then the backward, with its shorter row blocks, chooses its own block_k
+    if (block_q is None or block_k is None) and mask is None and query.device.type == "cpu":
+        from selfattn.kernels.tile_fit import tile_choice  # tiles fitted to this CPU, measured once per shape
+
+        chosen = tile_choice(query.shape[-2], key.shape[-2], math.prod(query.shape[:-2]), query.shape[-1], query.dtype,
+                             group, block_q, block_k)
+        block_q, block_k = chosen.block_q, chosen.block_k
     if block_q is None or block_k is None:
         chosen_q, chosen_k = choose_blocks(mask, query.shape[-2], key.shape[-2], math.prod(query.shape[:-2]))
         block_q, block_k = block_q or chosen_q, block_k or chosen_k
