@@ -246,18 +246,6 @@ def loadavg() -> str:
     return " ".join(open("/proc/loadavg").read().split()[:3])
 
 
-def sdpa_shape(mask: torch.Tensor) -> torch.Tensor:
-    """A mask in SDPA's fastest accepted shape: 4-D (batch or 1, heads or 1, N, N), contiguous.
-
-    SDPA reads a 3-D (H, N, N) mask on a path about 3x slower than the same numbers as
-    (1, H, N, N) (measured on an AMD EPYC, N = 4096): the peer is called as a user at their
-    best would call it. tests/test_bench_peers.py holds every SDPA call of bench/summary.py and bench/flex.py to it.
-    """
-    while mask.dim() < 4:
-        mask = mask[None]
-    return mask.contiguous()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lengths", type=lambda s: [int(x) for x in s.split(",")], default=list(LENGTHS))

@@ -29,6 +29,9 @@ import torch.nn.functional as F
 
 from selfattn import flash_attention
 from selfattn.masks import CausalMask, DocumentMask, SlidingWindowMask
+
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
+from peers import sdpa_shape  # noqa: E402  (bench/: SDPA's fast mask shape)
 from selfattn.peak_memory import PeakMemory
 
 N, HEADS, D_HEAD, LONG_N = 4096, 8, 64, 65536
@@ -69,7 +72,7 @@ def time_masks(rounds: int, n: int = N, log=print) -> list[dict]:
     """One row per (case, pass): median ms of sdpa and flash, the speed-up, and the max |diff|."""
     rows = []
     for name, mask, kv_heads, q_factor in mask_cases(n):
-        kwargs_sdpa = {"enable_gqa": kv_heads < HEADS} if mask is None else {"attn_mask": mask.dense()}
+        kwargs_sdpa = {"enable_gqa": kv_heads < HEADS} if mask is None else {"attn_mask": sdpa_shape(mask.dense())}
         kwargs_flash = {"enable_gqa": kv_heads < HEADS} if mask is None else {"attn_mask": mask}
         impls = {
             "sdpa": lambda q, k, v, kw=kwargs_sdpa: F.scaled_dot_product_attention(q, k, v, **kw),

@@ -51,7 +51,8 @@ from selfattn.masks import DocumentMask
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from machine import describe  # noqa: E402
-from attention import loadavg, make_inputs, max_diff, run_once, sdpa_shape
+from attention import loadavg, make_inputs, max_diff, run_once
+from peers import sdpa_shape
 
 HEADS, D_HEAD, SOFTCAP, DOCUMENTS = 8, 64, 30.0, 8
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -170,7 +171,7 @@ def build_cases(n: int, window: int, inputs: dict, compile_flex: bool = True) ->
     """Every case and pass, with its implementations; setup times (block masks, compile) in the dict."""
     slopes = alibi_slopes()
     i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
-    # Every dense mask in SDPA's fastest accepted shape, 4-D and contiguous (attention.sdpa_shape), for every side.
+    # Every dense mask in SDPA's fastest accepted shape, 4-D and contiguous (peers.sdpa_shape), for every side.
     causal_2d = j <= i  # (N, N)
     causal_bool = sdpa_shape(causal_2d)  # (1, 1, N, N)
     causal_alibi = sdpa_shape((-slopes[:, None, None] * (i - j)).masked_fill(~causal_2d, float("-inf")))  # (1, H, N, N)

@@ -30,7 +30,8 @@ import torch.nn.functional as F
 import selfattn as sa
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from attention import make_inputs, max_diff, run_once, sdpa_shape  # noqa: E402
+from attention import make_inputs, max_diff, run_once  # noqa: E402
+from peers import sdpa_shape  # noqa: E402
 from machine import machine_line  # noqa: E402
 
 HEADS, DOCUMENTS, SOFTCAP = 8, 8, 30.0

@@ -2,7 +2,7 @@
 
 torch's scaled_dot_product_attention reads a 3-D (H, N, N) mask on a path about 3x slower
 than the same numbers as (1, H, N, N); a benchmark that handed it a 3-D mask measured
-SDPA's slow path, not SDPA. Here every case of bench/summary.py and bench/flex.py runs
+SDPA's slow path, not SDPA. Here every case of bench/summary.py, bench/flex.py and bench/attention_masks.py runs
 once on a small N with SDPA replaced by a spy that records the mask it gets; only the one
 row named as a slow call on purpose may give it a 3-D mask.
 """
@@ -70,3 +70,10 @@ def test_flex_bench_gives_sdpa_4d_masks(sdpa_calls):
             with torch.no_grad():
                 call(*qkv)
     assert sdpa_calls and held_to_the_fast_shape(sdpa_calls) == []
+
+
+def test_the_mask_benchmark_gives_sdpa_4d_masks(sdpa_calls):
+    import attention_masks
+
+    rows = attention_masks.time_masks(1, n=256, log=lambda *a: None)
+    assert rows and sdpa_calls and held_to_the_fast_shape(sdpa_calls) == []
