@@ -35,7 +35,7 @@ import torch
 from selfattn.analysis.hooks import capture, hooks, model_blocks
 from selfattn.analysis.next_token import gap_warning, next_token_losses, target_id
 from selfattn.analysis.inputs import ABLATION_MODES
-from selfattn.analysis.path_patching import check_path, check_via, path_patching
+from selfattn.analysis.path_patching import check_path, check_via, path_patching, path_points
 from selfattn.attention.modules import MultiHeadAttention
 from selfattn.attention.points import Point, point_name
 from selfattn.errors import ModelError, OptionError, SentenceError, did_you_mean
@@ -162,12 +162,11 @@ class _Knockout:
         return total / max(count, 1.0)
 
 
-def capture_heads(model, encoded: Encoded) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """Run the model once and keep every head's output.   -> last logits (batch, 1, vocab), n_layers x z (batch, H, seq, d_head)"""
-    names = [point_name(layer, "z") for layer in range(len(model_blocks(model)))]
+def run_keeping(model, encoded: Encoded, names: list[str]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Run the model once, keeping the values at some points.   -> last logits (batch, 1, vocab), {name: value}"""
     with capture(model, names) as seen, torch.no_grad():
         logits = model.run(encoded, last_only=True).logits
-    return logits, [seen[name] for name in names]
+    return logits, dict(seen)
 
 
 def per_head_runs(model, encoded: Encoded, measure, sources: list[torch.Tensor] | None = None,
@@ -349,16 +348,24 @@ def patching(model, clean, corrupted, target, senders=None, receivers=None, via=
     def log_prob(logits: torch.Tensor) -> torch.Tensor:
         return logits[:, -1].double().log_softmax(dim=-1)[:, wanted]  # (rows,)
 
-    clean_logits, sources = capture_heads(model, runs[0])  # the clean run once: its answer and its heads
-    with torch.no_grad():
-        corrupted_logits = model.run(runs[1], last_only=True).logits
+    # Each input runs once, for its answer and what the patching takes from it: every head's output
+    # on the clean run, or for a path the senders' outputs and the receivers' streams on both.
+    if path:
+        names = path_points(senders, receivers)
+        kept = [names, names]
+    else:
+        kept = [[point_name(layer, "z") for layer in range(len(model_blocks(model)))], []]
+    (clean_logits, clean_seen), (corrupted_logits, corrupted_seen) = (
+        run_keeping(model, encoded, names) for encoded, names in zip(runs, kept))
     lp_clean, lp_corrupted = float(log_prob(clean_logits)), float(log_prob(corrupted_logits))
     if abs(lp_clean - lp_corrupted) < 1e-6:
         raise OptionError(
             f"the clean and corrupted inputs give the target the same log-probability ({lp_clean:.4f}): there is "
             "nothing to recover; choose inputs that change the answer")
     if path:
-        return path_patching(model, runs, wanted, senders, receivers, via, positions, log_prob, lp_clean, lp_corrupted)
+        return path_patching(model, runs, (clean_seen, corrupted_seen), wanted, senders, receivers, via, positions,
+                             log_prob, lp_clean, lp_corrupted)
+    sources = [clean_seen[name] for name in kept[0]]
     patched = per_head_runs(model, runs[1], log_prob, sources, positions=positions)
     return Patching((patched - lp_corrupted) / (lp_clean - lp_corrupted), wanted, lp_clean, lp_corrupted,
                     runs[0].input_ids[0].tolist(), runs[1].input_ids[0].tolist(), positions)

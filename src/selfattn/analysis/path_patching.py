@@ -96,13 +96,21 @@ def check_path(model, senders, receivers) -> None:
                           f"wrote, and the first receiver is in layer {first}")
 
 
-def path_patching(model, runs, wanted: int, senders, receivers, via: tuple[str, ...], positions, log_prob,
+def path_points(senders, receivers) -> list[str]:
+    """The points path patching reads on the clean and the corrupted run: the senders' layers' z, the
+    receivers' layers' incoming stream."""
+    return ([point_name(l, "z") for l in sorted({l for l, _ in senders})]
+            + [point_name(l, "resid_pre") for l in sorted({l for l, _ in receivers})])
+
+
+def path_patching(model, runs, seen, wanted: int, senders, receivers, via: tuple[str, ...], positions, log_prob,
                   lp_clean: float, lp_corrupted: float) -> PathPatching:
     """Path patching on inputs already checked (see the module docstring).
 
     Args:
         model: a decoder.
         runs: the clean and corrupted ``Encoded`` inputs, batch 1, one length.
+        seen: the values at ``path_points`` on the clean run and on the corrupted run.
         wanted: the target's id.
         senders, receivers: checked (layer, head) pairs (``check_heads``, ``check_path``).
         via: checked inputs (``check_via``).
@@ -113,12 +121,6 @@ def path_patching(model, runs, wanted: int, senders, receivers, via: tuple[str, 
     blocks = model_blocks(model)
     sender_layers = sorted({l for l, _ in senders})
     receiver_layers = sorted({l for l, _ in receivers})
-    names = [point_name(l, "z") for l in sender_layers] + [point_name(l, "resid_pre") for l in receiver_layers]
-    seen = []
-    for encoded in runs:
-        with capture(model, names) as values, torch.no_grad():
-            model.run(encoded, last_only=True)
-        seen.append(values)
     clean, corrupted = seen
     delta = torch.zeros_like(corrupted[point_name(receiver_layers[0], "resid_pre")], dtype=torch.float64)  # (1, n, d)
     for layer in sender_layers:
