@@ -27,7 +27,7 @@ import torch
 
 from selfattn.analysis.hooks import capture, model_blocks
 from selfattn.analysis.next_token import target_id
-from selfattn.analysis.stream import frozen_norm, head_parts
+from selfattn.analysis.stream import attention_parts, frozen_norm
 from selfattn.attention.points import point_name
 from selfattn.errors import ModelError, OptionError, SentenceError
 
@@ -122,16 +122,12 @@ def attribute(model, text, target, position: int | None = None) -> Attribution:
     components = [("embeddings", float(share(at(point_name(0, "resid_pre")))))]
     heads = torch.zeros(layers, blocks[0].attention.config.n_heads, dtype=torch.float64)
     for l, block in enumerate(blocks):
-        attention = block.attention
         z = at(point_name(l, "z"))  # (H, d_head)
         if z.shape[0] != heads.shape[1]:
             raise ModelError("attribution draws one grid of heads: every layer needs the same number of heads")
-        heads[l] = share(head_parts(block, z), heads=True)
-        if attention.w_o.bias is not None:
-            bias = attention.w_o.bias.double()
-            if block.post_attention_norm is not None:
-                y = torch.einsum("he,dhe->d", z, attention.w_o.weight.double().view(-1, *z.shape)) + bias
-                bias = frozen_norm(block.post_attention_norm, y).share(bias)
+        parts, bias = attention_parts(block, z)  # (H, d), (d,) or None
+        heads[l] = share(parts, heads=True)
+        if bias is not None:
             components.append((f"attention bias {l}", float(share(bias))))
         components.append((f"MLP {l}", float(share(at(point_name(l, "mlp_out"))))))
     if final.bias is not None:

@@ -46,17 +46,24 @@ def frozen_norm(norm: nn.Module, x: torch.Tensor) -> FrozenNorm:
     raise ModelError(f"a share through a norm needs RMSNorm or LayerNorm, not {type(norm).__name__}")
 
 
-def head_parts(block, z: torch.Tensor) -> torch.Tensor:
-    """Each head's part of what the block's attention adds to the stream.   z (..., H, d_head) -> (..., H, d_model) float64
+def attention_parts(block, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """What the block's attention adds to the stream, part by part.   z (..., H, d_head) -> (..., H, d_model), (..., d_model) or None
 
-    z_h W_o,h; where the block normalises attention again before adding it (Gemma's
-    post-attention norm), through that norm with its scale frozen at the layer's whole
-    output at each position. W_o's bias is left out: it is no head's.
+    Each head's part z_h W_o,h, and W_o's bias (None without one; it is no head's). Where
+    the block normalises attention again before adding it (Gemma's post-attention norm),
+    both pass through that norm with its scale frozen at the layer's whole output at each
+    position, so that they still add up to what the block added. float64.
     """
     attention, c = block.attention, block.attention.config
     w_o = attention.w_o.weight.double().view(c.d_model, c.n_heads, c.d_head)  # (d_model, H, d_head)
     parts = torch.einsum("...he,dhe->...hd", z.double(), w_o)  # (..., H, d_model)
+    bias = None if attention.w_o.bias is None else attention.w_o.bias.double()
     if block.post_attention_norm is not None:
-        bias = 0 if attention.w_o.bias is None else attention.w_o.bias.double()
-        parts = frozen_norm(block.post_attention_norm, parts.sum(dim=-2) + bias).share(parts, heads=True)
-    return parts
+        post = frozen_norm(block.post_attention_norm, parts.sum(dim=-2) + (0 if bias is None else bias))
+        parts, bias = post.share(parts, heads=True), None if bias is None else post.share(bias)
+    return parts, bias
+
+
+def head_parts(block, z: torch.Tensor) -> torch.Tensor:
+    """Each head's part of what the block's attention adds to the stream (``attention_parts`` without the bias)."""
+    return attention_parts(block, z)[0]
