@@ -25,6 +25,7 @@ from selfattn.cli_options import (
     Parser,
     add_input_options,
     add_model_option,
+    add_output_options,
     add_probe_options,
     add_tokenizer_option,
     add_view_options,
@@ -55,8 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     explain.epilog = EXPLAIN_EXAMPLES
     add_input_options(explain)
     add_view_options(explain, default=None, needs="needs --model")
-    explain.add_argument("--precision", type=int, default=4, metavar="DIGITS", help="decimals shown, 0 to 10 (default 4)")
-    explain.add_argument("--format", choices=["text", "json", "markdown"], default="text", help="output format")
+    add_output_options(explain, 4)
     explain.set_defaults(run=run_explain)
 
     plot = commands.add_parser(
@@ -134,8 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     heads.epilog = HEADS_EXAMPLES
     heads.add_argument("sentence", nargs="*", help="the sentence (default: the seed's example)")
     add_model_option(heads)
-    heads.add_argument("--precision", type=int, default=2, metavar="DIGITS", help="decimals shown, 0 to 10 (default 2)")
-    heads.add_argument("--format", choices=["text", "json", "markdown"], default="text", help="output format")
+    add_output_options(heads, 2)
     add_probe_options(heads, "probe (decoders only, instead of a sentence)",
                       "induction: random tokens, then the same tokens again; every head is scored on how much "
                       "the second copy looks at the token after its first copy")
@@ -159,8 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     similarity.epilog = SIMILARITY_EXAMPLES
     similarity.add_argument("sentences", nargs="+", metavar="SENTENCE", help="two or more sentences, each quoted")
     add_model_option(similarity)
-    similarity.add_argument("--precision", type=int, default=3, metavar="DIGITS", help="decimals shown, 0 to 10 (default 3)")
-    similarity.add_argument("--format", choices=["text", "json", "markdown"], default="text", help="output format")
+    add_output_options(similarity, 3)
     similarity.set_defaults(run=run_similarity)
 
     generate = commands.add_parser(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from selfattn.cli_options import add_model_option, add_probe_options
+from selfattn.cli_options import add_model_option, add_output_options, add_probe_options
 
 ABLATE_EXAMPLES = """examples:
   selfattn ablate --model tiny-induction --heads 1.0,1.1,1.2,1.3 --probe induction
@@ -52,8 +52,7 @@ def add_intervention_commands(commands) -> None:
     ablate.add_argument("--heads", required=True, metavar="L.H[,L.H...]",
                         help="the heads to knock out, LAYER.HEAD counted from 0, separated by commas: 1.0,1.3")
     ablate.add_argument("--mode", default="zero", metavar="MODE", help="zero (default) or mean")
-    ablate.add_argument("--precision", type=int, default=3, metavar="DIGITS", help="decimals shown, 0 to 10 (default 3)")
-    ablate.add_argument("--format", choices=["text", "json", "markdown"], default="text", help="output format")
+    add_output_options(ablate, 3)
     generate = ablate.add_argument_group("the text written with and without the heads")
     generate.add_argument("--generate", type=int, metavar="N",
                           help="also continue the input by N tokens with every head and with the heads knocked out")
@@ -85,8 +84,7 @@ def add_intervention_commands(commands) -> None:
     add_model_option(patch, default=None)
     patch.add_argument("--target", required=True, metavar="TOKEN",
                        help="the next token to read: as the vocabulary writes it (Ġcat, ▁cat) or as text of one token")
-    patch.add_argument("--precision", type=int, default=2, metavar="DIGITS", help="decimals shown, 0 to 10 (default 2)")
-    patch.add_argument("--format", choices=["text", "json", "markdown"], default="text", help="output format")
+    add_output_options(patch, 2)
     patch.add_argument("-o", "--output", metavar="FILE", help="also draw the heatmap to FILE (.png or .svg)")
     patch.add_argument("--senders", metavar="L.H[,L.H...]", help="path patching: the heads whose clean output is sent")
     patch.add_argument("--receivers", metavar="L.H[,L.H...]",
@@ -115,8 +113,7 @@ def add_intervention_commands(commands) -> None:
                                 "text of one token")
     attribute.add_argument("--position", type=int, default=None, metavar="P",
                            help="the position whose next-token logit is read, from 0 (default: the last token)")
-    attribute.add_argument("--precision", type=int, default=3, metavar="DIGITS", help="decimals shown, 0 to 10 (default 3)")
-    attribute.add_argument("--format", choices=["text", "json", "markdown"], default="text", help="output format")
+    add_output_options(attribute, 3)
     attribute.add_argument("-o", "--output", metavar="FILE", help="also draw the heads' shares to FILE (.png or .svg)")
     attribute.set_defaults(run=run_attribute)
 

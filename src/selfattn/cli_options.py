@@ -176,6 +176,13 @@ class Parser(argparse.ArgumentParser):
         return ""
 
 
+def add_output_options(command: argparse.ArgumentParser, precision: int) -> None:
+    """--precision (decimals shown, default ``precision``) and --format (text, json or markdown)."""
+    command.add_argument("--precision", type=int, default=precision, metavar="DIGITS",
+                         help=f"decimals shown, 0 to 10 (default {precision})")
+    command.add_argument("--format", choices=["text", "json", "markdown"], default="text", help="output format")
+
+
 def add_model_option(command: argparse.ArgumentParser, default: str | None = MODEL_NAME) -> None:
     """--model: the pretrained model to run.
 
