@@ -96,16 +96,8 @@ def norm_scale(norm, x: torch.Tensor):
 
 def head_share(hf, parts: Parts, layer: int, head: int, position: int, target: int) -> float:
     """Head (layer, head)'s share of the target's logit at position, from transformers' modules."""
-    d = head_dim(hf)
-    proj = output_projection(hf, layer)
-    w_o = proj.weight.double() if hf.config.model_type != "gpt2" else proj.weight.double().T  # (d_model, H d_head)
-    part = parts.z[layer][position, head] @ w_o[:, head * d:(head + 1) * d].T  # (d_model,)
-    post = post_attention_norm(hf, layer)
-    if post is not None:
-        f, _ = norm_scale(post, parts.attn_out[layer][position])
-        part = f(part)
     f, _ = norm_scale(final_norm(hf), parts.final_in[position])
-    return float((f(part) @ unembedding(hf)[target].double()).detach())
+    return float((f(head_output(hf, parts, layer, head)[position]) @ unembedding(hf)[target].double()).detach())
 
 
 def input_norm(hf, layer: int):
