@@ -6,17 +6,24 @@ no mask and is_causal=True; forward without autograd and forward + backward) for
 long-lived worker process that imports selfattn from its own tree (PYTHONPATH=<tree>/src)
 and answers one timed call per request over stdin/stdout, so the two never run at the
 same time and take turns round by round (the order alternates). Both build the same seeded
-inputs (bench/attention.py's). We print the median per side and the ratio new / old (below
-1: the change made it faster), and the max |new - old| of the outputs and gradients.
+inputs (bench/attention.py's). We print the median per side, the ratio new / old (below
+1: the change made it faster) as the median of each round's paired ratio with a 90%
+bootstrap interval, and the max |new - old| of the outputs and gradients.
 
-The old revision's ``src`` is extracted with ``git archive`` into a temporary folder, which
-is removed at the end, also after an error or Ctrl-C.
+On 2 shared cores one pair of processes can be several percent apart for its whole life
+with the same code on both sides (``--old HEAD`` on a clean tree measured 0.94-1.18 with
+one pair): --pairs P starts P fresh pairs, --rounds rounds each, so that this averages out.
+
+The old revision's ``src`` is extracted with ``git archive`` into a temporary folder, and
+the working tree's copied there at the start (edits made during a run do not reach it); the
+folder is removed at the end, also after an error or Ctrl-C.
 
     .venv/bin/python bench/kernel_ab.py --old HEAD~1               # N = 4096, 5 rounds
     .venv/bin/python bench/kernel_ab.py --old v0.3 --n 2048,4096 --rounds 7
+    .venv/bin/python bench/kernel_ab.py --old 87a0184 --pairs 6 --rounds 5 --cases none,causal,gqa
     .venv/bin/python bench/kernel_ab.py --old HEAD --quick         # smoke check: N = 256, 1 round
     .venv/bin/python bench/kernel_ab.py --old HEAD~5 --cases none,causal,gqa,alibi-score_mod,shared-float-causal
-    options: --threads T  --json PATH  --cases (none, causal; also gqa: 8 query / 2 kv heads, alibi-score_mod:
+    options: --threads T  --pairs P  --json PATH  --cases (none, causal; also gqa: 8 query / 2 kv heads, alibi-score_mod:
              flex_attention with causal + ALiBi as a user's score_mod and a causal block mask, shared-float-causal:
              one (1, 1, N, N) causal 0 / -inf float mask)
 """
@@ -26,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import shutil
 import signal
 import statistics
@@ -42,6 +50,7 @@ MASKS = ("none", "causal")
 EXTRA = ("gqa", "alibi-score_mod", "shared-float-causal")
 SETTLE_S = 0.1
 PASSES = ("forward", "fwd+bwd")
+BOOTSTRAP = 2000  # resamples for the interval of the median ratio
 
 
 _calls: dict = {}
@@ -177,13 +186,13 @@ def max_diff(old_path: str, new_path: str) -> float:
     return max(float((a - b).abs().max()) for a, b in zip(old, new))
 
 
-def compare(workers: dict, lengths, rounds: int, scratch: str, masks=MASKS) -> list[dict]:
-    """One row per (N, mask, pass): each side's median ms, new / old and the max |diff|."""
+def compare(workers: dict, lengths, rounds: int, scratch: str, masks=MASKS, save: bool = True) -> list[dict]:
+    """Per (N, mask, pass): each side's seconds, round by round, and the max |diff| (when ``save``)."""
     rows = []
     for n in lengths:
         for mask in masks:
             for pass_ in PASSES:
-                saved = {side: os.path.join(scratch, f"{side}.pt") for side in workers}
+                saved = {side: os.path.join(scratch, f"{side}.pt") if save else None for side in workers}
                 for side, w in workers.items():  # warm-up, which also saves the results
                     w.call(n, mask, pass_, saved[side])
                 times = {side: [] for side in workers}
@@ -191,10 +200,29 @@ def compare(workers: dict, lengths, rounds: int, scratch: str, masks=MASKS) -> l
                 for r in range(rounds):
                     for side in sides if r % 2 == 0 else sides[::-1]:
                         times[side].append(workers[side].call(n, mask, pass_))
-                ms = {side: statistics.median(t) * 1e3 for side, t in times.items()}
-                rows.append({"n": n, "mask": mask, "pass": pass_, "old_ms": ms["old"], "new_ms": ms["new"],
-                             "new/old": ms["new"] / ms["old"], "max_diff": max_diff(saved["old"], saved["new"])})
-                print(f"  N={n} {mask} {pass_}: old {ms['old']:.1f} ms, new {ms['new']:.1f} ms", file=sys.stderr, flush=True)
+                rows.append({"n": n, "mask": mask, "pass": pass_, "old_s": times["old"], "new_s": times["new"],
+                             "max_diff": max_diff(saved["old"], saved["new"]) if save else None})
+                print(f"  N={n} {mask} {pass_}: old {statistics.median(times['old']) * 1e3:.1f} ms, "
+                      f"new {statistics.median(times['new']) * 1e3:.1f} ms", file=sys.stderr, flush=True)
+    return rows
+
+
+def summarize(runs: list[list[dict]]) -> list[dict]:
+    """One row per case from every worker pair's rounds: each side's median ms, and new / old as the
+    median of the rounds' paired ratios (each round's two calls ran back to back, so a slow spell of the
+    machine touches both) with a 90% bootstrap interval for that median (seeded)."""
+    rows = []
+    for parts in zip(*runs):
+        old = [t for part in parts for t in part["old_s"]]
+        new = [t for part in parts for t in part["new_s"]]
+        ratios = [b / a for a, b in zip(old, new)]
+        draw = random.Random(0)
+        medians = sorted(statistics.median(draw.choices(ratios, k=len(ratios))) for _ in range(BOOTSTRAP))
+        low, high = medians[int(0.05 * BOOTSTRAP)], medians[int(0.95 * BOOTSTRAP) - 1]
+        first = parts[0]
+        rows.append({"n": first["n"], "mask": first["mask"], "pass": first["pass"], "old_ms": statistics.median(old) * 1e3,
+                     "new_ms": statistics.median(new) * 1e3, "new/old": statistics.median(ratios),
+                     "interval": [low, high], "rounds": len(ratios), "max_diff": first["max_diff"]})
     return rows
 
 
@@ -203,6 +231,8 @@ def main() -> None:
     parser.add_argument("--old", metavar="REV", help="the revision to compare against (a commit, tag or branch)")
     parser.add_argument("--n", type=lambda s: [int(x) for x in s.split(",")], default=[4096], help="lengths, comma-separated")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--pairs", type=int, default=1,
+                        help="fresh old/new worker processes this many times, --rounds rounds each (default 1)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads in each worker (default: torch's)")
     parser.add_argument("--cases", type=lambda s: s.split(","), default=list(MASKS),
                         help=f"comma-separated, from {','.join(MASKS + EXTRA)} (default: none,causal)")
@@ -227,16 +257,25 @@ def main() -> None:
     unknown = [c for c in args.cases if c not in MASKS + EXTRA]
     if unknown:
         parser.error(f"unknown --cases {','.join(unknown)}; choose from {','.join(MASKS + EXTRA)}")
-    if any(n < 1 for n in args.n) or args.rounds < 1:
-        parser.error("--n and --rounds must be positive")
+    if any(n < 1 for n in args.n) or args.rounds < 1 or args.pairs < 1:
+        parser.error("--n, --rounds and --pairs must be positive")
     started = time.time()
     scratch = tempfile.mkdtemp(prefix="kernel-ab-")
     workers = {}
+    runs = []
     try:
         old_src = extract(commit, scratch)
-        workers["old"] = Worker("old", old_src, args.threads)
-        workers["new"] = Worker("new", os.path.join(ROOT, "src"), args.threads)
-        rows = compare(workers, args.n, args.rounds, scratch, args.cases)
+        # The working tree as it is now: the later pairs import this copy, not files edited during the run.
+        new_src = shutil.copytree(os.path.join(ROOT, "src"), os.path.join(scratch, "new", "src"),
+                                  ignore=shutil.ignore_patterns("__pycache__"))
+        for pair in range(args.pairs):  # fresh processes each time: a process's own luck (its memory's placement) averages out
+            workers = {"old": Worker("old", old_src, args.threads), "new": Worker("new", new_src, args.threads)}
+            if pair % 2:  # the side that starts each round alternates within a pair; the side started first, between pairs
+                workers = {"new": workers["new"], "old": workers["old"]}
+            runs.append(compare(workers, args.n, args.rounds, scratch, args.cases, save=pair == 0))
+            for w in workers.values():
+                w.close()
+        rows = summarize(runs)
     except KeyboardInterrupt:
         raise SystemExit("kernel_ab: interrupted; the old tree is removed")
     except RuntimeError as error:  # a worker stopped: its traceback is above
@@ -246,14 +285,18 @@ def main() -> None:
             w.close()
         shutil.rmtree(scratch, ignore_errors=True)
     print(f"selfattn.flash_attention, {args.old} = {commit[:10]} (old) against the working tree (new); {args.threads} threads, float32, "
-          f"batch 1, {HEADS} heads, head dim {D_HEAD}; median of {args.rounds} alternating rounds; "
+          f"batch 1, {HEADS} heads, head dim {D_HEAD}; {args.pairs} worker pair(s) x {args.rounds} alternating rounds; "
+          f"new/old = the median of the rounds' paired ratios, with its 90% bootstrap interval; "
           f"{(time.time() - started) / 60:.1f} min")
-    print(f"{'N':>6}  {'case':19}  {'pass':7}  {'old ms':>9}  {'new ms':>9}  {'new/old':>7}  max |new - old|")
+    print(f"{'N':>6}  {'case':19}  {'pass':7}  {'old ms':>9}  {'new ms':>9}  {'new/old':>7}  {'90% interval':>13}  max |new - old|")
     for r in rows:
-        print(f"{r['n']:>6}  {r['mask']:19}  {r['pass']:7}  {r['old_ms']:9.1f}  {r['new_ms']:9.1f}  {r['new/old']:7.2f}  {r['max_diff']:.1e}")
+        low, high = r["interval"]
+        print(f"{r['n']:>6}  {r['mask']:19}  {r['pass']:7}  {r['old_ms']:9.1f}  {r['new_ms']:9.1f}  {r['new/old']:7.2f}  "
+              f"{low:6.2f}-{high:<6.2f}  {r['max_diff']:.1e}")
     if args.json:
         with open(args.json, "w") as out:
-            json.dump({"old": args.old, "commit": commit, "threads": args.threads, "rounds": args.rounds, "rows": rows}, out, indent=1)
+            json.dump({"old": args.old, "commit": commit, "threads": args.threads, "rounds": args.rounds, "pairs": args.pairs,
+                       "rows": rows}, out, indent=1)
 
 
 if __name__ == "__main__":
