@@ -114,7 +114,8 @@ def flash_attention(
             to this CPU (measured once per shape class from 2048 queries and keys on,
             ``selfattn.kernels.tile_choice`` says which and why; 512 below); with a mask the
             cheapest of 512, 256 and 128 by an estimate (visible area plus a fixed cost per
-            tile). The backward takes at most 128 rows per tile.
+            tile). The backward fits its own tiles the same way (``tile_choice(backward=True)``);
+            with a mask or a given block_q it takes at most 128 of these rows per tile.
         block_k: keys per tile, a positive int; None chooses it as for block_q.
         return_lse: also return the log-sum-exp of every row.
         dropout_p: chance of dropping each attention weight, in [0, 1); kept weights are
@@ -217,7 +218,7 @@ def flash_with_offset(query, key, value, attn_mask, causal_offset: int | None, s
 
         return triton_attention(query, key, value, mask, float_mask, scale, group, softcap,
                                 getattr(score_mod, "alibi", None), block_q, block_k)
-    auto_k = block_k is None  # then the backward, with its shorter row blocks, chooses its own block_k
+    given = (block_q, block_k)  # the caller's: what the backward, with its own tiles, must keep
     if (block_q is None or block_k is None) and mask is None and query.device.type == "cpu":
         from selfattn.kernels.tile_fit import tile_choice  # tiles fitted to this CPU, measured once per shape
 
@@ -229,7 +230,7 @@ def flash_with_offset(query, key, value, attn_mask, causal_offset: int | None, s
         block_q, block_k = block_q or chosen_q, block_k or chosen_k
     captured = () if score_mod is None else score_mod.captured
     dropout = tile_dropout(dropout_p, generator, tuple(query.shape[:-2]), query.device)  # (..., Hq): the scores' lead
-    settings = (mask, float(scale), block_q, block_k, group, auto_k, dropout, float(softcap), score_mod)
+    settings = (mask, float(scale), block_q, block_k, group, given, dropout, float(softcap), score_mod)
     return _FlashAttention.apply(query, key, value, float_mask, settings, *captured)
 
 
@@ -335,6 +336,40 @@ def broadcast_leading(query, key, value, group: int):
     )
 
 
+def backward_tiles(mask, q, k, block_q: int, block_k: int, group: int, given: tuple) -> tuple[int, int]:
+    """The backward's (rows, keys) per tile.
+
+    Without a mask on the CPU they are fitted to the machine (``tile_choice(backward=True)``:
+    128 or 256 rows); otherwise the rows are the forward's, at most BACKWARD_BLOCK_Q, and
+    the keys come from the cost model. What the caller gave is kept (rows capped the same way).
+
+    Args:
+        mask: the kernel's mask (None, structured or ``FloatMask``).
+        q: the queries (..., Hq, q_len, d).
+        k: the keys (..., Hk, kv_len, d).
+        block_q: the forward's rows per tile.
+        block_k: the forward's keys per tile.
+        group: query heads per key/value head.
+        given: the caller's (block_q, block_k), None where not given.
+
+    Returns:
+        (rows, keys) per backward tile.
+    """
+    given_q, given_k = given
+    rows = min(block_q, BACKWARD_BLOCK_Q)
+    if given_q is not None and given_k is not None:
+        return rows, block_k
+    if mask is None and q.device.type == "cpu":
+        from selfattn.kernels.tile_fit import tile_choice
+
+        chosen = tile_choice(q.shape[-2], k.shape[-2], math.prod(q.shape[:-2]), q.shape[-1], q.dtype, group,
+                             None if given_q is None else rows, given_k, backward=True)
+        return chosen.block_q, chosen.block_k
+    if given_k is None:
+        block_k = choose_blocks(mask, q.shape[-2], k.shape[-2], math.prod(q.shape[:-2]), rows)[1]
+    return rows, block_k
+
+
 class _FlashAttention(torch.autograd.Function):
     """Saves Q, K, V, O and lse only; the backward recomputes every tile."""
 
@@ -362,13 +397,11 @@ class _FlashAttention(torch.autograd.Function):
     @once_differentiable  # the backward is not itself differentiable: say so instead of failing inside it
     def backward(ctx, grad_out, _grad_lse):
         q, k, v, output, lse, float_mask, *lse_low = ctx.saved_tensors
-        mask, scale, block_q, block_k, group, auto_k, dropout, softcap, score_mod = ctx.settings
+        mask, scale, block_q, block_k, group, given, dropout, softcap, score_mod = ctx.settings
         mask_grad = None
         if float_mask is not None and ctx.needs_input_grad[3]:
             mask_grad = torch.zeros(float_mask.shape, dtype=float_mask.dtype, device=float_mask.device)
-        rows = min(block_q, BACKWARD_BLOCK_Q)
-        if auto_k:
-            block_k = choose_blocks(mask, q.shape[-2], k.shape[-2], math.prod(q.shape[:-2]), rows)[1]
+        rows, block_k = backward_tiles(mask, q, k, block_q, block_k, group, given)
         if score_mod is not None:
             score_mod.start_backward(ctx.needs_input_grad[5:], q.dtype, q.device)
         dq, dk, dv = flash_backward(

@@ -1,17 +1,20 @@
-"""Tiles fitted to the machine: the tile size of an unmasked forward, measured the first time it matters.
+"""Tiles fitted to the machine: the tile sizes of an unmasked forward and backward, measured the first time they matter.
 
 The best tile depends on the CPU: 512 x 512 was the fastest on the Intel Xeon these tiles
 were first measured on, and on an AMD EPYC 256 x 256 ran up to 8% faster in one run and
 6% slower in another (plain forward, N = 4096, 8 heads: two cores are noisy). So the
-first time a process runs an unmasked forward of at least MIN_LENGTH queries and keys in a
-shape class (dtype, head size, batch x heads, with or without GQA), it times each of
-CANDIDATES on a short probe of that class (PROBE_LENGTH queries and keys, the same
-batch x heads) and keeps the fastest, in memory, for the rest of the process, when it
-beats the default by MARGIN (else the default stays). Explicit
+first time a process runs an unmasked pass of at least MIN_LENGTH queries and keys in a
+shape class (pass, dtype, head size, batch x heads, with or without GQA), it times each of
+that pass's candidates (the forward's square CANDIDATES, the backward's
+BACKWARD_CANDIDATES rows x keys) on a short probe of that class (PROBE_LENGTH queries and
+keys, the same batch x heads) and keeps the fastest, in memory, for the rest of the
+process, when it beats the pass's default by MARGIN (else the default stays). The forward's
+probe costs about 1 s, the backward's about 2 s (AMD EPYC, 8 heads, d 64). Explicit
 block_q / block_k always win; shorter calls, masked calls and other devices keep the
 defaults (a mask's tiles are chosen by their own cost model, ``flash.choose_blocks``).
 
-    tile_choice(4096, 4096, heads=8)   -> TileChoice(256, 256, "measured", "...", {128: ..., 256: ..., 512: ...})
+    tile_choice(4096, 4096, heads=8)                  -> TileChoice(512, 512, "measured", "...", {(512, 512): ..., ...})
+    tile_choice(4096, 4096, heads=8, backward=True)   -> TileChoice(128, 512, ...)
 
 A cache file keeps the choices between processes, only when asked for: set
 SELFATTN_TILE_CACHE to a file's path. It is read once per process; a file that cannot be
@@ -33,18 +36,23 @@ from functools import lru_cache
 import torch
 
 CACHE_ENV = "SELFATTN_TILE_CACHE"
-CANDIDATES = (128, 256, 512)
+CANDIDATES = (128, 256, 512)  # the forward's square tiles
 DEFAULT_TILE = 512
+# The backward's (rows, keys) per tile: 128 rows by default (``flash.BACKWARD_BLOCK_Q``; its dK and dV
+# sum 64 rows at a time whatever the tile), 512 keys. On the AMD EPYC here the four ran within 5%
+# of each other at N = 2048 and 4096 (256 x 256 the fastest twice, 128 x 512 never).
+BACKWARD_CANDIDATES = ((128, 512), (128, 256), (256, 256), (256, 512))
+BACKWARD_DEFAULT = (128, 512)
 MIN_LENGTH = 2048  # queries and keys: shorter calls keep the default (a probe would cost more than it saves)
 PROBE_LENGTH = 2048  # a 1024-token probe chose 256 x 256 for GQA 8/2 where 4096 tokens ran 3% faster on 512 x 512
 PROBE_ROUNDS = 2  # each candidate timed this many times after one warm-up call; the fastest time counts
 MARGIN = 0.05  # another tile replaces the default only when the probe runs it this much faster: 2-core timings are noisy
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: a choice per pass, its tile a [rows, keys] pair
 
 
 @dataclass(frozen=True)
 class TileChoice:
-    """The tiles an unmasked forward uses, and why.
+    """The tiles an unmasked pass uses, and why.
 
     Attributes:
         block_q: query rows per tile.
@@ -52,7 +60,7 @@ class TileChoice:
         source: "given" (the caller's), "measured" (in this process), "cache file"
             (SELFATTN_TILE_CACHE) or "default".
         reason: one line saying why.
-        timings: tile size -> the probe's seconds, when measured or read from the cache.
+        timings: (block_q, block_k) -> the probe's seconds, when measured or read from the cache.
     """
 
     block_q: int
@@ -87,14 +95,21 @@ def machine_key() -> str:
     return f"{cpu_name()}|torch {torch.__version__}|{torch.get_num_threads()} threads"
 
 
-def shape_class(heads: int, d_head: int, dtype: torch.dtype, group: int) -> str:
-    """The key a choice is kept under: the machine, the dtype, the head size, batch x heads and the GQA group."""
-    return f"{machine_key()}|{str(dtype).removeprefix('torch.')}|d{d_head}|bh{heads}|g{group}"
+def shape_class(heads: int, d_head: int, dtype: torch.dtype, group: int, backward: bool = False) -> str:
+    """The key a choice is kept under: the machine, the pass, the dtype, the head size, batch x heads and the GQA group."""
+    return (f"{machine_key()}|{'backward' if backward else 'forward'}|{str(dtype).removeprefix('torch.')}"
+            f"|d{d_head}|bh{heads}|g{group}")
+
+
+def candidates(backward: bool = False) -> tuple[tuple[int, int], ...]:
+    """The (block_q, block_k) pairs a pass's probe times, its default first."""
+    return BACKWARD_CANDIDATES if backward else tuple((size, size) for size in (DEFAULT_TILE, *CANDIDATES[:-1]))
 
 
 def tile_choice(q_len: int, kv_len: int, heads: int = 8, d_head: int = 64, dtype: torch.dtype = torch.float32,
-                group: int = 1, block_q: int | None = None, block_k: int | None = None) -> TileChoice:
-    """The tiles an unmasked CPU forward of this shape uses, measuring them the first time (see the module docstring).
+                group: int = 1, block_q: int | None = None, block_k: int | None = None,
+                backward: bool = False) -> TileChoice:
+    """The tiles an unmasked CPU pass of this shape uses, measuring them the first time (see the module docstring).
 
     Args:
         q_len: queries.
@@ -105,6 +120,7 @@ def tile_choice(q_len: int, kv_len: int, heads: int = 8, d_head: int = 64, dtype
         group: query heads per key/value head (GQA), 1 without.
         block_q: the caller's rows per tile, or None.
         block_k: the caller's keys per tile, or None.
+        backward: the backward pass's tiles (rows, keys) instead of the forward's.
 
     Returns:
         A ``TileChoice``; given blocks are kept as given.
@@ -112,35 +128,41 @@ def tile_choice(q_len: int, kv_len: int, heads: int = 8, d_head: int = 64, dtype
     if block_q is not None and block_k is not None:
         return TileChoice(block_q, block_k, "given", "block_q and block_k were given")
     if q_len < MIN_LENGTH or kv_len < MIN_LENGTH:
-        choice = TileChoice(DEFAULT_TILE, DEFAULT_TILE, "default",
+        default = candidates(backward)[0]
+        choice = TileChoice(*default, "default",
                             f"fewer than {MIN_LENGTH} queries or keys: the default tiles, nothing measured")
     else:
-        choice = _choice(shape_class(heads, d_head, dtype, group), heads, d_head, dtype, group)
+        choice = _choice(shape_class(heads, d_head, dtype, group, backward), heads, d_head, dtype, group, backward)
     return TileChoice(block_q or choice.block_q, block_k or choice.block_k, choice.source, choice.reason, choice.timings)
 
 
-def _choice(key: str, heads: int, d_head: int, dtype: torch.dtype, group: int) -> TileChoice:
+def _choice(key: str, heads: int, d_head: int, dtype: torch.dtype, group: int, backward: bool) -> TileChoice:
     with _lock:
         _read_file_once()
         found = _chosen.get(key)
         if found is not None:
             return found
-        timings = _measure(heads, d_head, dtype, group)
+        timings = _measure(heads, d_head, dtype, group, backward)
+        default = candidates(backward)[0]
         best = min(timings, key=timings.get)
-        shown = ", ".join(f"{size}: {seconds * 1e3:.1f} ms" for size, seconds in sorted(timings.items()))
-        if timings[best] > (1 - MARGIN) * timings[DEFAULT_TILE]:
-            best, why = DEFAULT_TILE, f"no tile ran {MARGIN:.0%} faster than the default {DEFAULT_TILE}"
+        shown = ", ".join(f"{q} x {k}: {seconds * 1e3:.1f} ms" for (q, k), seconds in timings.items())
+        named = f"{default[0]} x {default[1]}"
+        if timings[best] > (1 - MARGIN) * timings[default]:
+            best, why = default, f"no tile ran {MARGIN:.0%} faster than the default {named}"
         else:
-            why = f"the fastest, {1 - timings[best] / timings[DEFAULT_TILE]:.0%} faster than {DEFAULT_TILE}"
-        found = _chosen[key] = TileChoice(best, best, "measured",
-                                          f"{why} on a {PROBE_LENGTH}-token probe of this shape ({shown})", timings)
+            why = f"the fastest, {1 - timings[best] / timings[default]:.0%} faster than {named}"
+        pass_name = "backward" if backward else "forward"
+        found = _chosen[key] = TileChoice(*best, "measured",
+                                          f"{why} on a {PROBE_LENGTH}-token probe of this shape's {pass_name} ({shown})",
+                                          timings)
         _write_file()
         return found
 
 
-def _measure(heads: int, d_head: int, dtype: torch.dtype, group: int) -> dict[int, float]:
-    """Seconds of an unmasked forward on the probe, for each candidate tile (the fastest of a few runs)."""
-    from selfattn.kernels.flash_tiles import flash_forward  # the tile loop itself, as flash_attention runs it
+def _measure(heads: int, d_head: int, dtype: torch.dtype, group: int, backward: bool = False) -> dict:
+    """Seconds of an unmasked pass on the probe, for each candidate tile (the fastest of a few runs)."""
+    from selfattn.kernels.flash_backward import flash_backward  # the tile loops themselves, as flash_attention runs them
+    from selfattn.kernels.flash_tiles import flash_forward
 
     generator = torch.Generator().manual_seed(0)
     n = PROBE_LENGTH
@@ -149,15 +171,23 @@ def _measure(heads: int, d_head: int, dtype: torch.dtype, group: int) -> dict[in
     scale = d_head ** -0.5
     timings = {}
     with torch.no_grad():
-        for size in CANDIDATES:
-            run = lambda size=size: flash_forward(q, k, v, None, scale, size, size, group)  # noqa: E731
+        if backward:  # the forward's output and lse (with its remainder, as a float32 backward gets it), made once
+            grad_out = torch.randn(q.shape, generator=generator).to(dtype)
+            output, lse, *low = flash_forward(q, k, v, None, scale, DEFAULT_TILE, DEFAULT_TILE, group,
+                                              lse_low=dtype != torch.float64)
+        for rows, keys in candidates(backward):
+            if backward:
+                run = lambda r=rows, c=keys: flash_backward(grad_out, q, k, v, output, lse, None, scale, r, c,  # noqa: E731
+                                                            group, lse_low=low[0] if low else None)
+            else:
+                run = lambda r=rows, c=keys: flash_forward(q, k, v, None, scale, r, c, group)  # noqa: E731
             run()
             best = float("inf")
             for _ in range(PROBE_ROUNDS):
                 start = time.perf_counter()
                 run()
                 best = min(best, time.perf_counter() - start)
-            timings[size] = best
+            timings[(rows, keys)] = best
     return timings
 
 
@@ -179,20 +209,27 @@ def _read_file_once() -> None:
         if data.get("version") != CACHE_VERSION or not isinstance(data.get("choices"), dict):
             raise ValueError("not a selfattn tile cache of this version")
         for key, entry in data["choices"].items():
-            size = entry["tile"]
-            if size not in CANDIDATES:
-                raise ValueError(f"tile {size!r} is not one of {CANDIDATES}")
-            timings = {int(s): float(t) for s, t in entry.get("timings", {}).items()}
-            _chosen[key] = TileChoice(size, size, "cache file", f"read from {path} ({CACHE_ENV})", timings)
+            tile = tuple(entry["tile"])
+            allowed = candidates("|backward|" in key)
+            if tile not in allowed:
+                raise ValueError(f"tile {entry['tile']!r} is not one of {[list(c) for c in allowed]}")
+            timings = {_pair(name): float(t) for name, t in entry.get("timings", {}).items()}
+            _chosen[key] = TileChoice(*tile, "cache file", f"read from {path} ({CACHE_ENV})", timings)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
         print(f"selfattn: warning: ignoring the tile cache {path} ({CACHE_ENV}): {error}", file=sys.stderr)
+
+
+def _pair(name: str) -> tuple[int, int]:
+    """"128x512" -> (128, 512); anything else is a ValueError."""
+    rows, keys = name.split("x")
+    return int(rows), int(keys)
 
 
 def _write_file() -> None:
     path = _cache_path()
     if path is None:
         return
-    choices = {key: {"tile": c.block_q, "timings": {str(s): t for s, t in c.timings.items()}}
+    choices = {key: {"tile": [c.block_q, c.block_k], "timings": {f"{q}x{k}": t for (q, k), t in c.timings.items()}}
                for key, c in _chosen.items()}
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
