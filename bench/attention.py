@@ -52,6 +52,7 @@ from selfattn.peak_memory import PeakMemory
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from machine import describe  # noqa: E402
 import attention_masks  # noqa: E402
+from peers import sdpa_shape  # noqa: E402
 from attention_report import print_tables, write_markdown, write_plot  # noqa: E402
 
 BATCH, HEADS, D_HEAD = 1, 8, 64
@@ -233,7 +234,7 @@ def mask_cases(rounds: int):
             kwargs = {"enable_gqa": True}
         else:
             noise = torch.rand(seq, seq, generator=torch.Generator().manual_seed(1)) < 0.5
-            kwargs = {"attn_mask": causal_bottom_right(seq, seq) | noise}
+            kwargs = {"attn_mask": sdpa_shape(causal_bottom_right(seq, seq) | noise)}  # (1, 1, N, N) for every side
         for pass_ in PASSES:
             case = Case(seq, False, pass_)
             inputs = make_inputs(seq, pass_ == "fwd+bwd", batch, heads, kv_heads, d)

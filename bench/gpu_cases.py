@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
+from peers import sdpa_shape
 
 MASKS, PASSES, DOCUMENTS = ("causal", "window", "documents"), ("forward", "fwd+bwd"), 4
 BACKWARD_FLOPS = 2.5  # the backward's FLOPs, in forwards (FlashAttention-2)
@@ -171,14 +172,14 @@ def make_sdpa_cudnn(case: Case, state: State) -> list[Side]:
         raise Unavailable("CUDA only")
     if case.mask == "causal":
         return [Side("sdpa-cudnn", sdpa_under("CUDNN_ATTENTION", is_causal=True), case.qkv, case.grad_out)]
-    allowed = case.structured.dense(case.device)  # (N, N)
-    bias = to_additive(allowed, case.dtype)[None, None]  # (1, 1, N, N): 0 or -inf, in the inputs' dtype
+    allowed = sdpa_shape(case.structured.dense(case.device))  # (1, 1, N, N)
+    bias = to_additive(allowed, case.dtype)  # (1, 1, N, N): 0 or -inf, in the inputs' dtype
     return [Side("sdpa-cudnn", sdpa_under("CUDNN_ATTENTION", attn_mask=bias), case.qkv, case.grad_out, "dense bias"),
             Side("sdpa-cudnn", sdpa_under("CUDNN_ATTENTION", attn_mask=allowed), case.qkv, case.grad_out, "dense bool")]
 
 
 def make_sdpa_cpu(case: Case, state: State) -> list[Side]:
-    kwargs = {"is_causal": True} if case.mask == "causal" else {"attn_mask": case.structured.dense(case.device)}
+    kwargs = {"is_causal": True} if case.mask == "causal" else {"attn_mask": sdpa_shape(case.structured.dense(case.device))}
     return [Side("sdpa-cpu", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, **kwargs), case.qkv,
                  case.grad_out, "stand-in: SDPA's CPU kernel")]
 
