@@ -111,17 +111,19 @@ def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k
     def key_block(unit) -> None:
         (c0, c1), row_blocks = unit
         if not hasattr(local, "buffers"):
-            local.buffers, local.dq = tuple(TileBuffer() for _ in range(6)), {}
+            local.buffers, local.dq = tuple(TileBuffer() for _ in range(8)), {}
             all_dq.append(local.dq)
-        probs_buffer, dp_buffer, kept_buffer, tanh_buffer, dk_sum, dv_sum = local.buffers
+        probs_buffer, dp_buffer, kept_buffer, tanh_buffer, dk_sum, dv_sum, qs_buffer, do_buffer = local.buffers
         k_j, v_j = k3[:, c0:c1], v3[:, c0:c1]  # (B Hk, bk, d)
         dk_j, dv_j = dk_sum.get(k_j.shape, k_j).zero_(), dv_sum.get(v_j.shape, v_j).zero_()  # contiguous: summed in place
         for r0, r1, partial in row_blocks:
             log_tile("backward", r0, c0)
             q_i, do_i, neg_lse_i, delta_i, *factor_i = row_data[r0]
-            qs_i = q_i * factor  # bit for bit the forward's scale Q_i
+            # bit for bit the forward's scale Q_i, in reused memory (as the score tiles): a fresh tensor
+            # per tile, 256 KB at 8 heads x 128 rows, is an allocation and its page faults every tile
+            qs_i = torch.mul(q_i, factor, out=qs_buffer.get(q_i.shape, q_i))
             if factor_i:
-                do_i = do_i * factor_i[0]
+                do_i = torch.mul(do_i, factor_i[0], out=do_buffer.get(do_i.shape, do_i))
             dq_i = local.dq.get(r0)
             if dq_i is None:
                 dq_i = local.dq[r0] = torch.zeros_like(q_i)
