@@ -96,12 +96,17 @@ def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k
     # gradient with it, lost up to 6x PyTorch's float32 accuracy. Scaled per tile (a few hundred
     # kilobytes), not as one copy of q: at 16k tokens the two copies held 64 MB more than SDPA.
     factor = query_factor(scale, softcap)
+    exact_alpha = score_mod is None and not softcap and factor > 0 and math.frexp(factor)[0] == 0.5
     per_row = (q, grad_out, -lse_safe, delta) + (() if row_factor is None else (row_factor,))  # sliced per row block below
     rows_of, row_data = {}, {}  # key block -> the row blocks that see it; row block -> its grouped 3-D slices
     for (r0, r1), tiles in zip(block_spans(q_len, block_q), visible_tiles(mask, q_len, kv_len, block_q, block_k)):
         if tiles:
-            row_data[r0] = [group_rows(t, (r0, r1), group).reshape(-1, group * (r1 - r0), t.shape[-1])
-                            for t in per_row]  # (B Hk, G bq, .)
+            q_i, do_i, *rest = (group_rows(t, (r0, r1), group).reshape(-1, group * (r1 - r0), t.shape[-1])
+                                for t in per_row)  # (B Hk, G bq, .)
+            own = do_i.untyped_storage().data_ptr() != grad_out.untyped_storage().data_ptr()
+            if rest[2:] and own:  # GQA stacks a group's rows in a copy of dO: scaled there once, not per tile
+                do_i.mul_(rest.pop())
+            row_data[r0] = [q_i, do_i, *rest]
         for c0, c1, partial in tiles:
             rows_of.setdefault((c0, c1), []).append((r0, r1, partial))
     heads_view = lambda t, r: ungroup_rows(t.view(*lead, *t.shape[-2:]), group)  # noqa: E731 - (..., Hq, bq, bk) for masks
@@ -119,9 +124,10 @@ def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k
         for r0, r1, partial in row_blocks:
             log_tile("backward", r0, c0)
             q_i, do_i, neg_lse_i, delta_i, *factor_i = row_data[r0]
-            # bit for bit the forward's scale Q_i, in reused memory (as the score tiles): a fresh tensor
-            # per tile, 256 KB at 8 heads x 128 rows, is an allocation and its page faults every tile
-            qs_i = torch.mul(q_i, factor, out=qs_buffer.get(q_i.shape, q_i))
+            # bit for bit the forward's scale Q_i. A power of two (d = 16, 64, 256 without a softcap) scales
+            # the product exactly, so it goes in as baddbmm's alpha; otherwise Q_i is scaled per tile, in
+            # reused memory (a fresh 256 KB tensor per tile is an allocation and its page faults).
+            qs_i = q_i if exact_alpha else torch.mul(q_i, factor, out=qs_buffer.get(q_i.shape, q_i))
             if factor_i:
                 do_i = torch.mul(do_i, factor_i[0], out=do_buffer.get(do_i.shape, do_i))
             dq_i = local.dq.get(r0)
@@ -133,7 +139,8 @@ def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k
                 # near |t| = 1, but so does PyTorch's own tanh backward: sech^2 made no difference to flash-attn's criterion.)
                 tanh = torch.bmm(qs_i, k_j.transpose(1, 2), out=tanh_buffer.get(shape, q_i)).tanh_()
             if score_mod is None and tanh is None:  # S - lse = (scale Q_i) K_j^T - lse_i in one product: (B Hk, G bq, bk)
-                probs = torch.baddbmm(neg_lse_i, qs_i, k_j.transpose(1, 2), out=probs_buffer.get(shape, q_i))
+                probs = torch.baddbmm(neg_lse_i, qs_i, k_j.transpose(1, 2), alpha=factor if exact_alpha else 1.0,
+                                      out=probs_buffer.get(shape, q_i))
             elif score_mod is None:  # S - lse = c t - lse, with c t rounded first as the forward rounds it (not fused)
                 probs = torch.mul(tanh, softcap, out=probs_buffer.get(shape, q_i)).add_(neg_lse_i)
             else:  # S = score_mod(scale Q_i K_j^T, softcapped), recorded for its backward; then S - lse
