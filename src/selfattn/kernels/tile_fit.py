@@ -45,7 +45,7 @@ BACKWARD_CANDIDATES = ((128, 512), (128, 256), (256, 256), (256, 512))
 BACKWARD_DEFAULT = (128, 512)
 MIN_LENGTH = 2048  # queries and keys: shorter calls keep the default (a probe would cost more than it saves)
 PROBE_LENGTH = 2048  # a 1024-token probe chose 256 x 256 for GQA 8/2 where 4096 tokens ran 3% faster on 512 x 512
-PROBE_ROUNDS = 2  # each candidate timed this many times after one warm-up call; the fastest time counts
+PROBE_ROUNDS = 2  # rounds in which every candidate is timed once, in turn, after one warm-up call each; the fastest counts
 MARGIN = 0.05  # another tile replaces the default only when the probe runs it this much faster: 2-core timings are noisy
 CACHE_VERSION = 2  # 2: a choice per pass, its tile a [rows, keys] pair
 
@@ -169,25 +169,25 @@ def _measure(heads: int, d_head: int, dtype: torch.dtype, group: int, backward: 
     q = torch.randn(1, heads, n, d_head, generator=generator).to(dtype)
     k, v = (torch.randn(1, heads // group, n, d_head, generator=generator).to(dtype) for _ in range(2))
     scale = d_head ** -0.5
-    timings = {}
     with torch.no_grad():
         if backward:  # the forward's output and lse (with its remainder, as a float32 backward gets it), made once
             grad_out = torch.randn(q.shape, generator=generator).to(dtype)
             output, lse, *low = flash_forward(q, k, v, None, scale, DEFAULT_TILE, DEFAULT_TILE, group,
                                               lse_low=dtype != torch.float64)
+        runs = {}
         for rows, keys in candidates(backward):
             if backward:
-                run = lambda r=rows, c=keys: flash_backward(grad_out, q, k, v, output, lse, None, scale, r, c,  # noqa: E731
-                                                            group, lse_low=low[0] if low else None)
+                runs[(rows, keys)] = lambda r=rows, c=keys: flash_backward(grad_out, q, k, v, output, lse, None, scale,  # noqa: E731
+                                                                           r, c, group, lse_low=low[0] if low else None)
             else:
-                run = lambda r=rows, c=keys: flash_forward(q, k, v, None, scale, r, c, group)  # noqa: E731
-            run()
-            best = float("inf")
-            for _ in range(PROBE_ROUNDS):
+                runs[(rows, keys)] = lambda r=rows, c=keys: flash_forward(q, k, v, None, scale, r, c, group)  # noqa: E731
+            runs[(rows, keys)]()  # warm-up: the tile buffers of this size, torch's threads
+        timings = dict.fromkeys(runs, float("inf"))
+        for _ in range(PROBE_ROUNDS):  # the candidates take turns, so that a slow spell of the machine touches them all
+            for tiles, run in runs.items():
                 start = time.perf_counter()
                 run()
-                best = min(best, time.perf_counter() - start)
-            timings[(rows, keys)] = best
+                timings[tiles] = min(timings[tiles], time.perf_counter() - start)
     return timings
 
 
