@@ -108,7 +108,7 @@ def test_the_reader_sees_function_level_imports():
 
 # The house, top to bottom: a module may import its own layer and the layers below, never above.
 LAYERS = {
-    "cli": ("selfattn.cli", "selfattn.cli_options", "selfattn.cli_interventions", "selfattn.cli_serve", "selfattn.__main__"),
+    "cli": ("selfattn.cli", "selfattn.__main__"),
     "app": ("selfattn.serve",),
     "commands": ("selfattn.commands",),
     "renderers": ("selfattn.explain", "selfattn.viz"),

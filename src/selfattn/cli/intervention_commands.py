@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from selfattn.cli_options import add_model_option, add_output_options, add_probe_options
+from selfattn.cli.options import add_model_option, add_output_options, add_probe_options
 
 ABLATE_EXAMPLES = """examples:
   selfattn ablate --model tiny-induction --heads 1.0,1.1,1.2,1.3 --probe induction
