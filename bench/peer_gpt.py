@@ -11,7 +11,7 @@ words and with nothing of selfattn inside:
     logits = LN_f(X_L) E_tok^T                                   the output matrix is tied
 
 Every Linear has a bias. ``copy_from_ours`` loads the weights of one of our GPT-2
-``DecoderModel``s (``selfattn.training.model``), so both start from the same numbers.
+``DecoderModel``s (``selfattn.training.gpt``), so both start from the same numbers.
 
     peer = PeerGPT.like(ours.config); copy_from_ours(peer, ours); peer(ids)  # (batch, seq, vocab)
 """

@@ -48,11 +48,11 @@ from peer_gpt import PeerGPT, copy_from_ours  # noqa: E402
 from selfattn.attention import paths  # noqa: E402
 from selfattn.attention.functional import AttentionOutput  # noqa: E402
 from selfattn.training import train  # noqa: E402
-from selfattn.training.config import TrainConfig  # noqa: E402
+from selfattn.training.settings import TrainConfig  # noqa: E402
 from selfattn.training.corpus import read_shakespeare  # noqa: E402
 from selfattn.training.loop import (  # noqa: E402
     FLASH_MIN_CONTEXT, LanguageModel, attention_choice, next_token_loss, optimizer_for, train_step)
-from selfattn.training.model import model_config, new_model  # noqa: E402
+from selfattn.training.gpt import model_config, new_model  # noqa: E402
 from selfattn.training.run_files import STATE  # noqa: E402
 from selfattn.training.tasks import TextTask  # noqa: E402
 from selfattn.training.vocab import CharVocab  # noqa: E402

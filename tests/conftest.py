@@ -97,7 +97,7 @@ def read_only_folder(tmp_path, monkeypatch):
 def drawn(monkeypatch):
     """Record every figure the CLI saves, so a test can read what it holds."""
     figures = []
-    from selfattn.viz import plots
+    from selfattn.render.visual import plots
 
     save = plots.save_figure
 

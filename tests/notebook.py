@@ -8,7 +8,7 @@ pytest.importorskip("IPython", reason="IPython is a test tool: pip install -e '.
 
 from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
 
-from selfattn.viz.notebook import register  # noqa: E402
+from selfattn.render.visual.notebook import register  # noqa: E402
 
 
 def shown_in_jupyter(record) -> str:

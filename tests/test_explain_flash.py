@@ -244,7 +244,7 @@ def test_markdown_and_precision(run_cli):
 
 
 def test_plot_and_view(run_cli, tmp_path):
-    from selfattn.viz.explorer import page_data
+    from selfattn.render.visual.explorer import page_data
 
     for kind in ("heatmap", "arrows"):
         target = tmp_path / f"{kind}.png"

@@ -17,8 +17,8 @@ import torch
 from browser import chromium, recorded_page
 from selfattn.commands.options import ExplainConfig
 from selfattn.commands.traces import build_trace
-from selfattn.explain.json_out import render_json
-from selfattn.viz.explorer import (
+from selfattn.render.text.json_out import render_json
+from selfattn.render.visual.explorer import (
     CONTENT_SECURITY_POLICY,
     data_json,
     explorer_html,
@@ -27,7 +27,7 @@ from selfattn.viz.explorer import (
     render_explorer,
 )
 from selfattn.formatting import rounded
-from selfattn.viz.explorer_data import explorer_data
+from selfattn.render.visual.explorer_data import explorer_data
 
 # A line's width and opacity, as documented in explorer.js: r = weight / the row's largest weight
 # (overlaid heads: r = the weight itself, one scale 0..1 for every head),

@@ -207,8 +207,8 @@ def test_a_window_shorter_than_the_probe_scores_zero_and_says_why(run_cli, folde
 def test_the_probe_names_a_planted_induction_head():
     """Weights made by hand (no training here): head (1, 2) is a perfect induction head on the probe."""
     from selfattn.analysis.probes import Probe
-    from selfattn.explain.decoder_heads import decoder_heads_document, decoder_heads_to_dict
-    from selfattn.explain.text import render_text
+    from selfattn.render.text.decoder_heads import decoder_heads_document, decoder_heads_to_dict
+    from selfattn.render.text.text import render_text
     from selfattn.analysis.decoder_roles import (
         classify_decoder_heads,
         induction_probe_score,

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import selfattn as sa
-from selfattn.analysis.interventions import patching
+from selfattn.analysis.head_interventions import patching
 from selfattn.analysis.next_token import next_token_losses
 from selfattn.models.files import model_folder
 from selfattn.models.tokenizer import Encoded
@@ -223,7 +223,7 @@ def test_the_model_is_exactly_as_before_after_the_block_even_after_an_error(indu
 
 def test_tiny_induction_proves_its_circuit(induction):
     ours, _ = induction
-    from selfattn.analysis.interventions import ablation_losses
+    from selfattn.analysis.head_interventions import ablation_losses
     from selfattn.analysis.next_token import probe_positions
 
     ids = probe_ids(ours)

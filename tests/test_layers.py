@@ -111,14 +111,14 @@ LAYERS = {
     "cli": ("selfattn.cli", "selfattn.__main__"),
     "app": ("selfattn.serve",),
     "commands": ("selfattn.commands",),
-    "renderers": ("selfattn.explain", "selfattn.viz"),
+    "renderers": ("selfattn.render",),
     "analysis": ("selfattn.analysis", "selfattn.training"),
     "trace": ("selfattn.trace",),
     "models": ("selfattn.models", "selfattn.integrations"),
     "attention": ("selfattn.attention", "selfattn.distributed"),
     "kernels": ("selfattn.kernels",),
     "leaves": ("selfattn.masks", "selfattn.pipeline", "selfattn.positional", "selfattn.checks", "selfattn.errors",
-               "selfattn.shapes", "selfattn.formatting", "selfattn.peak_memory", "selfattn.lazy"),
+               "selfattn.formatting", "selfattn.peak_memory", "selfattn.lazy"),
 }
 ORDER = list(LAYERS)  # top first
 TOP = "selfattn"  # the package itself: the lazy public API, above everything
@@ -126,7 +126,7 @@ TOP = "selfattn"  # the package itself: the lazy public API, above everything
 # the training package but for its records (a run's metrics and probe, as the commands read them).
 LOADERS = ("selfattn.models.loading", "selfattn.models.pretrained", "selfattn.models.checkpoint",
            "selfattn.models.files", "selfattn.models.families", "selfattn.models.registry")
-TRAINING_RECORDS = ("selfattn.training.records", "selfattn.training.config")
+TRAINING_RECORDS = ("selfattn.training.records", "selfattn.training.settings")
 
 
 def placed(module: str) -> str | None:
@@ -168,7 +168,7 @@ def test_renderers_never_load_or_train():
 
 
 def test_records_never_import_a_renderer():
-    """The trace layer and everything below it hold plain data: no import of explain/, viz/, the commands or the CLI."""
+    """The trace layer and everything below it hold plain data: no import of render/text/, render/visual/, the commands or the CLI."""
     below = ORDER[ORDER.index("analysis"):]
     found = [
         f"{module} imports {target}"
@@ -181,14 +181,14 @@ def test_records_never_import_a_renderer():
 def test_the_rules_catch_an_upward_import(monkeypatch):
     """The layer tests fail on a made-up upward import and a made-up loading renderer."""
     graph = dict(GRAPH)
-    graph["selfattn.trace.seed"] = GRAPH["selfattn.trace.seed"] | {"selfattn.viz.explorer"}
-    graph["selfattn.viz.explorer"] = GRAPH["selfattn.viz.explorer"] | {"selfattn.models.loading"}
+    graph["selfattn.trace.seed"] = GRAPH["selfattn.trace.seed"] | {"selfattn.render.visual.explorer"}
+    graph["selfattn.render.visual.explorer"] = GRAPH["selfattn.render.visual.explorer"] | {"selfattn.models.loading"}
     monkeypatch.setattr(__import__(__name__), "GRAPH", graph)
     with pytest.raises(AssertionError, match="trace.seed"):
         test_imports_point_down()
     with pytest.raises(AssertionError, match="models.loading"):
         test_renderers_never_load_or_train()
-    with pytest.raises(AssertionError, match="viz.explorer"):
+    with pytest.raises(AssertionError, match="visual.explorer"):
         test_records_never_import_a_renderer()
 
 

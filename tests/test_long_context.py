@@ -21,7 +21,7 @@ import selfattn as sa
 from selfattn.errors import ModelError
 from selfattn.models import files
 from selfattn.peak_memory import PeakMemory
-from selfattn.trace.model import trace_model
+from selfattn.trace.model_trace import trace_model
 from selfattn.trace.model_layers import FULL_TRACE_CELLS
 from selfattn.trace.record import LayerRows, LayerSteps
 from tiny_models import DECODERS, reference_model, tiny_checkpoint
@@ -146,8 +146,8 @@ def test_smollm2_on_400_tokens_keeps_one_layer_whole_and_rows_of_its_own_weights
 
 
 def test_smollm2_walks_through_2000_tokens_in_a_few_gb(smollm2):
-    from selfattn.explain.markdown import render_markdown
-    from selfattn.explain.walk import walkthrough
+    from selfattn.render.text.markdown import render_markdown
+    from selfattn.render.text.walk import walkthrough
 
     text = story(40)
     with PeakMemory() as peak:

@@ -15,7 +15,7 @@ import struct
 import pytest
 import torch
 
-from selfattn.explain.document import (
+from selfattn.render.text.document import (
     HEAD_ROWS,
     SHOWN_COLUMNS,
     SHOWN_ROWS,
@@ -329,7 +329,7 @@ def test_plots_of_long_inputs(run_cli, drawn, tmp_path, kind):
 
 
 def test_arrows_keep_the_heaviest_keys_and_say_how_much_the_rest_hold():
-    from selfattn.viz import plots
+    from selfattn.render.visual import plots
 
     weights = torch.softmax(torch.randn(100, generator=torch.Generator().manual_seed(0)), dim=0)
     tokens = [f"t{i}" for i in range(100)]
@@ -342,7 +342,7 @@ def test_arrows_keep_the_heaviest_keys_and_say_how_much_the_rest_hold():
 
 
 def test_heatmap_values_past_the_labels_are_left_out_with_a_note():
-    from selfattn.viz import plots
+    from selfattn.render.visual import plots
 
     figure = plots.heatmap_figure(torch.full((61, 61), 1 / 61), [str(i) for i in range(61)], values=True)
     assert [t for t in figure.axes[0].texts] == []
@@ -350,7 +350,7 @@ def test_heatmap_values_past_the_labels_are_left_out_with_a_note():
 
 
 def view_data(run_cli, tmp_path, *args) -> tuple[int, dict]:
-    from selfattn.viz.explorer import page_data
+    from selfattn.render.visual.explorer import page_data
 
     path = tmp_path / "page.html"
     run_ok(run_cli, "view", *args, "-o", str(path))
@@ -391,8 +391,8 @@ def test_a_long_page_in_the_browser_says_which_rows_it_holds(tmp_path):
 
     from selfattn.commands.options import ExplainConfig
     from selfattn.commands.traces import build_trace
-    from selfattn.viz.explorer import render_explorer
-    from selfattn.viz.explorer_data import explorer_data
+    from selfattn.render.visual.explorer import render_explorer
+    from selfattn.render.visual.explorer_data import explorer_data
 
     trace = build_trace(ExplainConfig(sentence=" ".join(f"w{i}" for i in range(400)), embed="random", dim=4,
                                       variant="causal", query=-1, format="html"))

@@ -259,7 +259,7 @@ def test_user_errors_are_one_line(run_cli, argv, fragment):
 def test_role_label_names_the_word_and_a_repeated_words_position():
     import torch
 
-    from selfattn.explain.encoder_heads import role_label
+    from selfattn.render.text.encoder_heads import role_label
     from selfattn.analysis.head_roles import classify_head
 
     def everyone_on(tokens, target):

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from selfattn.attention.config import AttentionConfig, TransformerConfig
-from selfattn.attention.layers import GatedFeedForward, RMSNorm, rms_norm
+from selfattn.attention.norm_and_mlp import GatedFeedForward, RMSNorm, rms_norm
 from selfattn.attention.modules import MultiHeadAttention
 from selfattn.attention.transformer import TransformerBlock
 from selfattn.errors import ConfigError, ModelError

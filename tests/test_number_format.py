@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from seed_reference import ALL_SCORES, CAT_CONTEXT, CAT_EXP, CAT_EXP_SUM, CAT_SCORES, CAT_WEIGHTS, INPUTS, TOKENS
-from selfattn.explain.document import fmt
+from selfattn.render.text.document import fmt
 from selfattn.formatting import SCIENTIFIC_BELOW, SCIENTIFIC_FROM, number_text
 
 LONG_INTEGER_PART = re.compile(r"\d{11,}\.")  # more than 10 digits before a decimal point

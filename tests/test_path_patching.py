@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import selfattn as sa
-from selfattn.analysis.interventions import patching
+from selfattn.analysis.head_interventions import patching
 from selfattn.models.files import model_folder
 from tests.hf_parts import hf_path_patching
 from tests.tiny_models import reference_model, tiny_checkpoint

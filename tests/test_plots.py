@@ -21,7 +21,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch
 
 from selfattn.errors import OptionError, OutputError, QueryError, ShapeError
-from selfattn.viz import plots, positional_plots
+from selfattn.render.visual import plots, positional_plots
 
 TOKENS = ["The", "cat", "sat"]
 SEED_TOKENS = ["The", "cat", "sat", "on", "the", "warm", "mat"]
@@ -497,7 +497,7 @@ def test_block_map_figure_colours_each_block_by_its_state_with_counts():
     """A BlockMask's map drawn cell for cell, against all / any over the dense mask by a loop."""
     from selfattn import create_block_mask
     from selfattn.masks import EMPTY, FULL, PARTIAL
-    from selfattn.viz.block_map import BLOCK_COLOURS, plot_block_mask
+    from selfattn.render.visual.block_map_figure import BLOCK_COLOURS, plot_block_mask
 
     window = create_block_mask(lambda b, h, q, kv: (q >= kv) & (q - kv < 5), None, None, 23, 23, BLOCK_SIZE=4)
     dense = [[0 <= i - j < 5 for j in range(23)] for i in range(23)]
@@ -523,7 +523,7 @@ def test_block_map_figure_colours_each_block_by_its_state_with_counts():
 
 def test_plot_block_mask_takes_structured_masks_and_writes_the_file(tmp_path):
     from selfattn.masks import EMPTY, FULL, PARTIAL, CausalMask, DocumentMask, PaddingMask
-    from selfattn.viz.block_map import plot_block_mask
+    from selfattn.render.visual.block_map_figure import plot_block_mask
 
     fig = plot_block_mask(DocumentMask([3, 5]) & CausalMask(8), block_size=(2, 4))
     document = [0, 0, 0, 1, 1, 1, 1, 1]
@@ -545,7 +545,7 @@ def test_plot_block_mask_takes_structured_masks_and_writes_the_file(tmp_path):
 
 def test_block_map_summary_says_0_or_100_percent_only_when_exact():
     from selfattn.masks import EMPTY, FULL, PARTIAL
-    from selfattn.viz.block_map import block_map_summary
+    from selfattn.render.visual.block_map_figure import block_map_summary
 
     one = np.full((40, 25), EMPTY)
     one[3, 4] = PARTIAL
@@ -568,14 +568,14 @@ def test_block_map_summary_says_0_or_100_percent_only_when_exact():
     ],
 )
 def test_block_map_figure_refuses_bad_input(call, error, message):
-    from selfattn.viz.block_map import block_map_figure
+    from selfattn.render.visual.block_map_figure import block_map_figure
 
     with pytest.raises(error, match=message):
         call(block_map_figure)
 
 
 def test_plot_block_mask_refuses_what_is_not_a_mask():
-    from selfattn.viz.block_map import plot_block_mask
+    from selfattn.render.visual.block_map_figure import plot_block_mask
 
     with pytest.raises(ShapeError, match="got Tensor"):
         plot_block_mask(torch.ones(4, 4, dtype=torch.bool))

@@ -252,7 +252,7 @@ def test_first_step_leaves_out_the_steps_the_page_has(client):
 
 def test_a_chat_is_the_models_own_chat(client, library):
     """messages: the model's template lays the conversation out; the answer stops at its end of turn."""
-    from selfattn.viz.token_labels import token_label
+    from selfattn.render.visual.token_labels import token_label
 
     name = "SmolLM2-135M-Instruct"
     model = library(name)
@@ -451,7 +451,7 @@ def test_the_page_names_nothing_but_its_own_server(client):
     assert response.status_code == 200
     policy = response.headers["content-security-policy"]
     assert "default-src 'none'" in policy and "connect-src 'self'" in policy and "http" not in policy
-    from selfattn.viz.live_page import ASSET_TYPES
+    from selfattn.render.visual.live_page import ASSET_TYPES
 
     for name in ASSET_TYPES:  # every file the page loads: its style and all its script modules
         asset = client.get(f"/assets/{name}")

@@ -369,7 +369,7 @@ def test_chat_mode_answers_over_the_whole_conversation(page, server):
 def explained(**options) -> dict:
     from selfattn.commands.options import ExplainConfig
     from selfattn.commands.traces import build_trace
-    from selfattn.explain.json_out import render_json
+    from selfattn.render.text.json_out import render_json
 
     return json.loads(render_json(build_trace(ExplainConfig(format="json", **options))))
 

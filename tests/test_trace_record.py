@@ -98,7 +98,7 @@ def test_a_model_fills_every_layer_and_keeps_its_own_section():
 
 def test_one_json_writer_writes_every_kind_from_its_sections(monkeypatch):
     """The JSON is the sections' keys in the record's order: a section's writer swapped for another shows up there."""
-    from selfattn.explain import json_out
+    from selfattn.render.text import json_out
 
     for options, first_keys in ((dict(), ["variant", "tokens", "embeddings", "embedding_source", "query"]),
                                 (dict(variant="causal"), ["variant", "tokens", "embeddings", "embedding_source",

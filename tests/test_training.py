@@ -22,7 +22,7 @@ transformers = pytest.importorskip("transformers")
 import selfattn as sa
 from selfattn.training import train
 from selfattn.training.loop import next_token_loss
-from selfattn.training.model import model_config, new_model
+from selfattn.training.gpt import model_config, new_model
 from selfattn.training.probe import read_snapshots
 from selfattn.training.records import INDUCTION_FORMED
 from selfattn.training.tasks import InductionTask

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from seed_reference import ALL_SCORES, CAT_WEIGHTS, TOKENS
 import selfattn as sa
 from selfattn import ExplainConfig, build_trace
-from selfattn.explain.json_out import render_json
+from selfattn.render.text.json_out import render_json
 from selfattn.masks import EMPTY, FULL, PARTIAL
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -18,8 +18,8 @@ import torch
 transformers = pytest.importorskip("transformers", reason="the decoder tests compare with transformers")
 
 from browser import chromium, recorded_page  # noqa: E402
-from selfattn.viz import PLOT_KINDS  # noqa: E402
-from selfattn.viz.explorer import page_data  # noqa: E402
+from selfattn.render.visual import PLOT_KINDS  # noqa: E402
+from selfattn.render.visual.explorer import page_data  # noqa: E402
 from tiny_models import reference_model, reference_tokenizer, tiny_checkpoint  # noqa: E402
 
 FAMILIES = ("gpt2", "llama")

@@ -32,10 +32,10 @@ from browser import chromium, recorded_page  # noqa: E402
 from notebook import shown_in_jupyter  # noqa: E402
 from selfattn.errors import OptionError  # noqa: E402
 from selfattn.models.loading import shared_model  # noqa: E402
-from selfattn.trace.model import trace_model  # noqa: E402
-from selfattn.viz.explorer import notebook_model_explorer, page_data  # noqa: E402
-from selfattn.viz.explorer_data import explorer_data  # noqa: E402
-from selfattn.viz.model_data import VECTOR_PREVIEW  # noqa: E402
+from selfattn.trace.model_trace import trace_model  # noqa: E402
+from selfattn.render.visual.explorer import notebook_model_explorer, page_data  # noqa: E402
+from selfattn.render.visual.explorer_data import explorer_data  # noqa: E402
+from selfattn.render.visual.model_data import VECTOR_PREVIEW  # noqa: E402
 
 MODEL = "all-MiniLM-L6-v2"
 SENTENCE = "The cat sat on the warm mat"  # [CLS] the cat sat on the warm mat [SEP]

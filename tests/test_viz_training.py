@@ -27,12 +27,12 @@ from selfattn.errors import OptionError, TrainingError
 from selfattn.training import train
 from selfattn.training.probe import read_snapshots
 from selfattn.training.records import INDUCTION_FORMED
-from selfattn.viz import PLOT_KINDS
-from selfattn.viz.explorer import CONTENT_SECURITY_POLICY
-from selfattn.viz.training_plot import training_figure
+from selfattn.render.visual import PLOT_KINDS
+from selfattn.render.visual.explorer import CONTENT_SECURITY_POLICY
+from selfattn.render.visual.training_plot import training_figure
 from selfattn.commands.training_pictures import read_run
 from selfattn.commands.training_pictures import training_html
-from selfattn.viz.training_view import WEIGHT_SCALE, kept_steps
+from selfattn.render.visual.training_view import WEIGHT_SCALE, kept_steps
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 HEAD_LABEL = re.compile(r"L(\d+) H(\d+)")
@@ -285,7 +285,7 @@ def test_a_long_run_keeps_evenly_spaced_steps_within_the_budget(run_dir, monkeyp
     assert gaps.max() - gaps.min() <= 25, "evenly spaced, up to one stored step"
     assert kept_steps([10, 20, 30], per_step=10, formed=None, budget=30) == [10, 20, 30]
 
-    from selfattn.viz import training_view
+    from selfattn.render.visual import training_view
 
     monkeypatch.setattr(training_view, "MAX_PAGE_WEIGHTS", 1)  # room for the least: the first and the last
     data = page_data(training_html(run_dir))

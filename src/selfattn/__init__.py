@@ -73,16 +73,16 @@ _EXPORTS = {
     "QueryTrace": "selfattn.trace.seed",
     "trace_self_attention": "selfattn.trace.seed",
     "compare": "selfattn.commands.compare",
-    "ablate": "selfattn.analysis.interventions",
+    "ablate": "selfattn.analysis.head_interventions",
     "hooks": "selfattn.analysis.hooks",
     "attribute": "selfattn.analysis.attribution",
-    "composition_scores": "selfattn.analysis.composition",
-    "Composition": "selfattn.analysis.composition",
+    "composition_scores": "selfattn.analysis.head_composition",
+    "Composition": "selfattn.analysis.head_composition",
     "Attribution": "selfattn.analysis.attribution",
     "capture": "selfattn.analysis.hooks",
     "point_names": "selfattn.analysis.hooks",
     "Point": "selfattn.attention.points",
-    "patch_heads": "selfattn.analysis.interventions",
+    "patch_heads": "selfattn.analysis.head_interventions",
     "Comparison": "selfattn.analysis.comparison",
     "HeadComparison": "selfattn.analysis.comparison",
     "scaled_dot_product_attention": "selfattn.attention.functional",
@@ -94,9 +94,9 @@ _EXPORTS = {
     "MultiHeadAttention": "selfattn.attention.modules",
     "KVCache": "selfattn.attention.kv_cache",
     "FeedForward": "selfattn.attention.transformer",
-    "GatedFeedForward": "selfattn.attention.layers",
-    "RMSNorm": "selfattn.attention.layers",
-    "rms_norm": "selfattn.attention.layers",
+    "GatedFeedForward": "selfattn.attention.norm_and_mlp",
+    "RMSNorm": "selfattn.attention.norm_and_mlp",
+    "rms_norm": "selfattn.attention.norm_and_mlp",
     "TransformerBlock": "selfattn.attention.transformer",
     "Transformer": "selfattn.attention.transformer",
     "TransformerOutput": "selfattn.attention.transformer",
@@ -149,7 +149,7 @@ _EXPORTS = {
     "TrainingError": "selfattn.errors",
     "train": "selfattn.training",
     "TrainingRun": "selfattn.training",
-    "explore": "selfattn.viz.notebook",
+    "explore": "selfattn.render.visual.notebook",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -161,6 +161,6 @@ __getattr__, __dir__ = lazy_names(globals(), _EXPORTS)
 # In IPython (Jupyter) the records show as the explorer: the renderer layer registers the
 # display, so the records themselves stay plain data (viz.notebook imports no torch).
 if "IPython" in sys.modules:
-    from selfattn.viz.notebook import register as _register_notebook_display
+    from selfattn.render.visual.notebook import register as _register_notebook_display
 
     _register_notebook_display()

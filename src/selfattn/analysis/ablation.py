@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from selfattn.analysis.decoder_roles import induction_probe_score
-from selfattn.analysis.interventions import check_heads, knocked_out
+from selfattn.analysis.head_interventions import check_heads, knocked_out
 from selfattn.analysis.next_token import Chance, next_token_losses, top_tokens
 from selfattn.models.tokenizer import Encoded
 

@@ -15,7 +15,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from selfattn.attention.layers import RMSNorm
+from selfattn.attention.norm_and_mlp import RMSNorm
 from selfattn.errors import ModelError
 
 

@@ -24,7 +24,7 @@ from torch import nn
 from selfattn.attention.config import AttentionConfig
 from selfattn.attention.functional import AttentionSteps, attention_steps
 from selfattn.attention.kv_cache import KVCache
-from selfattn.attention.layers import RMSNorm
+from selfattn.attention.norm_and_mlp import RMSNorm
 from selfattn.attention.paths import AttentionCall, PathChoice, choose_path, merge_heads
 from selfattn.attention.points import LayerPoints, PointCall
 from selfattn.attention.torch_weights import copy_torch_weights, torch_settings

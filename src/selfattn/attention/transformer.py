@@ -33,7 +33,7 @@ from selfattn.attention.kv_cache import KVCache
 from selfattn.attention.modules import MultiHeadAttention, MultiHeadSteps
 from selfattn.attention.points import LayerPoints, PointCall
 from selfattn.checks import check_width
-from selfattn.attention.layers import GatedFeedForward, make_norm
+from selfattn.attention.norm_and_mlp import GatedFeedForward, make_norm
 from selfattn.errors import ConfigError, ShapeError
 from selfattn.positional import LearnedPositionalEmbedding, sinusoidal_encoding
 

@@ -15,7 +15,7 @@ from selfattn.cli.options import (
     add_output_options,
     add_view_options,
 )
-from selfattn.viz import PLOT_KINDS
+from selfattn.render.visual import PLOT_KINDS
 
 
 def add_explain_command(commands) -> None:
@@ -195,7 +195,7 @@ def run_plot(args: argparse.Namespace) -> int:
             raise OptionError(f"--training goes with --kind training, not --kind {args.kind}")
         _refuse_with_training(args, layer=0, head=0, mask=None, tile=None, length=None, mask_mod=None)
         from selfattn.commands.plot_options import check_training_picture
-        from selfattn.viz.output import PICTURE_EXTENSIONS
+        from selfattn.render.visual.output_files import PICTURE_EXTENSIONS
 
         check_training_picture(args.training, args.output, PICTURE_EXTENSIONS)
         from selfattn.commands.training_pictures import plot_training
@@ -243,7 +243,7 @@ def run_view(args: argparse.Namespace) -> int:
     if args.training is not None:
         _refuse_with_training(args, precision=4)
         from selfattn.commands.plot_options import check_training_picture
-        from selfattn.viz.output import PAGE_EXTENSIONS
+        from selfattn.render.visual.output_files import PAGE_EXTENSIONS
 
         check_training_picture(args.training, args.output, PAGE_EXTENSIONS)
         from selfattn.commands.training_pictures import view_training
@@ -266,13 +266,13 @@ def run_view(args: argparse.Namespace) -> int:
 def run_compare(args: argparse.Namespace) -> int:
     from selfattn.analysis.inputs import COMPARE_OPTIONS
     from selfattn.commands.compare_options import check_compare
-    from selfattn.explain.command_output import check_output
+    from selfattn.render.text.command_output import check_output
 
     check_output(args.format, args.precision)  # before any work
     options = {name: getattr(args, name) for name in COMPARE_OPTIONS}  # explain's input flags, one field each
     check_compare(args.sentence_a, args.sentence_b, args.query, args.model, **options)  # before torch loads
     from selfattn.commands.compare import compare
-    from selfattn.explain.compare_render import render_comparison
+    from selfattn.render.text.compare_render import render_comparison
 
     comparison = compare(args.sentence_a, args.sentence_b, args.query, model=args.model, **options)
     render_comparison(comparison, args.format, args.precision, sys.stdout)

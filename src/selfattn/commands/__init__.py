@@ -13,5 +13,5 @@
     train.py           ``selfattn train``
 
 Each takes names and options, does the loading and computing through the layers below,
-and hands records to the renderers (``explain/``, ``viz/``), which only write.
+and hands records to the renderers (``render/text/``, ``render/visual/``), which only write.
 """

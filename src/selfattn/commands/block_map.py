@@ -15,8 +15,8 @@ from pathlib import Path
 from selfattn.commands.plot_options import check_block_map_options, mask_mod_file
 from selfattn.errors import OptionError, SelfAttnError
 from selfattn.masks.block_mask import BlockMask, create_block_mask
-from selfattn.viz.block_map import plot_block_mask
-from selfattn.viz.mask_specs import spec_mask
+from selfattn.render.visual.block_map_figure import plot_block_mask
+from selfattn.render.visual.mask_specs import spec_mask
 
 def plot_block_map(output: str, *, length: int, tile: int | None = None, mask: str | None = None,
                    mask_mod: str | None = None) -> Path:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from selfattn.analysis.composition import composition_scores
-from selfattn.explain.command_output import write_document, write_json
-from selfattn.explain.composition import composition_document, composition_to_dict
+from selfattn.analysis.head_composition import composition_scores
+from selfattn.render.text.command_output import write_document, write_json
+from selfattn.render.text.composition_report import composition_document, composition_to_dict
 from selfattn.models.loading import shared_model
 
 

@@ -19,18 +19,18 @@ def explain_command(config: ExplainConfig, stream: TextIO) -> None:
     # Each format's renderers are imported when it is asked for: JSON needs neither the
     # walkthrough nor rich, and start-up is most of a short run's time.
     if config.format == "json":
-        from selfattn.explain.json_out import render_json
+        from selfattn.render.text.json_out import render_json
 
         stream.write(render_json(trace))
         return
-    from selfattn.explain.walk import walkthrough
+    from selfattn.render.text.walk import walkthrough
 
     doc = walkthrough(trace.record, config.precision)
     if config.format == "markdown":
-        from selfattn.explain.markdown import render_markdown
+        from selfattn.render.text.markdown import render_markdown
 
         stream.write(render_markdown(doc))
     else:
-        from selfattn.explain.text import render_text
+        from selfattn.render.text.text import render_text
 
         render_text(doc, stream)

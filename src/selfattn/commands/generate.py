@@ -12,7 +12,7 @@ import sys
 from typing import TextIO
 
 from selfattn.commands.model_options import check_generate_options, not_a_decoder
-from selfattn.explain.generation import Streamer, generation_to_dict, window_note
+from selfattn.render.text.generation_report import Streamer, generation_to_dict, window_note
 from selfattn.models.decoder import DecoderModel
 from selfattn.models.loading import shared_model
 

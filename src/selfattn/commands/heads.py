@@ -19,15 +19,15 @@ import torch
 from selfattn.analysis.decoder_roles import classify_decoder_heads, induction_probe_score
 from selfattn.analysis.head_roles import classify_heads
 from selfattn.analysis.head_runs import DecoderRun, decoder_over_texts, encoder_over_texts, probe_roles
-from selfattn.analysis.interventions import ablation_losses
+from selfattn.analysis.head_interventions import ablation_losses
 from selfattn.analysis.next_token import probe_positions, text_positions
 from selfattn.analysis.inputs import PROBE_LENGTH, PROBE_SEED
 from selfattn.analysis.probes import Probe, induction_probe_for
 from selfattn.errors import OptionError, SentenceError
 from selfattn.commands.model_options import check_heads_options
-from selfattn.explain.command_output import write_document, write_json
-from selfattn.explain.decoder_heads import decoder_heads_document, decoder_heads_to_dict, decoder_texts_to_dict
-from selfattn.explain.encoder_heads import encoder_texts_document, encoder_texts_to_dict, heads_document, heads_to_dict
+from selfattn.render.text.command_output import write_document, write_json
+from selfattn.render.text.decoder_heads import decoder_heads_document, decoder_heads_to_dict, decoder_texts_to_dict
+from selfattn.render.text.encoder_heads import encoder_texts_document, encoder_texts_to_dict, heads_document, heads_to_dict
 from selfattn.models.loading import shared_model
 from selfattn.models.registry import decoder_names
 from selfattn.pipeline.embedding_options import SEED_SENTENCE

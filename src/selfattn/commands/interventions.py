@@ -11,13 +11,13 @@ from __future__ import annotations
 from typing import TextIO
 
 from selfattn.analysis.ablation import ablation_report
-from selfattn.analysis.interventions import patching
+from selfattn.analysis.head_interventions import patching
 from selfattn.analysis.next_token import probe_positions, text_positions
 from selfattn.analysis.inputs import PROBE_LENGTH, PROBE_SEED
 from selfattn.analysis.probes import induction_probe_for
 from selfattn.errors import OptionError
-from selfattn.explain.command_output import write_document, write_json
-from selfattn.explain.interventions import (
+from selfattn.render.text.command_output import write_document, write_json
+from selfattn.render.text.intervention_report import (
     ablation_document, ablation_to_dict, attribution_document, attribution_to_dict, path_patching_document,
     path_patching_to_dict, patching_document, patching_to_dict,
 )
@@ -115,8 +115,8 @@ def patch_command(
         return
     data = patching_to_dict(model, clean, corrupted, run)
     if target_path is not None:
-        from selfattn.viz.patch_plot import patching_figure
-        from selfattn.viz.plots import save_figure
+        from selfattn.render.visual.patch_plot import patching_figure
+        from selfattn.render.visual.plots import save_figure
 
         save_figure(patching_figure(data), target_path)
     if output_format == "json":
@@ -145,8 +145,8 @@ def attribute_command(
     found = attribute(model, text, target, position)
     data = attribution_to_dict(model, text, found)
     if picture is not None:
-        from selfattn.viz.patch_plot import attribution_figure
-        from selfattn.viz.plots import save_figure
+        from selfattn.render.visual.patch_plot import attribution_figure
+        from selfattn.render.visual.plots import save_figure
 
         save_figure(attribution_figure(data), picture)
     if output_format == "json":
@@ -159,7 +159,7 @@ def attribute_command(
 def written_with_and_without(model, ids: list[int], pairs, mode: str, sampling: tuple) -> dict:
     """The continuation of ``ids`` with every head and with ``pairs`` knocked out: {"before", "after"} texts and ids,
     and the sampling used."""
-    from selfattn.analysis.interventions import knocked_out
+    from selfattn.analysis.head_interventions import knocked_out
 
     count, temperature, top_k, top_p, seed = sampling
     before = model.generate(ids, count, temperature, top_k, top_p, seed)

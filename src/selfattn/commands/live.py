@@ -276,7 +276,7 @@ def variant_names() -> dict[str, list[str]]:
 
 def explain_json(models: LiveModels, body: Any) -> str:
     """POST /api/explain: exactly what ``selfattn explain --format json`` prints for these options."""
-    from selfattn.explain.json_out import render_json
+    from selfattn.render.text.json_out import render_json
 
     config = explain_config(models, body, "json")
     with models.using(config.model), in_api_words():
@@ -286,7 +286,7 @@ def explain_json(models: LiveModels, body: Any) -> str:
 
 def explorer_page(models: LiveModels, body: Any) -> str:
     """GET /explorer: the explorer page ``selfattn view`` writes for these options (a model's layer and head)."""
-    from selfattn.viz.explorer import explorer_html
+    from selfattn.render.visual.explorer import explorer_html
 
     fields = dict(body) if isinstance(body, Mapping) else body
     picked = {}
@@ -358,7 +358,7 @@ def attention_json(models: LiveModels, body: Any) -> dict[str, Any]:
 def labels_of(model, ids: list[int], tokens: list[str]) -> list[str]:
     """The page's label of each token: what it reads as ('␣cat' where a byte-level vocabulary
     writes 'Ġcat'), from the model's tokenizer; as written when the model has none."""
-    from selfattn.viz.token_labels import token_labels
+    from selfattn.render.visual.token_labels import token_labels
 
     tokenizer = getattr(model, "tokenizer", None)
     return token_labels(tokens, None if tokenizer is None else tokenizer.readable(ids))

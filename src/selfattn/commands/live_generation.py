@@ -50,7 +50,7 @@ class LiveGeneration:
     """
 
     def __init__(self, models: LiveModels, request: GenerateRequest) -> None:
-        from selfattn.analysis.interventions import check_heads
+        from selfattn.analysis.head_interventions import check_heads
 
         if models.outline(request.model).kind != "decoder":
             raise RequestError(f"{request.model} is an encoder: it has no next-token head to generate with; "
@@ -172,7 +172,7 @@ class LiveGeneration:
         yield {"event": "done", **self.done()}
 
     def _knockout(self):
-        from selfattn.analysis.interventions import knocked_out
+        from selfattn.analysis.head_interventions import knocked_out
 
         return knocked_out(self.model, self.heads, "zero") if self.heads else nullcontext()  # checked when made
 

@@ -13,13 +13,13 @@ from pathlib import Path
 
 from selfattn.analysis.inputs import ABLATION_MODES, check_probe_options
 from selfattn.errors import ModelError, OptionError, SentenceError, did_you_mean
-from selfattn.explain.command_output import check_output, check_sentence, label
+from selfattn.render.text.command_output import check_output, check_sentence, label
 from selfattn.models import locate
 from selfattn.models.families import decoder_family_names
 from selfattn.models.files import model_spec
 from selfattn.models.generation_options import check_generation_options
 from selfattn.pipeline.embedding_options import SEED_SENTENCE
-from selfattn.viz.output import PICTURE_EXTENSIONS, check_output_path
+from selfattn.render.visual.output_files import PICTURE_EXTENSIONS, check_output_path
 
 MAX_SIMILARITY_SENTENCES = 64
 HEAD_PAIR = re.compile(r"\s*(\d+)\.(\d+)\s*")

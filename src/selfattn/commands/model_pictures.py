@@ -16,9 +16,9 @@ import torch
 from selfattn.errors import OptionError
 from selfattn.pipeline.steps import attention_scores
 from selfattn.positional import apply_rope
-from selfattn.trace.model import check_layer_head
+from selfattn.trace.model_trace import check_layer_head
 from selfattn.trace.variant_names import distance_check_key
-from selfattn.viz.model_pictures import trace_labels
+from selfattn.render.visual.model_labels import trace_labels
 
 POSITIONS_SHOWN = 64  # rows of a position picture (fewer when the model has fewer positions)
 FEATURES_SHOWN = 64  # columns of a learned table's picture

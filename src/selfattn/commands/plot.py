@@ -40,10 +40,10 @@ from selfattn.positional import apply_rope, rope_angles, sinusoidal_encoding
 from selfattn.positional.rope import rope_score_grid
 from selfattn.positional.sinusoidal import sinusoidal_score_grid
 from selfattn.trace.variant_names import PROJECTED, distance_check_key
-from selfattn.viz import model_pictures
-from selfattn.viz.explorer import explorer_html
-from selfattn.viz.mask_specs import check_spec, document_lengths, prefix_lm_mask
-from selfattn.viz.output import write_text
+from selfattn.render.visual import model_labels
+from selfattn.render.visual.explorer import explorer_html
+from selfattn.render.visual.mask_specs import check_spec, document_lengths, prefix_lm_mask
+from selfattn.render.visual.output_files import write_text
 
 POSITIONAL_PICTURE = {"positions": 64, "width": 64}  # an encoding is drawn for 64 positions x 64 features
 ROPE_TURN_POSITIONS = 8  # the RoPE picture turns each pair to positions 0-7
@@ -86,7 +86,7 @@ def plot(
 
     A heatmap's colours span its own smallest to largest weight; ``fixed_scale`` spans 0 to 1.
     """
-    from selfattn.viz import plots, positional_plots  # matplotlib: only the pictures need it, not view's page
+    from selfattn.render.visual import plots, positional_plots  # matplotlib: only the pictures need it, not view's page
 
     target = check_plot_options(config, kind, output, layer=layer, head=head, mask=mask, dim=dim, tile=tile,
                                 fixed_scale=fixed_scale)
@@ -111,7 +111,7 @@ def plot(
     trace = build_trace(config)
     weights = attention_weights(trace)  # (layers, heads, n, n)
     check_shown_head(layer, head, *weights.shape[:2])
-    tokens = model_pictures.trace_labels(trace)
+    tokens = model_labels.trace_labels(trace)
     name = source_name(trace)
     hidden, label = _hidden(trace, config, kind, layer)  # (layers, n, n) bool or None: what a mask hides
     if is_model(trace):
@@ -149,13 +149,13 @@ def _hidden(trace, config: ExplainConfig, kind: str, layer: int) -> tuple[torch.
     """
     if not is_model(trace) or kind == "mask":
         infos = [trace.attention] if is_model(trace) else []
-        return None, model_pictures.hidden_label(infos) if infos else "masked"
+        return None, model_labels.hidden_label(infos) if infos else "masked"
     if kind == "heads":
-        masks = model_pictures.model_masks(trace)
-        label = model_pictures.hidden_label(list(trace.layer_infos))
+        masks = model_labels.model_masks(trace)
+        label = model_labels.hidden_label(list(trace.layer_infos))
     else:
         masks = tuple(trace.allowed if l == layer else None for l in range(trace.n_layers))
-        label = model_pictures.hidden_label(trace.attention)
+        label = model_labels.hidden_label(trace.attention)
     if all(m is None for m in masks):
         return None, label
     n = len(trace.tokens)
@@ -173,7 +173,7 @@ def view(config: ExplainConfig, output: str, *, layer: int = 0, head: int = 0) -
 
 def mask_picture(spec: str | None, trace) -> tuple[torch.Tensor, list[str], list[str], str]:
     """(mask (q_len, kv_len), query labels, key labels, title) for a --mask spec, or the variant's own mask."""
-    tokens = model_pictures.trace_labels(trace)
+    tokens = model_labels.trace_labels(trace)
     n = len(tokens)
     if spec is None:
         own = None if is_model(trace) else trace.record.layers[0].allowed
@@ -303,7 +303,7 @@ def rope_pairs_shown(pairs: int) -> list[int]:
 
 def _positional_figure(config: ExplainConfig, dim: int | None):
     """The sinusoidal table for 64 positions, or RoPE's turn of a few feature pairs at positions 0-7."""
-    from selfattn.viz import positional_plots
+    from selfattn.render.visual import positional_plots
 
     check_positional_picture(config, dim, POSITIONAL_PICTURE["width"])
     name = positional_picture_name(config)

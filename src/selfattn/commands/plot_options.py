@@ -18,9 +18,9 @@ from selfattn.errors import OptionError, TrainingError, did_you_mean
 from selfattn.models.files import DEFAULT_MODEL, MODELS, model_folder
 from selfattn.pipeline.embedding_options import embedding_width
 from selfattn.trace.variant_names import PROJECTED
-from selfattn.viz import PLOT_KINDS
-from selfattn.viz.mask_specs import check_spec, spec_keys
-from selfattn.viz.output import PAGE_EXTENSIONS, PICTURE_EXTENSIONS, check_output_path
+from selfattn.render.visual import PLOT_KINDS
+from selfattn.render.visual.mask_specs import check_spec, spec_keys
+from selfattn.render.visual.output_files import PAGE_EXTENSIONS, PICTURE_EXTENSIONS, check_output_path
 
 # The models selfattn trained and ships with their run's records: tiny-induction, tiny-shakespeare
 # (stories260K ships too, but was trained elsewhere and has no run folder).

@@ -10,11 +10,11 @@ from typing import TextIO
 
 import torch
 
-from selfattn.analysis.similarity import cosine_similarities, extreme_pairs
+from selfattn.analysis.sentence_similarity import cosine_similarities, extreme_pairs
 from selfattn.errors import ModelError, SentenceError
 from selfattn.commands.model_options import check_similarity_options
-from selfattn.explain.command_output import label, write_document, write_json
-from selfattn.explain.similarity import similarity_document, similarity_to_dict
+from selfattn.render.text.command_output import label, write_document, write_json
+from selfattn.render.text.similarity_report import similarity_document, similarity_to_dict
 from selfattn.models.loading import shared_model
 
 

@@ -17,7 +17,7 @@ from selfattn.trace.variant_names import PROJECTED
 from selfattn.trace.variants import VariantTrace, trace_variant
 
 if TYPE_CHECKING:
-    from selfattn.trace.model import ModelTrace
+    from selfattn.trace.model_trace import ModelTrace
 
 
 def build_trace(config: ExplainConfig, model=None) -> Trace | VariantTrace | ModelTrace:
@@ -61,7 +61,7 @@ def build_trace(config: ExplainConfig, model=None) -> Trace | VariantTrace | Mod
     if config.model is not None:
         # Imported with the first model: explain's start-up without one skips the loaders.
         from selfattn.models.loading import shared_model
-        from selfattn.trace.model import trace_model
+        from selfattn.trace.model_trace import trace_model
 
         return trace_model(
             SEED_SENTENCE if config.sentence is None else config.sentence,

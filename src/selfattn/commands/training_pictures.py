@@ -15,13 +15,13 @@ from pathlib import Path
 from selfattn.errors import TrainingError
 from selfattn.commands.plot_options import check_training_picture, run_folder
 import selfattn.training.run_files as run_files
-from selfattn.training.config import TrainConfig
+from selfattn.training.settings import TrainConfig
 from selfattn.training.probe import read_snapshots
 from selfattn.training.records import Probe, TrainingRun
-from selfattn.viz import plots
-from selfattn.viz.output import PAGE_EXTENSIONS, PICTURE_EXTENSIONS, write_text
-from selfattn.viz.training_plot import training_figure
-from selfattn.viz.training_view import render_training_page, training_page_data
+from selfattn.render.visual import plots
+from selfattn.render.visual.output_files import PAGE_EXTENSIONS, PICTURE_EXTENSIONS, write_text
+from selfattn.render.visual.training_plot import training_figure
+from selfattn.render.visual.training_view import render_training_page, training_page_data
 
 
 

@@ -16,7 +16,7 @@ _EXPORTS = {
     "DecoderModel": "selfattn.models.decoder",
     "FAMILIES": "selfattn.models.registry",
     "MODELS": "selfattn.models.files",
-    "ModelOutput": "selfattn.models.output",
+    "ModelOutput": "selfattn.models.model_output",
     "load_pretrained": "selfattn.models.pretrained",
 }
 

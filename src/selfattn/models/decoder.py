@@ -24,12 +24,12 @@ import torch
 from torch import nn
 
 from selfattn.attention.kv_cache import KVCache
-from selfattn.attention.layers import make_norm
+from selfattn.attention.norm_and_mlp import make_norm
 from selfattn.attention.transformer import TransformerBlock
 from selfattn.errors import ModelError, SentenceError, ShapeError
 from selfattn.models.decoder_config import DecoderConfig
 from selfattn.models.description import AttentionInfo, EmbeddingPart, EmbeddingStep, attention_info
-from selfattn.models.output import ModelOutput
+from selfattn.models.model_output import ModelOutput
 from selfattn.models.tokenizer import Encoded, TextTokenizer, as_text_list
 from selfattn.positional.rope import rope_rotation
 

@@ -23,7 +23,7 @@ from selfattn.attention.transformer import Transformer
 from selfattn.errors import ModelError, SentenceError, ShapeError
 from selfattn.masks import padding_mask
 from selfattn.models.description import AttentionInfo, EmbeddingPart, EmbeddingStep, attention_info
-from selfattn.models.output import ModelOutput
+from selfattn.models.model_output import ModelOutput
 from selfattn.models.registry import decoder_names, one_of
 from selfattn.models.tokenizer import Encoded, WordPieceTokenizer, as_text_list
 

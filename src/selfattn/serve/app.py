@@ -1,6 +1,6 @@
 """The live app's routes: the page, its assets and the JSON API, each a thin call into ``commands.live``.
 
-    GET  /                 the page (viz/assets/live.html, with its own script and style)
+    GET  /                 the page (render/visual/assets/live.html, with its own script and style)
     GET  /assets/{name}    the page's script modules (live.js and its live-*.js) and live.css
     GET  /explorer         the explorer page of ``selfattn view`` for the query's fields
     GET  /api/models       the models offered
@@ -38,8 +38,8 @@ from selfattn.serve.admission import (
 )
 from selfattn.serve.guard import Guard
 from selfattn.serve.schema import openapi_document, operation
-from selfattn.viz.explorer import CONTENT_SECURITY_POLICY as EXPLORER_CONTENT_POLICY
-from selfattn.viz.live_page import ASSET_TYPES, CONTENT_SECURITY_POLICY, live_asset, live_page
+from selfattn.render.visual.explorer import CONTENT_SECURITY_POLICY as EXPLORER_CONTENT_POLICY
+from selfattn.render.visual.live_page import ASSET_TYPES, CONTENT_SECURITY_POLICY, live_asset, live_page
 
 NDJSON = "application/x-ndjson"
 # The explorer's own policy (inline script and style, nothing fetched), framed by the page only.

@@ -31,7 +31,7 @@ from selfattn.models.chat import ROLES
 from selfattn.pipeline.embedding_options import EMBED_METHODS
 from selfattn.positional import POSITIONAL_NAMES
 from selfattn.trace.variant_names import VARIANTS
-from selfattn.viz.live_page import ASSET_TYPES, CSS, JAVASCRIPT
+from selfattn.render.visual.live_page import ASSET_TYPES, CSS, JAVASCRIPT
 
 REF = "#/components/schemas/{model}"
 NOT_BLANK = r"\S"  # a text with something besides white space

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from selfattn.attention.functional import attention_steps
-from selfattn.trace.flash import trace_flash
+from selfattn.trace.flash_trace import trace_flash
 from selfattn.trace.record import AttentionTrace, Inputs, LayerSteps, Query
 from selfattn.masks import causal_mask, combine_masks
 from selfattn.errors import OptionError, did_you_mean

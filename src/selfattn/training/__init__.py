@@ -11,8 +11,8 @@ from __future__ import annotations
 from selfattn.lazy import lazy_names
 
 _EXPORTS = {
-    "TASKS": "selfattn.training.config",
-    "TrainConfig": "selfattn.training.config",
+    "TASKS": "selfattn.training.settings",
+    "TrainConfig": "selfattn.training.settings",
     "train": "selfattn.training.loop",
     "TrainingRun": "selfattn.training.records",
     "read_metrics": "selfattn.training.run_files",

@@ -22,9 +22,9 @@ import torch
 from selfattn.errors import TrainingError
 import selfattn.training.probe as probes
 import selfattn.training.run_files as files
-from selfattn.training.config import TrainConfig
+from selfattn.training.settings import TrainConfig
 from selfattn.training.distributed import Processes
-from selfattn.training.model import model_config, new_model, save_model
+from selfattn.training.gpt import model_config, new_model, save_model
 from selfattn.training.progress import TrainingProgress
 from selfattn.training.records import TrainingRun
 from selfattn.training.start import check_start

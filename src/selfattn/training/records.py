@@ -17,7 +17,7 @@ import torch
 from selfattn.analysis.decoder_roles import (
     DECODER_THRESHOLD, FIRST_TOKEN, INDUCTION, MIXED, PREVIOUS_TOKEN, role_of,
 )
-from selfattn.training.config import TrainConfig
+from selfattn.training.settings import TrainConfig
 
 INDUCTION_FORMED = DECODER_THRESHOLD
 """A head whose induction score on the probe reaches this has formed (the runs' summaries and pictures)."""

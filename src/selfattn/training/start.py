@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import selfattn.training.run_files as files
 from selfattn.errors import TrainingError
-from selfattn.training.config import TrainConfig
+from selfattn.training.settings import TrainConfig
 from selfattn.training.corpus import corpus_path, shakespeare_archive
 
 

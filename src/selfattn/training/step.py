@@ -13,7 +13,7 @@ import signal
 import torch
 
 from selfattn.models.tokenizer import Encoded
-from selfattn.training.config import TrainConfig
+from selfattn.training.settings import TrainConfig
 
 
 class LanguageModel(torch.nn.Module):
