@@ -194,7 +194,7 @@ def test_option_errors_are_one_line_and_exit_2(run_cli, args, message):
 
 
 def test_library_refuses_bad_block_sizes():
-    from selfattn.commands.options import ExplainConfig
+    from selfattn.commands.explain_options import ExplainConfig
 
     for value in (0, True, 2.0):
         with pytest.raises(OptionError, match="--block-size"):

@@ -216,7 +216,7 @@ def test_json_has_the_query_vector_after_every_layer(run_cli, reference, sentenc
 
 def test_every_layers_weights_in_the_trace_are_explains(reference):
     """A trace's all_weights holds, for every head, the numbers explain shows for that head."""
-    from selfattn.commands.options import ExplainConfig
+    from selfattn.commands.explain_options import ExplainConfig
     from selfattn.commands.traces import build_trace
 
     _, _, _, attentions, _ = reference(SENTENCE)

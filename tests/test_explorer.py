@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from browser import chromium, recorded_page
-from selfattn.commands.options import ExplainConfig
+from selfattn.commands.explain_options import ExplainConfig
 from selfattn.commands.traces import build_trace
 from selfattn.render.text.json_out import render_json
 from selfattn.render.visual.explorer import (

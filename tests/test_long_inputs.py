@@ -389,7 +389,7 @@ def test_toy_view_of_512_tokens_stays_small(run_cli, tmp_path, variant):
 def test_a_long_page_in_the_browser_says_which_rows_it_holds(tmp_path):
     from browser import chromium, recorded_page
 
-    from selfattn.commands.options import ExplainConfig
+    from selfattn.commands.explain_options import ExplainConfig
     from selfattn.commands.traces import build_trace
     from selfattn.render.visual.explorer import render_explorer
     from selfattn.render.visual.explorer_data import explorer_data

@@ -367,7 +367,7 @@ def test_chat_mode_answers_over_the_whole_conversation(page, server):
 
 
 def explained(**options) -> dict:
-    from selfattn.commands.options import ExplainConfig
+    from selfattn.commands.explain_options import ExplainConfig
     from selfattn.commands.traces import build_trace
     from selfattn.render.text.json_out import render_json
 

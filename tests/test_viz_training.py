@@ -21,7 +21,7 @@ import pytest
 import torch
 from browser import chromium, recorded_page
 
-from selfattn.commands.options import ExplainConfig
+from selfattn.commands.explain_options import ExplainConfig
 from selfattn.analysis.decoder_roles import DECODER_THRESHOLD
 from selfattn.errors import OptionError, TrainingError
 from selfattn.training import train

@@ -66,7 +66,7 @@ _EXPORTS = {
     "context_vectors": "selfattn.pipeline.steps",
     "context_vector_loop": "selfattn.pipeline.steps",
     "self_attention": "selfattn.pipeline.steps",
-    "ExplainConfig": "selfattn.commands.options",
+    "ExplainConfig": "selfattn.commands.explain_options",
     "build_trace": "selfattn.commands.traces",
     "AttentionTrace": "selfattn.trace.record",
     "Trace": "selfattn.trace.seed",

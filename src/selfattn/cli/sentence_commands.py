@@ -127,7 +127,7 @@ def add_compare_command(commands) -> None:
 
 
 def config_from_args(args: argparse.Namespace, output_format: str):
-    from selfattn.commands.options import ExplainConfig
+    from selfattn.commands.explain_options import ExplainConfig
 
     return ExplainConfig(
         sentence=" ".join(args.sentence) if args.sentence else None,
@@ -153,7 +153,7 @@ def config_from_args(args: argparse.Namespace, output_format: str):
 
 
 def run_explain(args: argparse.Namespace) -> int:
-    from selfattn.commands.options import check_inputs
+    from selfattn.commands.explain_options import check_inputs
 
     config = config_from_args(args, args.format)
     check_inputs(config)  # the sentence, the query, the embeddings file: before torch loads

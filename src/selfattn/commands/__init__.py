@@ -1,6 +1,6 @@
 """The commands: the only layer that resolves names, loads models, reads run folders and builds traces.
 
-    options.py         ``ExplainConfig``: what one explanation is asked to do, validated
+    explain_options.py ``ExplainConfig``: what one explanation is asked to do, validated
     traces.py          ``build_trace``: a config to its record (the seed, a variant, a model)
     explain.py         ``selfattn explain``: the record to text, markdown or JSON
     plot.py            ``selfattn plot`` and ``view`` for a sentence: pictures and pages

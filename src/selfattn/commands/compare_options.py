@@ -12,7 +12,7 @@ import dataclasses
 from contextlib import contextmanager
 
 from selfattn.analysis.inputs import COMPARE_OPTIONS, COMPARED
-from selfattn.commands.options import ExplainConfig, check_toy_inputs
+from selfattn.commands.explain_options import ExplainConfig, check_toy_inputs
 from selfattn.errors import EmbeddingError, OptionError, QueryError, SentenceError
 from selfattn.pipeline.embedding_options import SEED_TABLE
 from selfattn.pipeline.tokenize import check_text, find_query, missing_tokens, quote_tokens, read_position

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from selfattn.commands.options import ExplainConfig
+from selfattn.commands.explain_options import ExplainConfig
 from selfattn.commands.traces import build_trace
 
 

@@ -23,7 +23,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from selfattn.commands.options import MAX_D_K, MAX_HEADS, ExplainConfig
+from selfattn.commands.explain_options import MAX_D_K, MAX_HEADS, ExplainConfig
 from selfattn.commands.traces import build_trace
 from selfattn.errors import ModelError, SelfAttnError
 from selfattn.formatting import MAX_PRECISION, MIN_PRECISION

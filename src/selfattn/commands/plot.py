@@ -23,7 +23,7 @@ from typing import NamedTuple
 import torch
 
 from selfattn.commands.model_pictures import positional_picture, rope_grid
-from selfattn.commands.options import ExplainConfig
+from selfattn.commands.explain_options import ExplainConfig
 from selfattn.commands.plot_options import (
     check_plot_options,
     check_positional_picture,

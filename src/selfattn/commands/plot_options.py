@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from selfattn.commands.options import ExplainConfig, check_toy_inputs
+from selfattn.commands.explain_options import ExplainConfig, check_toy_inputs
 from selfattn.errors import OptionError, TrainingError, did_you_mean
 from selfattn.models.files import DEFAULT_MODEL, MODELS, model_folder
 from selfattn.pipeline.embedding_options import embedding_width

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from selfattn.commands.options import ExplainConfig, check_rope_width, check_toy_inputs, toy_d_k
+from selfattn.commands.explain_options import ExplainConfig, check_rope_width, check_toy_inputs, toy_d_k
 from selfattn.pipeline.embedding_options import SEED_SENTENCE
 from selfattn.pipeline.embeddings import resolve_embeddings
 from selfattn.trace.seed import Trace, trace_self_attention

@@ -26,7 +26,7 @@ from selfattn.commands.live import (
 from selfattn.commands.live_generate_request import (
     DEFAULT_SEED, GENERATE_FIELDS, MAX_LIVE_NEW_TOKENS, MAX_STEP_NUMBERS, MAX_TEMPERATURE, TOP_SHOWN,
 )
-from selfattn.commands.options import MAX_TOKENS, ExplainConfig
+from selfattn.commands.explain_options import MAX_TOKENS, ExplainConfig
 from selfattn.models.chat import ROLES
 from selfattn.pipeline.embedding_options import EMBED_METHODS
 from selfattn.positional import POSITIONAL_NAMES
