@@ -405,7 +405,7 @@ def test_missing_folder_and_folder_as_target_are_refused(tmp_path):
     folder = tmp_path / "pictures.svg"
     folder.mkdir()
     with pytest.raises(OutputError, match="folder") as raised:
-        plots.check_output_path(folder)
+        plots.check_picture_path(folder)
     assert str(folder) in str(raised.value)
     assert_no_leftovers(tmp_path, ["pictures.svg"])
     assert_no_leftovers(folder, [])
@@ -444,9 +444,9 @@ def test_failed_render_keeps_the_old_file(tmp_path, monkeypatch):
     assert_no_leftovers(tmp_path, ["out.svg"])
 
 
-def test_check_output_path_returns_the_path_before_any_work(tmp_path):
-    assert plots.check_output_path(tmp_path / "a.SVG") == tmp_path / "a.SVG"
-    assert plots.check_output_path(str(tmp_path / "b.png")) == tmp_path / "b.png"
+def test_check_picture_path_returns_the_path_before_any_work(tmp_path):
+    assert plots.check_picture_path(tmp_path / "a.SVG") == tmp_path / "a.SVG"
+    assert plots.check_picture_path(str(tmp_path / "b.png")) == tmp_path / "b.png"
     assert_no_leftovers(tmp_path, [])  # checking writes nothing
 
 

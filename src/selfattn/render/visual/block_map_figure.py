@@ -138,7 +138,7 @@ def plot_block_mask(mask, path=None, *, block_size=None, q_len: int | None = Non
         >>> plot_block_mask(causal).axes[0].get_title()
         '4 x 4 blocks of 128: 62% computed, 25% partial'
     """
-    target = plots.check_output_path(path) if path is not None else None
+    target = plots.check_picture_path(path) if path is not None else None
     if not isinstance(mask, StructuredMask):
         raise ShapeError(f"plot_block_mask draws a BlockMask or a structured mask, got {type(mask).__name__}")
     if block_size is None:

@@ -331,7 +331,7 @@ def _draw_block_map(ax, array: np.ndarray, block_size: int) -> list:
     return [Patch(facecolor="none", edgecolor=edge, hatch=hatch, label=label) for edge, hatch, label in _BLOCK_STYLES.values()]
 
 
-def check_output_path(path) -> Path:
+def check_picture_path(path) -> Path:
     """Validate a picture path before any work: .png or .svg, in a folder we may write."""
     return output.check_output_path(path, SUPPORTED_EXTENSIONS)
 
@@ -344,7 +344,7 @@ def save_figure(fig: Figure, path) -> Path:
     and an existing target unchanged. SVG keeps text as <text> elements, so labels stay
     searchable and selectable.
     """
-    target = check_output_path(path)
+    target = check_picture_path(path)
     svg = target.suffix.lower() == ".svg"
 
     def render(temporary: Path) -> None:
