@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -343,63 +344,116 @@ def trace_variant(
     q_index = find_query(tokens, query)
     heads, kv_heads = default_heads(variant, heads, kv_heads)
     generator = torch.Generator().manual_seed(seed)  # the projections: the same for every sentence length
+    encoding = _position_encoding(positional, n, d, seed, x.dtype)
+    inputs = x if encoding is None else x + encoding  # (n, d)
+    check_dot_products(attention_scores(inputs, inputs), x)  # (n, n)
+    causal = causal_mask(n, n) if variant == "causal" else None
+    if variant in PROJECTED:
+        made = _projected_heads(variant, inputs, heads, kv_heads, d_k or default_d_k(d, heads, positional), positional,
+                                generator, causal is not None)
+    else:
+        made = _seed_form_heads(variant, inputs, positional, causal)
+    flash = None
+    if variant == "flash":
+        flash = trace_flash(made.q, made.k, made.v, made.mask, block_size=block_size, scale=made.scale)
+        made = made._replace(output=flash.output)  # flash_attention's result; the plain softmax's stays in head_outputs
+    unscaled = attention_steps(made.q, made.k, made.v, attn_mask=made.mask, scale=1.0,
+                               enable_gqa=made.heads != made.kv_heads)
+    steps = _layer_steps(made, inputs, causal, unscaled, positional)
+    sections = {
+        "inputs": Inputs(variant, source or EmbeddingSource("given", False, "given by the caller"), seed),
+        "positional": _positional_section(positional, made, encoding, q_index, n, x.dtype),
+    }
+    if made.w_q is not None:
+        sections["projections"] = Projections(made.w_q, made.w_k, made.w_v)
+    sections["scaling"] = Scaling(unscaled.weights.reshape(made.heads, n, n))
+    if causal is not None:
+        sections["mask"] = CausalMask()
+    if made.concat is not None:
+        sections["multihead"] = Multihead(made.concat, made.w_o)
+    if flash is not None:
+        sections["flash"] = flash
+    sections["variant"] = VariantRows(keeps_heads_axis=variant in MULTI_HEAD)
+    return VariantTrace(AttentionTrace(list(tokens), Query(q_index, tokens[q_index]), x, (steps,), sections=sections))
 
-    encoding = None
+
+class _Heads(NamedTuple):
+    """What one variant's attention made: its heads' q, k, v (and before RoPE), the steps, the weights."""
+
+    q: torch.Tensor  # (H, n, d_k)
+    k: torch.Tensor  # (K, n, d_k)
+    v: torch.Tensor  # (K, n, d_v)
+    q_plain: torch.Tensor  # before RoPE
+    k_plain: torch.Tensor
+    attention: object  # attention_steps' record
+    mask: torch.Tensor | None
+    scale: float
+    heads: int
+    kv_heads: int
+    d_k: int
+    output: torch.Tensor  # (n, d) or the single head's (n, d_k)
+    w_q: torch.Tensor | None = None  # the projections (in, out), None for the seed's own form
+    w_k: torch.Tensor | None = None
+    w_v: torch.Tensor | None = None
+    w_o: torch.Tensor | None = None  # the output projection, multi-head variants only
+    concat: torch.Tensor | None = None  # the heads side by side, multi-head variants only
+
+
+def _position_encoding(positional: str, n: int, d: int, seed: int, dtype: torch.dtype) -> torch.Tensor | None:
+    """The table added to X: sinusoidal, learned (seeded), or None for RoPE, ALiBi and none."""
     if positional == "sinusoidal":
-        encoding = sinusoidal_encoding(n, d, dtype=x.dtype)
-    elif positional == "learned":
+        return sinusoidal_encoding(n, d, dtype=dtype)
+    if positional == "learned":
         # A stream of its own, so the table cannot shift the projections' draws, and always the same
         # size, so position p gets the same row in a sentence of any length (up to 512 tokens).
         table_generator = torch.Generator().manual_seed(seed + LEARNED_TABLE_SEED_OFFSET)
         table = LearnedPositionalEmbedding(max(n, LEARNED_TABLE_ROWS), d, generator=table_generator)
-        encoding = table(n).detach().to(x.dtype)
-    inputs = x if encoding is None else x + encoding  # (n, d)
-    check_dot_products(attention_scores(inputs, inputs), x)  # (n, n)
-    causal = causal_mask(n, n) if variant == "causal" else None
+        return table(n).detach().to(dtype)
+    return None
 
-    if variant in PROJECTED:
-        d_k = d_k or default_d_k(d, heads, positional)
-        module = seeded_attention(d, heads, kv_heads, d_k, positional, generator)
-        with torch.no_grad():
-            steps = module.steps(inputs, is_causal=causal is not None)
-            q_plain = module.w_q(inputs).view(n, heads, d_k).transpose(0, 1)  # (n, H d_k) -> (H, n, d_k)
-            k_plain = module.w_k(inputs).view(n, kv_heads, d_k).transpose(0, 1)  # (K, n, d_k)
-        q, k, v, attention, mask = steps.q[0], steps.k[0], steps.v[0], steps.attention, steps.mask
-        w_q, w_k, w_v, w_o = (layer.weight.detach().T for layer in (module.w_q, module.w_k, module.w_v, module.w_o))
-        multi = variant in MULTI_HEAD
-        concat = steps.concat if multi else None
-        output = steps.output if multi else attention.output[0, 0]  # (n, d) or the single head's (n, d_k)
-        if not multi:
-            w_o = None
-        scale = attention.scale
-    else:
-        # The seed's own form: queries, keys and values are X itself.
-        heads = kv_heads = 1
-        d_k = d
-        scale = 1.0 if variant in UNSCALED else 1.0 / math.sqrt(d)
-        q_plain = k_plain = v = inputs[None]  # (1, n, d)
-        # An odd width (the seed's 3-d vectors) turns its leading pairs; the last feature stays put.
-        q = k = apply_rope(q_plain, rotary_dim=d - d % 2) if positional == "rope" else q_plain
-        mask = combine_masks(causal, alibi_for_variant(positional, 1, n, x.dtype), dtype=x.dtype)
-        attention = attention_steps(q, k, v, attn_mask=mask, scale=scale)
-        w_q = w_k = w_v = w_o = concat = None
-        output = attention.output[0]  # (n, d)
-    flash = None
-    if variant == "flash":
-        flash = trace_flash(q, k, v, mask, block_size=block_size, scale=scale)
-        output = flash.output  # flash_attention's result; the plain softmax's stays in head_outputs
 
-    unscaled = attention_steps(q, k, v, attn_mask=mask, scale=1.0, enable_gqa=heads != kv_heads)
-    softmax = attention.softmax
-    steps = LayerSteps(
+def _projected_heads(variant: str, inputs: torch.Tensor, heads: int, kv_heads: int, d_k: int, positional: str,
+                     generator: torch.Generator, is_causal: bool) -> _Heads:
+    """The variants with W_Q, W_K, W_V (untrained, seeded): ``MultiHeadAttention.steps`` on X."""
+    n = inputs.shape[0]
+    module = seeded_attention(inputs.shape[1], heads, kv_heads, d_k, positional, generator)
+    with torch.no_grad():
+        steps = module.steps(inputs, is_causal=is_causal)
+        q_plain = module.w_q(inputs).view(n, heads, d_k).transpose(0, 1)  # (n, H d_k) -> (H, n, d_k)
+        k_plain = module.w_k(inputs).view(n, kv_heads, d_k).transpose(0, 1)  # (K, n, d_k)
+    attention = steps.attention
+    w_q, w_k, w_v, w_o = (layer.weight.detach().T for layer in (module.w_q, module.w_k, module.w_v, module.w_o))
+    multi = variant in MULTI_HEAD
+    return _Heads(steps.q[0], steps.k[0], steps.v[0], q_plain, k_plain, attention, steps.mask, attention.scale, heads,
+                  kv_heads, d_k, output=steps.output if multi else attention.output[0, 0], w_q=w_q, w_k=w_k, w_v=w_v,
+                  w_o=w_o if multi else None, concat=steps.concat if multi else None)
+
+
+def _seed_form_heads(variant: str, inputs: torch.Tensor, positional: str, causal: torch.Tensor | None) -> _Heads:
+    """The seed's own form: queries, keys and values are X itself, one head."""
+    n, d = inputs.shape
+    scale = 1.0 if variant in UNSCALED else 1.0 / math.sqrt(d)
+    plain = inputs[None]  # (1, n, d)
+    # An odd width (the seed's 3-d vectors) turns its leading pairs; the last feature stays put.
+    q = k = apply_rope(plain, rotary_dim=d - d % 2) if positional == "rope" else plain
+    mask = combine_masks(causal, alibi_for_variant(positional, 1, n, inputs.dtype), dtype=inputs.dtype)
+    attention = attention_steps(q, k, plain, attn_mask=mask, scale=scale)
+    return _Heads(q, k, plain, plain, plain, attention, mask, scale, 1, 1, d, output=attention.output[0])
+
+
+def _layer_steps(made: _Heads, inputs: torch.Tensor, causal, unscaled, positional: str) -> LayerSteps:
+    """The record's one layer, every head's steps under the record's names."""
+    heads, n = made.heads, inputs.shape[0]
+    attention, softmax, rope = made.attention, made.attention.softmax, positional == "rope"
+    return LayerSteps(
         input=inputs,
-        q=q,
-        k=k,
-        v=v,
-        q_plain=q_plain if positional == "rope" else None,
-        k_plain=k_plain if positional == "rope" else None,
-        kv_head_of=tuple(h // (heads // kv_heads) for h in range(heads)),
-        scale=scale,
+        q=made.q,
+        k=made.k,
+        v=made.v,
+        q_plain=made.q_plain if rope else None,
+        k_plain=made.k_plain if rope else None,
+        kv_head_of=tuple(h // (heads // made.kv_heads) for h in range(heads)),
+        scale=made.scale,
         allowed=causal,
         scores=unscaled.scores.reshape(heads, n, n),
         scaled=attention.scores.reshape(heads, n, n),
@@ -409,32 +463,24 @@ def trace_variant(
         exp_sum=softmax.total.reshape(heads, n),
         weights=attention.weights.reshape(heads, n, n),
         context=attention.output.reshape(heads, n, -1),
-        output=output,
-        scores_plain=_scores_plain(q_plain, k_plain, heads // kv_heads) if positional == "rope" else None,
+        output=made.output,
+        scores_plain=_scores_plain(made.q_plain, made.k_plain, heads // made.kv_heads) if rope else None,
     )
-    sections = {
-        "inputs": Inputs(variant, source or EmbeddingSource("given", False, "given by the caller"), seed),
-        "positional": PositionalSection(
-            name=positional,
-            encoding=encoding,
-            rope_angles=rope_angles(torch.arange(n), d_k - d_k % 2).to(x.dtype) if positional == "rope" else None,
-            alibi_slopes=alibi_slopes(heads).to(x.dtype) if positional == "alibi" else None,
-            alibi_bias=alibi_for_variant(positional, heads, n, x.dtype),
-            distance_check=distance_check_for(positional, q_plain, k_plain, q_index),
-            distance_check_key=distance_check_key(q_index, n),
-        ),
-    }
-    if w_q is not None:
-        sections["projections"] = Projections(w_q, w_k, w_v)
-    sections["scaling"] = Scaling(unscaled.weights.reshape(heads, n, n))
-    if causal is not None:
-        sections["mask"] = CausalMask()
-    if concat is not None:
-        sections["multihead"] = Multihead(concat, w_o)
-    if flash is not None:
-        sections["flash"] = flash
-    sections["variant"] = VariantRows(keeps_heads_axis=variant in MULTI_HEAD)
-    return VariantTrace(AttentionTrace(list(tokens), Query(q_index, tokens[q_index]), x, (steps,), sections=sections))
+
+
+def _positional_section(positional: str, made: _Heads, encoding, q_index: int, n: int,
+                        dtype: torch.dtype) -> PositionalSection:
+    """What the positions added: the table, RoPE's angles, ALiBi's slopes and bias, the distance check."""
+    d_k = made.d_k
+    return PositionalSection(
+        name=positional,
+        encoding=encoding,
+        rope_angles=rope_angles(torch.arange(n), d_k - d_k % 2).to(dtype) if positional == "rope" else None,
+        alibi_slopes=alibi_slopes(made.heads).to(dtype) if positional == "alibi" else None,
+        alibi_bias=alibi_for_variant(positional, made.heads, n, dtype),
+        distance_check=distance_check_for(positional, made.q_plain, made.k_plain, q_index),
+        distance_check_key=distance_check_key(q_index, n),
+    )
 
 
 def _scores_plain(q_plain: torch.Tensor, k_plain: torch.Tensor, group: int) -> torch.Tensor:
