@@ -96,10 +96,10 @@ def test_learned_seeded_generator_is_reproducible():
     assert not torch.equal(a.weight, c.weight)
 
 
-def test_learned_rejects_positions_beyond_max_len():
+def test_learned_rejects_positions_beyond_max_positions():
     table = LearnedPositionalEmbedding(8, 4)
     assert table(8).shape == (8, 4)
-    with pytest.raises(ShapeError, match="max_len is 8"):
+    with pytest.raises(ShapeError, match="max_positions is 8"):
         table(3, offset=6)
 
 
@@ -333,3 +333,23 @@ def test_untrained_learned_positions_do_not_depend_on_the_sentence_length():
     assert torch.equal(long.encoding[:3], short.encoding)
     plain = trace_variant(tokens, x, "qkv")
     assert torch.equal(plain.w_q, long.w_q)  # the table draws from its own stream
+
+
+def test_max_len_is_max_positions_old_name_and_warns():
+    """One name for the positions a model holds (config.json's max_position_embeddings): max_positions.
+    The old max_len keeps working for one release, with a DeprecationWarning, and means the same table."""
+    from selfattn.attention.config import TransformerConfig
+
+    with pytest.warns(DeprecationWarning, match=r"LearnedPositionalEmbedding\(max_len=\.\.\.\) is now max_positions"):
+        old = LearnedPositionalEmbedding(max_len=8, d_model=4, generator=torch.Generator().manual_seed(7))
+    new = LearnedPositionalEmbedding(8, 4, generator=torch.Generator().manual_seed(7))
+    assert torch.equal(old.weight, new.weight) and old.max_positions == 8
+    with pytest.warns(DeprecationWarning, match=r"\.max_len is now \.max_positions"):
+        assert new.max_len == 8
+    with pytest.raises(ConfigError, match="max_positions only"), pytest.warns(DeprecationWarning):
+        LearnedPositionalEmbedding(8, 4, max_len=8)
+    with pytest.warns(DeprecationWarning, match=r"TransformerConfig\(max_len=\.\.\.\) is now max_positions"):
+        config = TransformerConfig(d_model=8, n_heads=2, max_len=6)
+    assert config.max_positions == 6
+    with pytest.warns(DeprecationWarning, match=r"TransformerConfig\.max_len is now \.max_positions"):
+        assert config.max_len == 6

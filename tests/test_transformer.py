@@ -384,7 +384,7 @@ def test_sinusoidal_positions_are_the_paper_formula():
 
 
 def test_learned_positions_add_table_rows_from_the_cache_offset():
-    model = make_model(d_model=8, n_heads=2, causal=True, positional="learned", max_len=6)
+    model = make_model(d_model=8, n_heads=2, causal=True, positional="learned", max_positions=6)
     table = model.position_embedding.weight
     x = torch.randn(1, 4, 8, dtype=torch.float64)
     caches = model.new_caches()
@@ -392,7 +392,7 @@ def test_learned_positions_add_table_rows_from_the_cache_offset():
     second = model(x[:, 3:], caches=caches, output_hidden_states=True)
     torch.testing.assert_close(first.hidden_states[0], x[:, :3] + table[:3], atol=0, rtol=0)
     torch.testing.assert_close(second.hidden_states[0], x[:, 3:] + table[3:4], atol=0, rtol=0)
-    with pytest.raises(ShapeError, match="max_len is 6"):
+    with pytest.raises(ShapeError, match="max_positions is 6"):
         model(torch.randn(1, 3, 8, dtype=torch.float64), caches=caches)  # positions 4..6
 
 

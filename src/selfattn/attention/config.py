@@ -225,7 +225,7 @@ class TransformerConfig:
             "gelu_tanh", or a gated unit: "swiglu" or "geglu_tanh" (``GatedFeedForward``).
         layer_norm_eps: the LayerNorm epsilon, a positive number (default 1e-5).
         positional: "none" (default), "sinusoidal", "learned", "rope" or "alibi".
-        max_len: rows of the learned positional table, the longest sequence (with any
+        max_positions: rows of the learned positional table, the longest sequence (with any
             cached tokens) it covers (default 512; used only with "learned").
         causal: whether the blocks mask later keys when a call gives no is_causal
             (default False; the mask is aligned bottom-right).
@@ -251,7 +251,7 @@ class TransformerConfig:
             x = x + N3(Attn(N1(x))); x = x + N4(FFN(N2(x))). Pre-LN only; default False.
 
     Raises:
-        ConfigError: n_layers, d_ff or max_len is not a positive integer, the activation,
+        ConfigError: n_layers, d_ff or max_positions is not a positive integer, the activation,
             norm or norm gain is unknown, "1+w" comes without RMSNorm, sandwich_norm
             without pre-LN, layer_norm_eps <= 0, norm_first, causal, qk_norm or
             sandwich_norm is not a bool, or the attention part is invalid (see
@@ -269,7 +269,7 @@ class TransformerConfig:
     activation: str = "gelu"
     layer_norm_eps: float = 1e-5
     positional: str = "none"
-    max_len: int = 512  # longest sequence a learned positional table covers
+    max_positions: int = 512  # longest sequence a learned positional table covers (config.json's max_position_embeddings)
     causal: bool = False
     d_head: int | None = None  # default d_model / n_heads
     rope_base: float = 10000.0
@@ -297,7 +297,7 @@ class TransformerConfig:
         if self.attention_bias is not None and not isinstance(self.attention_bias, bool):
             raise ConfigError(f"attention_bias must be True, False or None, got {self.attention_bias!r}")
         _positive_int("d_ff", self.d_ff, allow_none=True)
-        _positive_int("max_len", self.max_len)
+        _positive_int("max_positions", self.max_positions)
         if self.activation not in ACTIVATIONS:
             raise ConfigError(f"unknown activation {self.activation!r}: choose one of {', '.join(ACTIVATIONS)}")
         if not isinstance(self.layer_norm_eps, (int, float)) or self.layer_norm_eps <= 0:
@@ -381,3 +381,4 @@ def _head_size(self) -> int:
 
 AttentionConfig.head_size = property(_head_size, doc="The old name of ``d_head`` (deprecated).")
 renamed_keyword(TransformerConfig, "head_dim", "d_head")
+renamed_keyword(TransformerConfig, "max_len", "max_positions")  # DecoderConfig's name for the same number

@@ -279,7 +279,7 @@ class Transformer(nn.Module):
         super().__init__()
         self.config = config
         self.position_embedding = (
-            LearnedPositionalEmbedding(config.max_len, config.d_model) if config.positional == "learned" else None
+            LearnedPositionalEmbedding(config.max_positions, config.d_model) if config.positional == "learned" else None
         )
         self.layers = nn.ModuleList(TransformerBlock(config) for _ in range(config.n_layers))
         self.norm = make_norm(config) if config.norm_first else None

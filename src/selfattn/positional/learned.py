@@ -3,10 +3,12 @@
     P = weight[offset : offset + n]          (n, d_model), added to the token embeddings
 
 Unlike the sinusoidal code, nothing ties row p to row p + 1: every row is a free
-parameter, so the table cannot say anything about positions past max_len.
+parameter, so the table cannot say anything about positions past max_positions.
 """
 
 from __future__ import annotations
+
+import warnings
 
 import torch
 
@@ -16,29 +18,38 @@ INIT_STD = 0.02  # GPT-2's initialisation for its position table
 
 
 class LearnedPositionalEmbedding(torch.nn.Module):
-    """Owns weight (max_len, d_model), drawn from N(0, 0.02^2); forward slices rows.
+    """Owns weight (max_positions, d_model), drawn from N(0, 0.02^2); forward slices rows.
 
     Pass a seeded ``torch.Generator`` to get the same untrained table on every run,
     independent of the global random state.
 
     Args:
-        max_len: the number of positions the table holds, at least 1.
+        max_positions: the number of positions the table holds, at least 1.
         d_model: the width of each position vector, at least 1.
         generator: draws the initial table. None: torch's global random state.
+        max_len: the old name of ``max_positions``, for one release: it warns.
 
     Raises:
-        ConfigError: ``max_len`` or ``d_model`` is below 1.
+        ConfigError: ``max_positions`` or ``d_model`` is below 1.
     """
 
-    def __init__(self, max_len: int, d_model: int, *, generator: torch.Generator | None = None) -> None:
+    def __init__(self, max_positions: int | None = None, d_model: int | None = None, *,
+                 generator: torch.Generator | None = None, max_len: int | None = None) -> None:
         super().__init__()
-        if max_len < 1:
-            raise ConfigError(f"max_len must be >= 1, got {max_len}")
+        if max_len is not None:
+            warnings.warn("LearnedPositionalEmbedding(max_len=...) is now max_positions=...", DeprecationWarning, stacklevel=2)
+            if max_positions is not None:
+                raise ConfigError("give max_positions only: max_len is its old name")
+            max_positions = max_len
+        if max_positions is None or d_model is None:
+            raise ConfigError("LearnedPositionalEmbedding needs max_positions and d_model")
+        if max_positions < 1:
+            raise ConfigError(f"max_positions must be >= 1, got {max_positions}")
         if d_model < 1:
             raise ConfigError(f"d_model must be >= 1, got {d_model}")
-        self.max_len = max_len
+        self.max_positions = max_positions
         self.d_model = d_model
-        self.weight = torch.nn.Parameter(torch.empty(max_len, d_model))
+        self.weight = torch.nn.Parameter(torch.empty(max_positions, d_model))
         torch.nn.init.normal_(self.weight, mean=0.0, std=INIT_STD, generator=generator)
 
     def forward(self, n_positions: int, offset: int = 0) -> torch.Tensor:
@@ -56,18 +67,24 @@ class LearnedPositionalEmbedding(torch.nn.Module):
 
         Raises:
             ShapeError: ``n_positions`` or ``offset`` is negative, or the positions go
-                past ``max_len``.
+                past ``max_positions``.
         """
         if n_positions < 0:
             raise ShapeError(f"n_positions must be >= 0, got {n_positions}")
         if offset < 0:
             raise ShapeError(f"offset must be >= 0, got {offset}")
-        if offset + n_positions > self.max_len:
+        if offset + n_positions > self.max_positions:
             raise ShapeError(
                 f"positions {offset}..{offset + n_positions - 1} do not fit the learned table: "
-                f"max_len is {self.max_len}"
+                f"max_positions is {self.max_positions}"
             )
         return self.weight[offset : offset + n_positions]  # (n_positions, d_model)
 
+    @property
+    def max_len(self) -> int:
+        """The old name of ``max_positions`` (deprecated)."""
+        warnings.warn("LearnedPositionalEmbedding.max_len is now .max_positions", DeprecationWarning, stacklevel=2)
+        return self.max_positions
+
     def extra_repr(self) -> str:
-        return f"max_len={self.max_len}, d_model={self.d_model}"
+        return f"max_positions={self.max_positions}, d_model={self.d_model}"
