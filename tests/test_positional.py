@@ -353,3 +353,5 @@ def test_max_len_is_max_positions_old_name_and_warns():
     assert config.max_positions == 6
     with pytest.warns(DeprecationWarning, match=r"TransformerConfig\.max_len is now \.max_positions"):
         assert config.max_len == 6
+    with pytest.warns(DeprecationWarning, match=r"TransformerConfig\(layer_norm_eps=\.\.\.\) is now norm_eps"):
+        assert TransformerConfig(d_model=8, n_heads=2, layer_norm_eps=1e-3).norm_eps == 1e-3

@@ -42,7 +42,7 @@ def torch_layer(config: TransformerConfig, dtype=torch.float64) -> nn.Transforme
     """torch's encoder layer for the same config, with every weight nudged off its init."""
     layer = nn.TransformerEncoderLayer(
         config.d_model, config.n_heads, dim_feedforward=config.ff_size, dropout=0.0,
-        activation=config.activation, layer_norm_eps=config.layer_norm_eps, batch_first=True,
+        activation=config.activation, layer_norm_eps=config.norm_eps, batch_first=True,
         norm_first=config.norm_first, bias=config.bias, dtype=dtype,
     )
     _perturb(layer)
@@ -215,7 +215,7 @@ def torch_encoder(model: Transformer, dtype) -> nn.TransformerEncoder:
     config = model.config
     final = None
     if config.norm_first:
-        final = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps, bias=config.bias, dtype=dtype)
+        final = nn.LayerNorm(config.d_model, eps=config.norm_eps, bias=config.bias, dtype=dtype)
         with torch.no_grad():
             _copy(model.norm, final)
     encoder = nn.TransformerEncoder(

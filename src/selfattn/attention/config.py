@@ -223,7 +223,7 @@ class TransformerConfig:
         norm_first: True (default) for pre-LN, False for post-LN.
         activation: the feed-forward activation, "gelu" (exact, default), "relu",
             "gelu_tanh", or a gated unit: "swiglu" or "geglu_tanh" (``GatedFeedForward``).
-        layer_norm_eps: the LayerNorm epsilon, a positive number (default 1e-5).
+        norm_eps: every norm's epsilon (LayerNorm or RMSNorm), a positive number (default 1e-5).
         positional: "none" (default), "sinusoidal", "learned", "rope" or "alibi".
         max_positions: rows of the learned positional table, the longest sequence (with any
             cached tokens) it covers (default 512; used only with "learned").
@@ -243,7 +243,7 @@ class TransformerConfig:
             path (``AttentionConfig``); default 1.
         scale: the factor on Q K^T; None (default) means 1 / sqrt(d_head).
         qk_norm: an RMSNorm over each head's q and k before RoPE (``AttentionConfig``),
-            with layer_norm_eps and norm_gain; default False.
+            with norm_eps and norm_gain; default False.
         norm_gain: how every RMSNorm's gain w applies, "w" (default) or "1+w" (Gemma);
             "1+w" needs norm="rms".
         sandwich_norm: one more norm on the attention's output and one on the
@@ -253,7 +253,7 @@ class TransformerConfig:
     Raises:
         ConfigError: n_layers, d_ff or max_positions is not a positive integer, the activation,
             norm or norm gain is unknown, "1+w" comes without RMSNorm, sandwich_norm
-            without pre-LN, layer_norm_eps <= 0, norm_first, causal, qk_norm or
+            without pre-LN, norm_eps <= 0, norm_first, causal, qk_norm or
             sandwich_norm is not a bool, or the attention part is invalid (see
             ``AttentionConfig``).
     """
@@ -267,7 +267,7 @@ class TransformerConfig:
     bias: bool = True
     norm_first: bool = True
     activation: str = "gelu"
-    layer_norm_eps: float = 1e-5
+    norm_eps: float = 1e-5
     positional: str = "none"
     max_positions: int = 512  # longest sequence a learned positional table covers (config.json's max_position_embeddings)
     causal: bool = False
@@ -300,8 +300,8 @@ class TransformerConfig:
         _positive_int("max_positions", self.max_positions)
         if self.activation not in ACTIVATIONS:
             raise ConfigError(f"unknown activation {self.activation!r}: choose one of {', '.join(ACTIVATIONS)}")
-        if not isinstance(self.layer_norm_eps, (int, float)) or self.layer_norm_eps <= 0:
-            raise ConfigError(f"layer_norm_eps must be a positive number, got {self.layer_norm_eps!r}")
+        if not isinstance(self.norm_eps, (int, float)) or self.norm_eps <= 0:
+            raise ConfigError(f"norm_eps must be a positive number, got {self.norm_eps!r}")
         for name in ("norm_first", "causal", "sandwich_norm"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be True or False, got {getattr(self, name)!r}")
@@ -329,7 +329,7 @@ class TransformerConfig:
             flash_min_queries=self.flash_min_queries,
             scale=self.scale,
             qk_norm=self.qk_norm,
-            qk_norm_eps=self.layer_norm_eps,
+            qk_norm_eps=self.norm_eps,
             qk_norm_gain=self.norm_gain,
         )
 
@@ -382,3 +382,4 @@ def _head_size(self) -> int:
 AttentionConfig.head_size = property(_head_size, doc="The old name of ``d_head`` (deprecated).")
 renamed_keyword(TransformerConfig, "head_dim", "d_head")
 renamed_keyword(TransformerConfig, "max_len", "max_positions")  # DecoderConfig's name for the same number
+renamed_keyword(TransformerConfig, "layer_norm_eps", "norm_eps")  # one epsilon for LayerNorm and RMSNorm, as DecoderConfig

@@ -151,5 +151,5 @@ class GatedFeedForward(nn.Module):
 def make_norm(config: TransformerConfig) -> nn.Module:
     """The block's normalisation: LayerNorm (with a bias when config.bias) or RMSNorm (with its gain)."""
     if config.norm == "rms":
-        return RMSNorm(config.d_model, config.layer_norm_eps, config.norm_gain)
-    return nn.LayerNorm(config.d_model, eps=config.layer_norm_eps, bias=config.bias)
+        return RMSNorm(config.d_model, config.norm_eps, config.norm_gain)
+    return nn.LayerNorm(config.d_model, eps=config.norm_eps, bias=config.bias)

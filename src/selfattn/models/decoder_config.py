@@ -125,7 +125,7 @@ class DecoderConfig:
             norm_first=True,
             norm=self.norm,
             activation=self.activation,
-            layer_norm_eps=self.norm_eps,
+            norm_eps=self.norm_eps,
             positional="rope" if self.positions == "rope" else "none",
             rope_base=self.layer_rope_bases[layer],
             rope_pairs=self.rope_pairs,

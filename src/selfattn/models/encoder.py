@@ -68,7 +68,7 @@ class BertConfig:
             d_ff=self.intermediate_size,
             norm_first=False,  # BERT is post-LN
             activation="gelu",  # exact (erf) GELU, as BERT's "gelu"
-            layer_norm_eps=self.layer_norm_eps,
+            norm_eps=self.layer_norm_eps,
         )
 
 
