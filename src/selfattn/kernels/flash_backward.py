@@ -98,17 +98,7 @@ def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k
     factor = query_factor(scale, softcap)
     exact_alpha = score_mod is None and not softcap and factor > 0 and math.frexp(factor)[0] == 0.5
     per_row = (q, grad_out, -lse_safe, delta) + (() if row_factor is None else (row_factor,))  # sliced per row block below
-    rows_of, row_data = {}, {}  # key block -> the row blocks that see it; row block -> its grouped 3-D slices
-    for (r0, r1), tiles in zip(block_spans(q_len, block_q), visible_tiles(mask, q_len, kv_len, block_q, block_k)):
-        if tiles:
-            q_i, do_i, *rest = (group_rows(t, (r0, r1), group).reshape(-1, group * (r1 - r0), t.shape[-1])
-                                for t in per_row)  # (B Hk, G bq, .)
-            own = do_i.untyped_storage().data_ptr() != grad_out.untyped_storage().data_ptr()
-            if rest[2:] and own:  # GQA stacks a group's rows in a copy of dO: scaled there once, not per tile
-                do_i.mul_(rest.pop())
-            row_data[r0] = [q_i, do_i, *rest]
-        for c0, c1, partial in tiles:
-            rows_of.setdefault((c0, c1), []).append((r0, r1, partial))
+    rows_of, row_data = _row_blocks(per_row, grad_out, mask, q_len, kv_len, block_q, block_k, group)
     heads_view = lambda t, r: ungroup_rows(t.view(*lead, *t.shape[-2:]), group)  # noqa: E731 - (..., Hq, bq, bk) for masks
     local = threading.local()  # per thread: its tile buffers and its own dQ_i sums (key blocks run on several threads)
     all_dq = []  # every thread's dQ_i sums, added into dQ at the end
@@ -182,6 +172,33 @@ def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k
     # A dropout's generator is shared state, and so is a mask gradient whose key axis broadcasts: one thread then.
     shared = dropout is not None or (mask_grad is not None and mask_grad.shape[-1] != kv_len)
     run_units(units, key_block, cost=lambda unit: len(unit[1]), sequential=logging_tiles() or shared)
+    _add_sums(dq, dk, dv, all_dq, dk3, dv3, heads_view, group)
+    return dq, dk, dv
+
+
+def _row_blocks(per_row, grad_out, mask, q_len: int, kv_len: int, block_q: int, block_k: int, group: int):
+    """The tiles the mask leaves, by key block, and each row block's grouped slices.   -> (rows_of, row_data)
+
+    rows_of: (c0, c1) -> [(r0, r1, partial), ...], the row blocks that see the key block.
+    row_data: r0 -> [Q_i, dO_i, -lse_i, D_i (, exp(-lse remainder)_i)], each (B Hk, G bq, .); GQA's
+    stacked rows are a copy of dO already, so the remainder's factor is folded into it once here.
+    """
+    rows_of, row_data = {}, {}
+    for (r0, r1), tiles in zip(block_spans(q_len, block_q), visible_tiles(mask, q_len, kv_len, block_q, block_k)):
+        if tiles:
+            q_i, do_i, *rest = (group_rows(t, (r0, r1), group).reshape(-1, group * (r1 - r0), t.shape[-1])
+                                for t in per_row)  # (B Hk, G bq, .)
+            own = do_i.untyped_storage().data_ptr() != grad_out.untyped_storage().data_ptr()
+            if rest[2:] and own:  # GQA stacks a group's rows in a copy of dO: scaled there once, not per tile
+                do_i.mul_(rest.pop())
+            row_data[r0] = [q_i, do_i, *rest]
+        for c0, c1, partial in tiles:
+            rows_of.setdefault((c0, c1), []).append((r0, r1, partial))
+    return rows_of, row_data
+
+
+def _add_sums(dq, dk, dv, all_dq: list, dk3, dv3, heads_view, group: int) -> None:
+    """Every thread's dQ_i sums into dQ; dK and dV from their accumulators where those were temporaries."""
     for sums in all_dq:
         for r0, dq_i in sums.items():
             r1 = r0 + dq_i.shape[1] // group
@@ -189,7 +206,6 @@ def flash_backward(grad_out, q, k, v, output, lse, mask, scale, block_q, block_k
     for grad, acc in ((dk, dk3), (dv, dv3)):
         if acc.data_ptr() != grad.data_ptr():  # a temporary (another dtype or layout): add it now
             grad += acc.view(grad.shape)
-    return dq, dk, dv
 
 
 SUM_ROWS = 64  # rows summed in one float32 product of dK and dV (torch's CPU kernel sums 32-64)
