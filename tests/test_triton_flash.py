@@ -401,16 +401,16 @@ def test_the_torch_kernel_never_imports_triton():
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("head_dim", [16, 64, 96, 128, 256])
-def test_gpu_tiles_fit_in_shared_memory(head_dim, dtype):
+@pytest.mark.parametrize("d_head", [16, 64, 96, 128, 256])
+def test_gpu_tiles_fit_in_shared_memory(d_head, dtype):
     """The GPU's default tiles (not run here): powers of two from 16, and the tiles one program
     keeps (forward: Q_i, then K_j and V_j in two pipeline stages; dK/dV: K_j, V_j, then Q_i and
     dO_i in two stages) within 200 KB, under the H100/H200's 227 KB of shared memory per block."""
     from selfattn.kernels.triton_flash import default_blocks
 
     size = torch.tensor([], dtype=dtype).element_size()
-    width = max(16, 1 << (head_dim - 1).bit_length())
-    (fq, fk), (bq, bk) = default_blocks(head_dim, dtype, torch.device("cuda"))
+    width = max(16, 1 << (d_head - 1).bit_length())
+    (fq, fk), (bq, bk) = default_blocks(d_head, dtype, torch.device("cuda"))
     for block in (fq, fk, bq, bk):
         assert block >= 16 and block & (block - 1) == 0
     assert (fq * width + 2 * 2 * fk * width) * size <= 200_000

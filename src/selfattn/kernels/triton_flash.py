@@ -20,14 +20,14 @@ from selfattn.kernels.flash_tiles import log_tile, logging_tiles
 from selfattn.kernels.triton_tables import MaskArgs, Plan, alibi_rows, lead_offsets
 
 
-def default_blocks(head_dim: int, dtype: torch.dtype, device: torch.device) -> tuple[tuple[int, int], tuple[int, int]]:
+def default_blocks(d_head: int, dtype: torch.dtype, device: torch.device) -> tuple[tuple[int, int], tuple[int, int]]:
     """((block_q, block_k) of the forward, of the backward). Not tuned on a GPU (none was lent to
     measure with): the common FlashAttention-2 choices, smaller where the tiles (float32's take
     twice the bytes, large heads more) must still fit in shared memory with two pipeline stages.
     Under the interpreter (CPU) 64 x 64: fewer, larger numpy steps."""
     if device.type != "cuda":
         return (64, 64), (64, 64)
-    width = head_dim * (2 if dtype == torch.float32 else 1)  # a row's bytes, in units of a float16 row of 128
+    width = d_head * (2 if dtype == torch.float32 else 1)  # a row's bytes, in units of a float16 row of 128
     if width <= 128:
         return (128, 64), (64, 64)
     if width <= 256:

@@ -10,7 +10,7 @@ versions exist:
     version 0 ("legacy"): 7 int32 (dim, hidden_dim, n_layers, n_heads, n_kv_heads,
         vocab_size, seq_len; vocab_size < 0 means the output matrix is stored, not shared),
         then: token embedding, attention norms, wq, wk, wv, wo, feed-forward norms, w1,
-        w2, w3, final norm, two RoPE tables (seq_len x head_size / 2 each, unused here:
+        w2, w3, final norm, two RoPE tables (seq_len x d_head / 2 each, unused here:
         we compute RoPE), and the output matrix when it is not shared.
     version 1: the magic "ak42" (0x616b3432), the version, the 7 int32, one byte "the
         output is shared", zeros up to byte 256; then the attention and feed-forward norms,
@@ -80,7 +80,7 @@ class Llama2cHeader:
     offset: int
 
     @property
-    def head_size(self) -> int:
+    def d_head(self) -> int:
         """The width of one head, dim / n_heads."""
         return self.dim // self.n_heads
 
@@ -90,7 +90,7 @@ class Llama2cHeader:
         Names are the Llama tensor names (``model.layers.{i}.`` left out: "layers.wq" is
         every layer's wq, (n_layers, out, in)); "rope" is the unused RoPE tables of version 0.
         """
-        d, h, n, kv = self.dim, self.hidden_dim, self.n_layers, self.n_kv_heads * self.head_size
+        d, h, n, kv = self.dim, self.hidden_dim, self.n_layers, self.n_kv_heads * self.d_head
         attention = [("layers.self_attn.q_proj.weight", (n, d, d)), ("layers.self_attn.k_proj.weight", (n, kv, d)),
                      ("layers.self_attn.v_proj.weight", (n, kv, d)), ("layers.self_attn.o_proj.weight", (n, d, d))]
         ffn = [("layers.mlp.gate_proj.weight", (n, h, d)), ("layers.mlp.down_proj.weight", (n, d, h)),
@@ -100,7 +100,7 @@ class Llama2cHeader:
         if self.version == 0:
             return [embedding, ("layers.input_layernorm.weight", (n, d)), *attention,
                     ("layers.post_attention_layernorm.weight", (n, d)), *ffn, ("model.norm.weight", (d,)),
-                    ("rope", (2, self.seq_len, self.head_size // 2)), *output]
+                    ("rope", (2, self.seq_len, self.d_head // 2)), *output]
         return [("layers.input_layernorm.weight", (n, d)), ("layers.post_attention_layernorm.weight", (n, d)),
                 ("model.norm.weight", (d,)), embedding, *attention, *ffn, *output]
 
@@ -153,8 +153,8 @@ def read_header(path: Path, data: bytes) -> Llama2cHeader:
         raise ModelError(f"{path}: the header's dim {values['dim']}, n_heads {values['n_heads']} and n_kv_heads "
                          f"{values['n_kv_heads']} do not divide (is this a llama2.c .bin file?)")
     header = Llama2cHeader(version, **values, shared_classifier=shared, offset=offset)
-    if header.head_size % 2:
-        raise ModelError(f"{path}: a head is {header.head_size} wide; RoPE needs an even width")
+    if header.d_head % 2:
+        raise ModelError(f"{path}: a head is {header.d_head} wide; RoPE needs an even width")
     expected = offset + header.weight_bytes()
     if len(data) != expected:
         what = "truncated" if len(data) < expected else "longer than its header says"
@@ -218,7 +218,7 @@ def config_of(header: Llama2cHeader) -> DecoderConfig:
         n_layers=header.n_layers,
         n_heads=header.n_heads,
         n_kv_heads=header.n_kv_heads,
-        d_head=header.head_size,
+        d_head=header.d_head,
         d_ff=header.hidden_dim,
         activation="swiglu",
         norm="rms",
