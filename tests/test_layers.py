@@ -119,7 +119,7 @@ LAYERS = {
     "attention": ("selfattn.attention", "selfattn.distributed"),
     "kernels": ("selfattn.kernels",),
     "leaves": ("selfattn.masks", "selfattn.pipeline", "selfattn.positional", "selfattn.checks", "selfattn.errors",
-               "selfattn.formatting", "selfattn.peak_memory", "selfattn.lazy"),
+               "selfattn.formatting", "selfattn.renamed", "selfattn.peak_memory", "selfattn.lazy"),
 }
 ORDER = list(LAYERS)  # top first
 TOP = "selfattn"  # the package itself: the lazy public API, above everything

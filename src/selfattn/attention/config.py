@@ -6,7 +6,6 @@ the numbers involved, before any parameter is allocated.
 
 from __future__ import annotations
 
-import functools
 import math
 import warnings
 
@@ -16,6 +15,7 @@ from selfattn.errors import ConfigError, OptionError
 from selfattn.positional import check_positional
 from selfattn.positional.rope import ROPE_PAIRS
 from selfattn.positional.rope_scaling import Llama3RopeScaling
+from selfattn.renamed import renamed_keyword
 
 # Selected by name. "reference": the score matrix in full (in place when no gradient is
 # needed); "flash": the tiled kernel (kernels/flash.py), used wherever the weights are not
@@ -337,38 +337,6 @@ class TransformerConfig:
     def ff_size(self) -> int:
         """Hidden width of the feed-forward network: d_ff, or 4 * d_model when that is None."""
         return 4 * self.d_model if self.d_ff is None else self.d_ff
-
-
-def renamed_keyword(cls: type, old: str, new: str) -> type:
-    """Let a dataclass take ``old=`` for its field ``new`` (and read ``.old``), with a DeprecationWarning.
-
-    Args:
-        cls: the dataclass.
-        old: the field's former name.
-        new: its name now.
-
-    Returns:
-        ``cls``, whose constructor maps ``old`` onto ``new`` and which has a read-only ``old``
-            property.
-    """
-    init = cls.__init__
-
-    @functools.wraps(init)
-    def __init__(self, *args, **kwargs):
-        if old in kwargs:
-            warnings.warn(f"{cls.__name__}({old}=...) is now {new}=...", DeprecationWarning, stacklevel=2)
-            if new in kwargs:
-                raise ConfigError(f"give {new} only: {old} is its old name")
-            kwargs[new] = kwargs.pop(old)
-        init(self, *args, **kwargs)
-
-    def read_old(self):
-        warnings.warn(f"{cls.__name__}.{old} is now .{new}", DeprecationWarning, stacklevel=2)
-        return getattr(self, new)
-
-    cls.__init__ = __init__
-    setattr(cls, old, property(read_old, doc=f"The old name of ``{new}`` (deprecated)."))
-    return cls
 
 
 renamed_keyword(AttentionConfig, "head_dim", "d_head")

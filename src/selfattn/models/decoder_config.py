@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from selfattn.attention.config import TransformerConfig, renamed_keyword
+from selfattn.attention.config import TransformerConfig
+from selfattn.renamed import renamed_keyword
 from selfattn.errors import ConfigError
 from selfattn.positional.rope_scaling import Llama3RopeScaling
 

@@ -8,11 +8,10 @@ parameter, so the table cannot say anything about positions past max_positions.
 
 from __future__ import annotations
 
-import warnings
-
 import torch
 
 from selfattn.errors import ConfigError, ShapeError
+from selfattn.renamed import renamed_keyword
 
 INIT_STD = 0.02  # GPT-2's initialisation for its position table
 
@@ -21,28 +20,20 @@ class LearnedPositionalEmbedding(torch.nn.Module):
     """Owns weight (max_positions, d_model), drawn from N(0, 0.02^2); forward slices rows.
 
     Pass a seeded ``torch.Generator`` to get the same untrained table on every run,
-    independent of the global random state.
+    independent of the global random state. ``max_len=``, the old name of ``max_positions``,
+    still works for one release and warns.
 
     Args:
         max_positions: the number of positions the table holds, at least 1.
         d_model: the width of each position vector, at least 1.
         generator: draws the initial table. None: torch's global random state.
-        max_len: the old name of ``max_positions``, for one release: it warns.
 
     Raises:
         ConfigError: ``max_positions`` or ``d_model`` is below 1.
     """
 
-    def __init__(self, max_positions: int | None = None, d_model: int | None = None, *,
-                 generator: torch.Generator | None = None, max_len: int | None = None) -> None:
+    def __init__(self, max_positions: int, d_model: int, *, generator: torch.Generator | None = None) -> None:
         super().__init__()
-        if max_len is not None:
-            warnings.warn("LearnedPositionalEmbedding(max_len=...) is now max_positions=...", DeprecationWarning, stacklevel=2)
-            if max_positions is not None:
-                raise ConfigError("give max_positions only: max_len is its old name")
-            max_positions = max_len
-        if max_positions is None or d_model is None:
-            raise ConfigError("LearnedPositionalEmbedding needs max_positions and d_model")
         if max_positions < 1:
             raise ConfigError(f"max_positions must be >= 1, got {max_positions}")
         if d_model < 1:
@@ -80,11 +71,8 @@ class LearnedPositionalEmbedding(torch.nn.Module):
             )
         return self.weight[offset : offset + n_positions]  # (n_positions, d_model)
 
-    @property
-    def max_len(self) -> int:
-        """The old name of ``max_positions`` (deprecated)."""
-        warnings.warn("LearnedPositionalEmbedding.max_len is now .max_positions", DeprecationWarning, stacklevel=2)
-        return self.max_positions
-
     def extra_repr(self) -> str:
         return f"max_positions={self.max_positions}, d_model={self.d_model}"
+
+
+renamed_keyword(LearnedPositionalEmbedding, "max_len", "max_positions")  # DecoderConfig's name for the same number
