@@ -102,8 +102,10 @@ def shape_class(heads: int, d_head: int, dtype: torch.dtype, group: int, backwar
 
 
 def candidates(backward: bool = False) -> tuple[tuple[int, int], ...]:
-    """The (block_q, block_k) pairs a pass's probe times, its default first."""
-    return BACKWARD_CANDIDATES if backward else tuple((size, size) for size in (DEFAULT_TILE, *CANDIDATES[:-1]))
+    """The (block_q, block_k) pairs a pass's probe times, its default first (BACKWARD_DEFAULT, or DEFAULT_TILE square)."""
+    pairs = BACKWARD_CANDIDATES if backward else tuple((size, size) for size in CANDIDATES)
+    default = BACKWARD_DEFAULT if backward else (DEFAULT_TILE, DEFAULT_TILE)
+    return (default, *(pair for pair in pairs if pair != default))
 
 
 def tile_choice(q_len: int, kv_len: int, heads: int = 8, d_head: int = 64, dtype: torch.dtype = torch.float32,
