@@ -75,7 +75,7 @@ class Side:
 def ours(vocab, context: int, impl: str, force: bool = False, seed: int = 0):
     """Our GPT-2 of the recipe's sizes; force=True makes "flash" run the kernel at any length."""
     model = new_model(model_config(vocab, context, RECIPE.n_layers, RECIPE.n_heads, RECIPE.d_model, impl), seed)
-    if force:  # DecoderConfig.block passes FLASH_MIN_QUERIES (128): shorter calls would take the reference path
+    if force:  # DecoderConfig's flash_min_queries is FLASH_MIN_QUERIES (128): shorter calls would take the reference path
         for layer in model.layers:
             layer.attention.config = dataclasses.replace(layer.attention.config, flash_min_queries=1)
     return model

@@ -41,7 +41,7 @@ def tiny_rope_model(dtype=torch.float32, **changes) -> DecoderModel:
     """
     fields = dict(
         model_type="llama", vocab_size=50, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_head=8, d_ff=48,
-        activation="swiglu", norm="rms", norm_eps=1e-5, positions="rope", max_positions=32, eos_ids=(),
+        activation="swiglu", norm="rms", norm_eps=1e-5, positional="rope", max_positions=32, eos_ids=(),
     )
     model = DecoderModel(DecoderConfig(**{**fields, **changes}), name="tiny-rope")
     generator = torch.Generator().manual_seed(0)

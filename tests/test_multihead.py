@@ -503,7 +503,7 @@ def test_the_old_name_of_d_head_still_works_and_warns():
     with pytest.raises(ConfigError, match="give d_head only"), pytest.warns(DeprecationWarning):
         AttentionConfig(d_model=6, n_heads=3, head_dim=4, d_head=2)
     decoder = dict(model_type="gpt2", vocab_size=10, d_model=6, n_layers=1, n_heads=3, n_kv_heads=3, d_ff=8, activation="gelu", norm="layer",
-                   norm_eps=1e-5, positions="learned", max_positions=8, bias=True, attention_bias=True, out_bias=True,
+                   norm_eps=1e-5, positional="learned", max_positions=8, bias=True, attention_bias=True, out_bias=True,
                    tie_embeddings=True)
     with pytest.warns(DeprecationWarning, match=r"DecoderConfig\(head_dim=\.\.\.\) is now d_head"):
         assert DecoderConfig(head_dim=2, **decoder) == DecoderConfig(d_head=2, **decoder)

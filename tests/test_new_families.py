@@ -61,9 +61,9 @@ def attention_by_hand(mha: MultiHeadAttention, x, causal=True):
     k = mha.w_k(x).view(b, n, c.kv_heads, c.d_head).transpose(1, 2)  # (b, Hkv, n, d_head)
     v = mha.w_v(x).view(b, n, c.kv_heads, c.d_head).transpose(1, 2)
     if c.qk_norm:
-        one_plus = c.qk_norm_gain == "1+w"
-        q = rms_by_hand(q, mha.q_norm.weight, c.qk_norm_eps, one_plus)
-        k = rms_by_hand(k, mha.k_norm.weight, c.qk_norm_eps, one_plus)
+        one_plus = c.norm_gain == "1+w"
+        q = rms_by_hand(q, mha.q_norm.weight, c.norm_eps, one_plus)
+        k = rms_by_hand(k, mha.k_norm.weight, c.norm_eps, one_plus)
     if c.positional == "rope":
         q, k = rope_by_hand(q, c.rope_base), rope_by_hand(k, c.rope_base)
     k, v = (t.repeat_interleave(c.group_size, dim=1) for t in (k, v))  # (b, H, n, d_head)
@@ -82,8 +82,8 @@ def module(dtype=torch.float64, **options):
 
 
 SETTINGS = {
-    "qk_norm (Qwen3)": dict(qk_norm=True, qk_norm_eps=1e-6),
-    "qk_norm 1+w, scale (Gemma 3)": dict(qk_norm=True, qk_norm_gain="1+w", scale=0.3, bias=False),
+    "qk_norm (Qwen3)": dict(qk_norm=True, norm_eps=1e-6),
+    "qk_norm 1+w, scale (Gemma 3)": dict(qk_norm=True, norm_gain="1+w", scale=0.3, bias=False),
     "scale only": dict(scale=0.7),
     "scale, no RoPE": dict(scale=0.2, positional="none"),
 }
@@ -132,7 +132,7 @@ def test_the_packed_path_takes_a_scale_and_declines_a_head_norm():
 def test_a_cached_decode_with_head_norms_equals_the_full_pass():
     from selfattn.attention.kv_cache import KVCache
 
-    mha = module(qk_norm=True, qk_norm_gain="1+w", scale=0.4)
+    mha = module(qk_norm=True, norm_gain="1+w", scale=0.4)
     x = torch.randn(1, 9, 12, dtype=torch.float64)
     cache = KVCache()
     with torch.no_grad():
@@ -238,14 +238,16 @@ def differences(ours, theirs, mask):
 
 
 @pytest.mark.parametrize("family", NEWER)
-def test_the_flash_kernel_in_the_model_matches_transformers(family, folders, monkeypatch):
+def test_the_flash_kernel_in_the_model_matches_transformers(family, folders):
     """load_pretrained runs prompts of 128 tokens and more on the kernel; here every call does."""
+    import dataclasses
+
     import selfattn as sa
-    import selfattn.models.decoder_config as decoder_config
     from tiny_models import reference_model
 
-    monkeypatch.setattr(decoder_config, "FLASH_MIN_QUERIES", 1)
     model = sa.load_pretrained(folders[family])
+    for layer in model.layers:  # FLASH_MIN_QUERIES (128) would send these short prompts the reference way
+        layer.attention.config = dataclasses.replace(layer.attention.config, flash_min_queries=1)
     assert model.layers[0].attention.path_for(torch.randn(1, 3, model.config.d_model)).name == "flash"
     encoded, positions = batch(folders[family])
     with torch.no_grad():

@@ -6,6 +6,8 @@ the numbers involved, before any parameter is allocated.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 import warnings
 
@@ -94,14 +96,16 @@ class AttentionConfig:
         qk_norm: an RMSNorm over each head's d_head features of q and of k, after the
             projection and before RoPE (Qwen3, Gemma 3); its gains are the parameters
             ``q_norm`` and ``k_norm`` of the module. Default False.
-        qk_norm_eps: that RMSNorm's epsilon (default 1e-6).
-        qk_norm_gain: how its gain w applies: "w" (default) or "1+w" (Gemma).
+        norm_eps: that RMSNorm's epsilon (default 1e-6; ``qk_norm_eps=`` still works and
+            warns: its old name, from before the block's spelling was used here too).
+        norm_gain: how its gain w applies: "w" (default) or "1+w" (Gemma); the old name
+            ``qk_norm_gain=`` warns.
 
     Raises:
         ConfigError: a size is not a positive integer, d_model is not divisible by n_heads
             (without d_head), n_heads is not divisible by n_kv_heads, dropout is outside
-            [0, 1), bias is not a bool, positional, attn_impl, rope_pairs or qk_norm_gain
-            is unknown, RoPE gets an odd d_head, rope_base <= 1, or scale or qk_norm_eps
+            [0, 1), bias is not a bool, positional, attn_impl, rope_pairs or norm_gain
+            is unknown, RoPE gets an odd d_head, rope_base <= 1, or scale or norm_eps
             is not a positive number.
 
     Examples:
@@ -130,17 +134,17 @@ class AttentionConfig:
     flash_min_queries: int = 1
     scale: float | None = None
     qk_norm: bool = False
-    qk_norm_eps: float = 1e-6
-    qk_norm_gain: str = "w"
+    norm_eps: float = 1e-6
+    norm_gain: str = "w"
 
     def __post_init__(self) -> None:
         _positive_int("d_model", self.d_model)
         _positive_number("scale", self.scale, allow_none=True)
-        _positive_number("qk_norm_eps", self.qk_norm_eps)
+        _positive_number("norm_eps", self.norm_eps)
         if not isinstance(self.qk_norm, bool):
             raise ConfigError(f"qk_norm must be True or False, got {self.qk_norm!r}")
-        if self.qk_norm_gain not in NORM_GAINS:
-            raise ConfigError(f"unknown norm gain {self.qk_norm_gain!r}: choose one of {', '.join(NORM_GAINS)}")
+        if self.norm_gain not in NORM_GAINS:
+            raise ConfigError(f"unknown norm gain {self.norm_gain!r}: choose one of {', '.join(NORM_GAINS)}")
         _positive_int("flash_min_queries", self.flash_min_queries)
         _positive_int("sliding_window", self.sliding_window, allow_none=True)
         if self.rope_pairs not in ROPE_PAIRS:
@@ -309,29 +313,17 @@ class TransformerConfig:
             raise ConfigError("sandwich_norm adds norms to a pre-LN block: give norm_first=True with it")
         self.attention  # validates the attention part
 
-    @property
+    @functools.cached_property
     def attention(self) -> AttentionConfig:
-        """The ``AttentionConfig`` that every layer's attention is built from."""
-        return AttentionConfig(
-            d_model=self.d_model,
-            n_heads=self.n_heads,
-            n_kv_heads=self.n_kv_heads,
-            d_head=self.d_head,
-            bias=self.bias if self.attention_bias is None else self.attention_bias,
-            dropout=self.dropout,
-            positional=self.positional,
-            rope_base=self.rope_base,
-            attn_impl=self.attn_impl,
-            rope_pairs=self.rope_pairs,
-            rope_scaling=self.rope_scaling,
-            sliding_window=self.sliding_window,
-            out_bias=self.out_bias,
-            flash_min_queries=self.flash_min_queries,
-            scale=self.scale,
-            qk_norm=self.qk_norm,
-            qk_norm_eps=self.norm_eps,
-            qk_norm_gain=self.norm_gain,
-        )
+        """The ``AttentionConfig`` that every layer's attention is built from.
+
+        Every field the two records share passes by its name, so an attention option
+        added to both reaches the module without a line here; only the projections' bias
+        is the block's own choice (attention_bias, else bias).
+        """
+        shared = {name: getattr(self, name) for name in _ATTENTION_FIELDS & _BLOCK_FIELDS}
+        shared["bias"] = self.bias if self.attention_bias is None else self.attention_bias
+        return AttentionConfig(**shared)
 
     @property
     def ff_size(self) -> int:
@@ -339,7 +331,12 @@ class TransformerConfig:
         return 4 * self.d_model if self.d_ff is None else self.d_ff
 
 
+_ATTENTION_FIELDS = frozenset(f.name for f in dataclasses.fields(AttentionConfig))
+_BLOCK_FIELDS = frozenset(f.name for f in dataclasses.fields(TransformerConfig))
+
 renamed_keyword(AttentionConfig, "head_dim", "d_head")
+renamed_keyword(AttentionConfig, "qk_norm_eps", "norm_eps")  # the block's spelling: one epsilon name for every norm
+renamed_keyword(AttentionConfig, "qk_norm_gain", "norm_gain")
 
 
 def _head_size(self) -> int:

@@ -128,8 +128,8 @@ class MultiHeadAttention(nn.Module):
         self.w_k = nn.Linear(c.kdim or c.d_model, c.kv_heads * c.d_head, bias=c.bias)
         self.w_v = nn.Linear(c.vdim or c.d_model, c.kv_heads * c.d_head, bias=c.bias)
         self.w_o = nn.Linear(c.n_heads * c.d_head, c.d_model, bias=c.output_bias)
-        self.q_norm = RMSNorm(c.d_head, c.qk_norm_eps, c.qk_norm_gain) if c.qk_norm else None
-        self.k_norm = RMSNorm(c.d_head, c.qk_norm_eps, c.qk_norm_gain) if c.qk_norm else None
+        self.q_norm = RMSNorm(c.d_head, c.norm_eps, c.norm_gain) if c.qk_norm else None
+        self.k_norm = RMSNorm(c.d_head, c.norm_eps, c.norm_gain) if c.qk_norm else None
         # The hooks set on this layer's named points (``attention.points``; set by ``selfattn.hooks``
         # for a with-block); None, as almost always, keeps every path exactly as without them.
         self.points: LayerPoints | None = None

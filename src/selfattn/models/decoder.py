@@ -56,7 +56,7 @@ class DecoderModel(nn.Module):
         self.chat_template: str | None = None  # the model's Jinja chat template, when it was tuned for chat
         self.gguf_types: dict[str, int] = {}  # a GGUF file's block types (Q4_1, ...) -> tensors; {} for other files
         self.embed = nn.Embedding(config.vocab_size, config.d_model)
-        self.position = nn.Embedding(config.max_positions, config.d_model) if config.positions == "learned" else None
+        self.position = nn.Embedding(config.max_positions, config.d_model) if config.positional == "learned" else None
         self.layers = nn.ModuleList(TransformerBlock(config.block(i)) for i in range(config.n_layers))
         self.norm = make_norm(config.block(0))
         self.lm_head = None if config.tie_embeddings else nn.Linear(config.d_model, config.vocab_size, bias=False)
@@ -235,7 +235,7 @@ class DecoderModel(nn.Module):
         if self.position is not None:
             x = x + self.position(positions)  # (batch, seq, d)
         c, rotations = self.config, {}
-        if c.positions == "rope":  # cos and sin once per call and base, shared by the layers of that base
+        if c.positional == "rope":  # cos and sin once per call and base, shared by the layers of that base
             rotations = {base: rope_rotation(positions, c.d_head, base, c.rope_scaling, x.dtype)
                          for base in set(c.layer_rope_bases)}
         # One new token is the newest position: the causal rule (bottom-right) hides no key

@@ -223,7 +223,7 @@ def config_of(header: Llama2cHeader) -> DecoderConfig:
         activation="swiglu",
         norm="rms",
         norm_eps=NORM_EPS,
-        positions="rope",
+        positional="rope",
         max_positions=header.seq_len,
         rope_base=ROPE_BASE,
         rope_pairs="interleaved",

@@ -10,14 +10,19 @@ and so on. The families built on it differ only in data, stated in their own fil
     reads_mlp_bias  whether the config's mlp_bias is read (else no feed-forward biases)
     windows       how the config's sliding windows are read: which layers, how wide
     rope          how RoPE's base (one, or one per layer) and scaling are read
-    qk_norm       q_norm / k_norm: an RMSNorm over each head's q and k before RoPE
     activation_field, activations   the config field naming the gated unit, and the
                   names it may hold
-    norm_gain, sandwich_norm, scale_embeddings, scale_field   Gemma's differences: gains
-                  1 + w, norms after attention and feed-forward as well (then the names
-                  pre_feedforward_layernorm and post_feedforward_layernorm join, and
-                  post_attention_layernorm is the norm after attention), embeddings times
-                  sqrt(d), scores scaled by 1 / sqrt(config[scale_field])
+    options       ``DecoderConfig`` fields the family always sets, by their own names:
+                  qk_norm (q_norm / k_norm before RoPE), Gemma's norm_gain "1+w",
+                  sandwich_norm (then pre_feedforward_layernorm and
+                  post_feedforward_layernorm join, and post_attention_layernorm is the
+                  norm after attention), scale_embeddings
+    read_options  (config, its reader) -> more ``DecoderConfig`` fields the family reads
+                  itself (Gemma: the score scale from query_pre_attn_scalar)
+
+A block option reaches the blocks by its name: the family's file puts it in ``options``
+or ``read_options``; ``DecoderConfig`` (a ``TransformerConfig``) carries it and
+``DecoderConfig.block`` hands it on, so nothing here lists it.
 
 Both spellings of RoPE's settings are read: rope_theta / rope_scaling (the checkpoints on
 the hub) and rope_parameters (what transformers 5 writes); the Llama 3 rescaling
@@ -52,6 +57,21 @@ REFUSED = {
 Windows = Callable[[dict, ConfigReader, int], tuple[int | None, ...]]
 # (config.json, its reader, layers) -> (RoPE's base, its scaling or None, per layer the base or ()).
 RopeReader = Callable[[dict, ConfigReader, int], tuple[float, Llama3RopeScaling | None, tuple[float, ...]]]
+# (config.json, its reader) -> DecoderConfig fields by name.
+OptionsReader = Callable[[dict, ConfigReader], dict[str, Any]]
+
+
+def no_options(data: dict, read: ConfigReader) -> dict[str, Any]:
+    """No field read beyond the shared layout's.
+
+    Args:
+        data: the parsed config.json.
+        read: its field reader.
+
+    Returns:
+        {}.
+    """
+    return {}
 
 
 def no_windows(data: dict, read: ConfigReader, layers: int) -> tuple[int | None, ...]:
@@ -147,15 +167,13 @@ class LlamaShape:
         refused: config.json field -> what it asks for that our blocks do not compute.
         rope: (config, its reader, layers) -> (base, scaling, per-layer bases or ());
             default ``one_rope``.
-        qk_norm: the checkpoint has q_norm and k_norm, per-head RMSNorms before RoPE.
         activation_field: the config field that names the feed-forward's activation.
         activations: the names it may hold -> our gated activation; the first is the
             default when the field is absent.
-        norm_gain: every RMSNorm's gain, "w" or "1+w".
-        sandwich_norm: norms after attention and feed-forward too (Gemma's layout).
-        scale_embeddings: the token embeddings are multiplied by sqrt(hidden_size).
-        scale_field: None (scores times 1 / sqrt(head_dim)), or the config field q
-            whose 1 / sqrt(q) scales the scores instead.
+        options: ``DecoderConfig`` fields this family always sets, by name (qk_norm,
+            norm_gain, sandwich_norm, scale_embeddings, ...).
+        read_options: (config, its reader) -> ``DecoderConfig`` fields the family reads
+            from config.json itself; default ``no_options``.
         gguf: the family's ``gguf_layout.GgufMap``, or None: it reads no GGUF file.
     """
 
@@ -167,13 +185,10 @@ class LlamaShape:
     windows: Windows = no_windows
     refused: Mapping[str, str] = field(default_factory=lambda: dict(REFUSED), compare=False)
     rope: RopeReader = one_rope
-    qk_norm: bool = False
     activation_field: str = "hidden_act"
     activations: Mapping[str, str] = field(default_factory=lambda: {"silu": "swiglu"})
-    norm_gain: str = "w"
-    sandwich_norm: bool = False
-    scale_embeddings: bool = False
-    scale_field: str | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+    read_options: OptionsReader = no_options
     gguf: Any = None
 
     def read_config(self, data: dict) -> DecoderConfig:
@@ -219,7 +234,7 @@ class LlamaShape:
             activation=activation,
             norm="rms",
             norm_eps=read.number("rms_norm_eps", default=1e-6),
-            positions="rope",
+            positional="rope",
             max_positions=read.int("max_position_embeddings"),
             rope_base=base,
             rope_scaling=scaling,
@@ -232,11 +247,8 @@ class LlamaShape:
             eos_ids=eos,
             pad_id=read.optional_id("pad_token_id") or (eos[0] if eos else 0),
             rope_bases=bases,
-            scale=None if self.scale_field is None else read.number(self.scale_field) ** -0.5,
-            qk_norm=self.qk_norm,
-            norm_gain=self.norm_gain,
-            sandwich_norm=self.sandwich_norm,
-            scale_embeddings=self.scale_embeddings,
+            **self.options,
+            **self.read_options(data, read),
         )
 
 

@@ -46,7 +46,7 @@ def model_config(vocab: CharVocab, context: int, n_layers: int, n_heads: int, d_
     return DecoderConfig(
         model_type=gpt2.MODEL_TYPE, vocab_size=vocab.size, d_model=d_model, n_layers=n_layers, n_heads=n_heads,
         n_kv_heads=n_heads, d_head=d_model // n_heads, d_ff=4 * d_model, activation="gelu_tanh", norm="layer",
-        norm_eps=1e-5, positions="learned", max_positions=context, bias=True, attention_bias=True, out_bias=True,
+        norm_eps=1e-5, positional="learned", max_positions=context, bias=True, attention_bias=True, out_bias=True,
         tie_embeddings=True, bos_id=vocab.bos_id, eos_ids=(special,), pad_id=special, attn_impl=attn_impl,
     )
 

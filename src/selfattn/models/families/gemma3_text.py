@@ -116,6 +116,22 @@ def rope(data: dict, read: ConfigReader, layers: int) -> tuple[float, None, tupl
     return bases[FULL], None, tuple(bases[kind] for kind in layer_types(data, read, layers))
 
 
+def score_scale(data: dict, read: ConfigReader) -> dict:
+    """Gemma's scores are scaled by 1 / sqrt(query_pre_attn_scalar), not by 1 / sqrt(head_dim).
+
+    Args:
+        data: the parsed config.json.
+        read: its field reader.
+
+    Returns:
+        {"scale": query_pre_attn_scalar ** -0.5}.
+
+    Raises:
+        ModelError: query_pre_attn_scalar is missing or not a positive number.
+    """
+    return {"scale": read.number("query_pre_attn_scalar") ** -0.5}
+
+
 def gguf_extra(metadata: dict, data: dict) -> dict:
     """What a gemma3 GGUF file does not say: the score scale. llama.cpp scales by 1 / sqrt(head width)
     (attention.key_length), which is query_pre_attn_scalar for Gemma 3 up to 12B; the sliding layers'
@@ -131,13 +147,10 @@ SHAPE = LlamaShape(
     description="Gemma 3 text decoders: sandwich RMSNorms (gain 1 + w), GeGLU, q/k norms, sliding and full layers",
     windows=windows,
     rope=rope,
-    qk_norm=True,
     activation_field="hidden_activation",
     activations={"gelu_pytorch_tanh": "geglu_tanh"},
-    norm_gain="1+w",
-    sandwich_norm=True,
-    scale_embeddings=True,
-    scale_field="query_pre_attn_scalar",
+    options={"qk_norm": True, "norm_gain": "1+w", "sandwich_norm": True, "scale_embeddings": True},
+    read_options=score_scale,
     refused=dict(
         REFUSED,
         attn_logit_softcapping="a tanh cap on the attention scores",

@@ -64,7 +64,7 @@ def read_config(data: dict) -> DecoderConfig:
         activation=read.choice("activation_function", ACTIVATIONS, default="gelu_new"),
         norm="layer",
         norm_eps=read.number("layer_norm_epsilon", default=1e-5),
-        positions="learned",
+        positional="learned",
         max_positions=read.int("n_positions"),
         bias=True,
         attention_bias=True,
