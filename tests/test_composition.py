@@ -25,7 +25,7 @@ def numpy_circuits(block):
     w = {n: getattr(att, f"w_{n}").weight.detach().double().numpy() for n in "qkvo"}
     circuits = []
     for h in range(c.n_heads):
-        g = h // (c.n_heads // c.kv_heads)
+        g = h // (c.n_heads // c.n_kv_heads)
         q = w["q"][h * c.d_head:(h + 1) * c.d_head].T  # (d, d_head)
         k = w["k"][g * c.d_head:(g + 1) * c.d_head].T
         v = w["v"][g * c.d_head:(g + 1) * c.d_head].T

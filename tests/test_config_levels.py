@@ -50,7 +50,7 @@ def decoder(**changes) -> DecoderConfig:
 
 
 def test_a_decoder_hands_every_block_field_on_and_only_the_layers_own_differ():
-    config = decoder(rope_scaling=SCALING, windows=(3, None, 5), rope_bases=(100.0, 200.0, 300.0), dropout=0.1,
+    config = decoder(rope_scaling=SCALING, sliding_windows=(3, None, 5), rope_bases=(100.0, 200.0, 300.0), dropout=0.1,
                      attn_impl="flash", flash_min_queries=7, scale=0.3, qk_norm=True, norm_gain="1+w",
                      sandwich_norm=True, bias=True, attention_bias=True, out_bias=True, rope_pairs="interleaved")
     per_layer = {"rope_base", "sliding_window"}
@@ -76,7 +76,7 @@ def test_a_learned_table_stays_with_the_model():
     (dict(positional="alibi"), "positional is one of none, learned, rope"),
     (dict(causal=False), "causal and pre-LN"),
     (dict(norm_first=False), "causal and pre-LN"),
-    (dict(windows=(3,)), "windows lists 1 layers of 3"),
+    (dict(sliding_windows=(3,)), "sliding_windows lists 1 layers of 3"),
     (dict(n_kv_heads=3), "must be divisible by n_kv_heads"),  # TransformerConfig's check, at once
 ])
 def test_a_decoder_config_refuses_what_its_blocks_cannot_be(changes, message):
@@ -93,6 +93,8 @@ def test_old_names_still_work_and_warn():
                           norm_eps=1e-5, positional="learned", max_positions=8)
     with pytest.warns(DeprecationWarning, match=r"\.positions is now \.positional"):
         assert old.positions == "learned"
+    with pytest.warns(DeprecationWarning, match=r"DecoderConfig\(windows=\.\.\.\) is now sliding_windows"):
+        assert decoder(windows=(None, 2, None)) == decoder(sliding_windows=(None, 2, None))
     with pytest.warns(DeprecationWarning, match=r"AttentionConfig\(qk_norm_eps=\.\.\.\) is now norm_eps"):
         eps = AttentionConfig(d_model=8, qk_norm=True, qk_norm_eps=1e-4)
     with pytest.warns(DeprecationWarning, match=r"AttentionConfig\(qk_norm_gain=\.\.\.\) is now norm_gain"):
@@ -119,3 +121,19 @@ def test_a_familys_options_reach_its_blocks_by_name():
     assert (block.attention.qk_norm, block.attention.norm_gain, block.attention.scale) == (True, "1+w", 0.25)
     plain = LlamaShape(model_type="llama", description="plain").read_config(llama_json())
     assert (plain.qk_norm, plain.sandwich_norm, plain.scale) == (False, False, None)
+
+
+def test_n_kv_heads_is_resolved_when_built_and_kv_heads_is_its_old_name():
+    """One spelling for the key/value heads: n_kv_heads is a number once built (None meant n_heads)."""
+    from selfattn.attention.points import Point
+
+    config = AttentionConfig(d_model=8, n_heads=4)
+    assert config.n_kv_heads == 4 and config == AttentionConfig(d_model=8, n_heads=4, n_kv_heads=4)
+    with pytest.warns(DeprecationWarning, match=r"AttentionConfig\.kv_heads is now \.n_kv_heads"):
+        assert AttentionConfig(d_model=8, n_heads=4, n_kv_heads=2).kv_heads == 2
+    with pytest.warns(DeprecationWarning, match=r"\.head_size is now \.d_head"):
+        assert config.head_size == 2
+    point = Point("blocks.0.attn.hook_q", 0, "q", None, 0, 4, 2)
+    assert point.n_kv_heads == 2 and point.kv_head(3) == 1
+    with pytest.warns(DeprecationWarning, match=r"Point\.kv_heads is now \.n_kv_heads"):
+        assert point.kv_heads == 2

@@ -131,15 +131,15 @@ def test_each_refused_field_is_refused_by_name(name):
 def test_the_llama_shaped_families_differ_only_in_their_data():
     read = {name: FAMILIES[name].read_config for name in ("llama", "mistral", "qwen2")}
     llama = read["llama"](dict(CONFIGS["llama"], sliding_window=4, attention_bias=True, mlp_bias=True))
-    assert (llama.windows, llama.attention_bias, llama.out_bias, llama.bias) == ((), True, True, True)
+    assert (llama.sliding_windows, llama.attention_bias, llama.out_bias, llama.bias) == ((), True, True, True)
     mistral = read["mistral"](dict(CONFIGS["mistral"], mlp_bias=True))
-    assert (mistral.windows, mistral.attention_bias, mistral.out_bias, mistral.bias) == ((4, 4), False, False, False)
-    assert read["mistral"](dict(CONFIGS["mistral"], sliding_window=None)).windows == ()
+    assert (mistral.sliding_windows, mistral.attention_bias, mistral.out_bias, mistral.bias) == ((4, 4), False, False, False)
+    assert read["mistral"](dict(CONFIGS["mistral"], sliding_window=None)).sliding_windows == ()
     qwen2 = read["qwen2"](dict(CONFIGS["qwen2"], attention_bias=False))
-    assert (qwen2.windows, qwen2.attention_bias, qwen2.out_bias, qwen2.bias) == ((None, 4), True, False, False)
+    assert (qwen2.sliding_windows, qwen2.attention_bias, qwen2.out_bias, qwen2.bias) == ((None, 4), True, False, False)
     typed = read["qwen2"](dict(CONFIGS["qwen2"], layer_types=["sliding_attention", "full_attention"]))
-    assert typed.windows == (4, None)
-    assert read["qwen2"](dict(CONFIGS["qwen2"], use_sliding_window=False)).windows == ()
+    assert typed.sliding_windows == (4, None)
+    assert read["qwen2"](dict(CONFIGS["qwen2"], use_sliding_window=False)).sliding_windows == ()
     with pytest.raises(sa.ModelError, match="'layer_types'"):
         read["qwen2"](dict(CONFIGS["qwen2"], layer_types=["sliding_attention"]))
 
@@ -147,13 +147,13 @@ def test_the_llama_shaped_families_differ_only_in_their_data():
 def test_qwen3_is_the_llama_layout_with_head_norms():
     read = FAMILIES["qwen3"].read_config
     qwen3 = read(CONFIGS["qwen3"])
-    assert (qwen3.qk_norm, qwen3.d_head, qwen3.attention_bias, qwen3.out_bias, qwen3.windows) == (True, 6, False, False, ())
+    assert (qwen3.qk_norm, qwen3.d_head, qwen3.attention_bias, qwen3.out_bias, qwen3.sliding_windows) == (True, 6, False, False, ())
     assert (qwen3.activation, qwen3.norm_gain, qwen3.sandwich_norm, qwen3.scale, qwen3.scale_embeddings) == (
         "swiglu", "w", False, None, False)
     biased = read(dict(CONFIGS["qwen3"], attention_bias=True))
     assert (biased.attention_bias, biased.out_bias) == (True, True)
     windowed = read(dict(CONFIGS["qwen3"], sliding_window=4, use_sliding_window=True, max_window_layers=1, layer_types=None))
-    assert windowed.windows == (None, 4)
+    assert windowed.sliding_windows == (None, 4)
     for field in ("num_experts", "moe_intermediate_size", "decoder_sparse_step", "mlp_only_layers"):
         with pytest.raises(sa.ModelError, match=f"^config.json field '{field}' asks for a mixture of experts"):
             read(dict(CONFIGS["qwen3"], **{field: [1] if field == "mlp_only_layers" else 8}))
@@ -162,7 +162,7 @@ def test_qwen3_is_the_llama_layout_with_head_norms():
 def test_gemma3_reads_its_layer_kinds_bases_scale_and_norms():
     read = FAMILIES["gemma3_text"].read_config
     gemma = read(CONFIGS["gemma3_text"])
-    assert gemma.windows == (4, None) and gemma.rope_bases == (10000.0, 1000000.0) and gemma.rope_base == 1e6
+    assert gemma.sliding_windows == (4, None) and gemma.rope_bases == (10000.0, 1000000.0) and gemma.rope_base == 1e6
     assert gemma.scale == pytest.approx(1 / 3) and gemma.d_head == 6 and gemma.tie_embeddings
     assert (gemma.activation, gemma.norm_gain, gemma.sandwich_norm, gemma.scale_embeddings, gemma.qk_norm) == (
         "geglu_tanh", "1+w", True, True, True)
@@ -171,8 +171,8 @@ def test_gemma3_reads_its_layer_kinds_bases_scale_and_norms():
     # Older configs: a base field per kind of layer and a pattern of sliding layers.
     older = {k: v for k, v in CONFIGS["gemma3_text"].items() if k not in ("rope_parameters", "layer_types")}
     old = read(dict(older, rope_theta=500000.0, rope_local_base_freq=50.0, rope_scaling=None, sliding_window_pattern=2))
-    assert old.windows == (4, None) and old.rope_bases == (50.0, 500000.0)
-    assert read(dict(older, num_hidden_layers=7)).windows == (4,) * 5 + (None, 4)  # the default pattern: every 6th is full
+    assert old.sliding_windows == (4, None) and old.rope_bases == (50.0, 500000.0)
+    assert read(dict(older, num_hidden_layers=7)).sliding_windows == (4,) * 5 + (None, 4)  # the default pattern: every 6th is full
 
 
 @pytest.mark.parametrize(("change", "field"), [

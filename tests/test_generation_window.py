@@ -140,7 +140,7 @@ ROPE_MODELS = [
     pytest.param(lambda: tiny_rope_model(), id="llama-shape-32"),
     pytest.param(lambda: tiny_rope_model(torch.float64), id="llama-shape-32-fp64"),
     pytest.param(lambda: tiny_rope_model(rope_pairs="interleaved"), id="interleaved-pairs"),
-    pytest.param(lambda: tiny_rope_model(windows=(None, 5), max_positions=13), id="a-windowed-layer-13-positions"),
+    pytest.param(lambda: tiny_rope_model(sliding_windows=(None, 5), max_positions=13), id="a-windowed-layer-13-positions"),
 ]
 
 

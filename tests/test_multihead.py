@@ -44,8 +44,8 @@ def reference_heads(module, query, key, value):
     c = module.config
     batch, q_len, kv_len = query.shape[0], query.shape[1], key.shape[1]
     q = project(query, module.w_q).reshape(batch, q_len, c.n_heads, -1).transpose(1, 2)
-    k = project(key, module.w_k).reshape(batch, kv_len, c.kv_heads, -1).transpose(1, 2)
-    v = project(value, module.w_v).reshape(batch, kv_len, c.kv_heads, -1).transpose(1, 2)
+    k = project(key, module.w_k).reshape(batch, kv_len, c.n_kv_heads, -1).transpose(1, 2)
+    v = project(value, module.w_v).reshape(batch, kv_len, c.n_kv_heads, -1).transpose(1, 2)
     return q, k, v
 
 
@@ -72,7 +72,7 @@ def reference_weights(module, query, key, attn_mask=None):
     """softmax(Q_h K_g(h)^T / sqrt(head_dim) + mask), g(h) = h // group, with torch.softmax."""
     c = module.config
     q = project(query, module.w_q).reshape(query.shape[0], query.shape[1], c.n_heads, -1).transpose(1, 2)
-    k = project(key, module.w_k).reshape(key.shape[0], key.shape[1], c.kv_heads, -1).transpose(1, 2)
+    k = project(key, module.w_k).reshape(key.shape[0], key.shape[1], c.n_kv_heads, -1).transpose(1, 2)
     group = q.shape[1] // k.shape[1]
     scores = torch.stack([q[:, h] @ k[:, h // group].transpose(-2, -1) for h in range(q.shape[1])], dim=1)
     scores = scores / math.sqrt(q.shape[-1])
@@ -383,7 +383,7 @@ def test_attention_config_is_frozen_and_module_uses_it():
     config = AttentionConfig(d_model=12, n_heads=4, n_kv_heads=2)
     with pytest.raises(dataclasses.FrozenInstanceError):
         config.n_heads = 3
-    assert (config.kv_heads, config.d_head, config.group_size) == (2, 3, 2)
+    assert (config.n_kv_heads, config.d_head, config.group_size) == (2, 3, 2)
     module = MultiHeadAttention.from_config(config)
     assert module.config is config
     assert module.w_k.weight.shape == (2 * 3, 12) and module.w_q.weight.shape == (4 * 3, 12)

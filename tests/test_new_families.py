@@ -58,8 +58,8 @@ def attention_by_hand(mha: MultiHeadAttention, x, causal=True):
     c = mha.config
     b, n, _ = x.shape
     q = mha.w_q(x).view(b, n, c.n_heads, c.d_head).transpose(1, 2)  # (b, H, n, d_head)
-    k = mha.w_k(x).view(b, n, c.kv_heads, c.d_head).transpose(1, 2)  # (b, Hkv, n, d_head)
-    v = mha.w_v(x).view(b, n, c.kv_heads, c.d_head).transpose(1, 2)
+    k = mha.w_k(x).view(b, n, c.n_kv_heads, c.d_head).transpose(1, 2)  # (b, Hkv, n, d_head)
+    v = mha.w_v(x).view(b, n, c.n_kv_heads, c.d_head).transpose(1, 2)
     if c.qk_norm:
         one_plus = c.norm_gain == "1+w"
         q = rms_by_hand(q, mha.q_norm.weight, c.norm_eps, one_plus)
@@ -288,7 +288,7 @@ GEMMA_CHANGES = {  # each Gemma difference left out: the tiny checkpoint must no
     "gain w": dict(norm_gain="w"),
     "embeddings unscaled": dict(scale_embeddings=False),
     "no q/k norms": dict(qk_norm=False),
-    "no window": dict(windows=()),
+    "no window": dict(sliding_windows=()),
 }
 
 

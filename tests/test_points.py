@@ -210,7 +210,7 @@ def test_a_point_is_told_the_padding_and_the_cache(llama):
     with sa.hooks(ours, {"blocks.1.attn.hook_k": lambda k, p: told.append(p)}), torch.no_grad():
         ours("The cat")
     point = told[-1]
-    assert (point.n_heads, point.kv_heads) == (4, 2)
+    assert (point.n_heads, point.n_kv_heads) == (4, 2)
     assert [point.kv_head(h) for h in range(4)] == [0, 0, 1, 1] and point.query_heads(1) == [2, 3]
 
 

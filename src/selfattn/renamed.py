@@ -1,8 +1,9 @@
 """Old keyword and attribute names that keep working for one release, with a DeprecationWarning.
 
 ``renamed_keyword(cls, old, new)`` lets a class take ``old=`` for its parameter ``new`` and
-read ``.old``; every rename of a public name goes through it, so the warnings read alike
-and the CHANGELOG lists them.
+read ``.old``; ``renamed_attribute(cls, old, new)`` only the reading, for a name that was
+never a parameter. Every rename of a public name goes through them, so the warnings read
+alike and the CHANGELOG lists them.
 """
 
 from __future__ import annotations
@@ -41,10 +42,24 @@ def renamed_keyword(cls: type, old: str, new: str) -> type:
             kwargs[new] = value
         init(self, *args, **kwargs)
 
+    cls.__init__ = __init__
+    return renamed_attribute(cls, old, new)
+
+
+def renamed_attribute(cls: type, old: str, new: str) -> type:
+    """Let a class's instances answer ``.old`` with ``.new``, with a DeprecationWarning.
+
+    Args:
+        cls: the class.
+        old: the attribute's former name.
+        new: its name now.
+
+    Returns:
+        ``cls``, with a read-only ``old`` property.
+    """
     def read_old(self):
         warnings.warn(f"{cls.__name__}.{old} is now .{new}", DeprecationWarning, stacklevel=2)
         return getattr(self, new)
 
-    cls.__init__ = __init__
     setattr(cls, old, property(read_old, doc=f"The old name of ``{new}`` (deprecated)."))
     return cls

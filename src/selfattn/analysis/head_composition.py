@@ -96,11 +96,11 @@ def _gain(norm) -> torch.Tensor | None:
 def head_circuits(block) -> dict[str, torch.Tensor]:
     """A layer's heads as factors, norms' gains folded in.   -> {"q", "k", "v": (H, d, d_head), "o": (H, d_head, d)}"""
     attention, c = block.attention, block.attention.config
-    group = c.n_heads // c.kv_heads
+    group = c.n_heads // c.n_kv_heads
     read = _gain(block.norm1) if block.config.norm_first else None  # the stream is normalised before it is read
     factors = {}
-    for name, linear, heads in (("q", attention.w_q, c.n_heads), ("k", attention.w_k, c.kv_heads),
-                                ("v", attention.w_v, c.kv_heads)):
+    for name, linear, heads in (("q", attention.w_q, c.n_heads), ("k", attention.w_k, c.n_kv_heads),
+                                ("v", attention.w_v, c.n_kv_heads)):
         w = linear.weight.double().view(heads, c.d_head, -1).transpose(1, 2)  # (heads, d, d_head): x W
         if read is not None:
             w = read[None, :, None] * w

@@ -119,7 +119,7 @@ def hooks(model, table: Mapping[str, Callable | list]) -> Iterator:
         for module, layer, point, function in placed:
             if module.points is None:
                 attention = module if isinstance(module, MultiHeadAttention) else module.attention
-                module.points = LayerPoints(layer, attention.config.n_heads, attention.config.kv_heads)
+                module.points = LayerPoints(layer, attention.config.n_heads, attention.config.n_kv_heads)
             module.points.add(point, function)
             done.append((module, point, function))
         yield model

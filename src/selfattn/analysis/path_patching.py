@@ -146,7 +146,7 @@ def path_patching(model, runs, seen, wanted: int, senders, receivers, via: tuple
     table, touched = {}, set()
     for layer in receiver_layers:
         heads = [h for l, h in receivers if l == layer]
-        group = blocks[layer].attention.config.n_heads // blocks[layer].attention.config.kv_heads
+        group = blocks[layer].attention.config.n_heads // blocks[layer].attention.config.n_kv_heads
         for x in via:
             rows = heads if x == "q" else sorted({h // group for h in heads})
             if x != "q":

@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import warnings
 
 from dataclasses import dataclass
 
@@ -17,7 +16,7 @@ from selfattn.errors import ConfigError, OptionError
 from selfattn.positional import check_positional
 from selfattn.positional.rope import ROPE_PAIRS
 from selfattn.positional.rope_scaling import Llama3RopeScaling
-from selfattn.renamed import renamed_keyword
+from selfattn.renamed import renamed_attribute, renamed_keyword
 
 # Selected by name. "reference": the score matrix in full (in place when no gradient is
 # needed); "flash": the tiled kernel (kernels/flash.py), used wherever the weights are not
@@ -67,7 +66,9 @@ class AttentionConfig:
         d_model: width of the query input and of the output, a positive integer.
         n_heads: number of query heads (default 1).
         n_kv_heads: number of key/value heads; it must divide n_heads. None (default)
-            means n_heads (plain multi-head attention); 1 is multi-query attention.
+            means n_heads (plain multi-head attention), resolved to that number when the
+            config is built; 1 is multi-query attention. (``.n_kv_heads`` still reads it
+            and warns: its old name.)
         d_head: width of each head; None (the default) means d_model // n_heads, which
             then must divide evenly, and is resolved to that number when the config is
             built. Give it to use heads of another width. (``head_dim=`` still works and
@@ -112,7 +113,7 @@ class AttentionConfig:
         >>> import selfattn as sa
         >>> import torch
         >>> config = sa.AttentionConfig(d_model=8, n_heads=4, n_kv_heads=2)
-        >>> config.d_head, config.kv_heads, config.group_size
+        >>> config.d_head, config.n_kv_heads, config.group_size
         (2, 2, 2)
     """
 
@@ -165,7 +166,9 @@ class AttentionConfig:
             )
         if self.d_head is None:  # the default width, resolved once: d_head is always a number afterwards
             object.__setattr__(self, "d_head", self.d_model // self.n_heads)
-        if self.n_heads % self.kv_heads:
+        if self.n_kv_heads is None:  # likewise: n_kv_heads is always a number afterwards
+            object.__setattr__(self, "n_kv_heads", self.n_heads)
+        if self.n_heads % self.n_kv_heads:
             raise ConfigError(
                 f"n_heads ({self.n_heads}) must be divisible by n_kv_heads ({self.n_kv_heads}): "
                 f"each key/value head serves a whole group of query heads"
@@ -185,14 +188,9 @@ class AttentionConfig:
             raise ConfigError(f"unknown attention implementation {self.attn_impl!r}: choose one of {', '.join(ATTENTION_IMPLS)}")
 
     @property
-    def kv_heads(self) -> int:
-        """Number of key/value heads: n_kv_heads, or n_heads when that is None."""
-        return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
-
-    @property
     def group_size(self) -> int:
         """Query heads per key/value head: 1 for multi-head, n_heads for multi-query."""
-        return self.n_heads // self.kv_heads
+        return self.n_heads // self.n_kv_heads
 
     @property
     def output_bias(self) -> bool:
@@ -339,12 +337,8 @@ renamed_keyword(AttentionConfig, "qk_norm_eps", "norm_eps")  # the block's spell
 renamed_keyword(AttentionConfig, "qk_norm_gain", "norm_gain")
 
 
-def _head_size(self) -> int:
-    warnings.warn("AttentionConfig.head_size is now .d_head", DeprecationWarning, stacklevel=2)
-    return self.d_head
-
-
-AttentionConfig.head_size = property(_head_size, doc="The old name of ``d_head`` (deprecated).")
+renamed_attribute(AttentionConfig, "head_size", "d_head")
+renamed_attribute(AttentionConfig, "kv_heads", "n_kv_heads")  # resolved when built, as d_head: one name
 renamed_keyword(TransformerConfig, "head_dim", "d_head")
 renamed_keyword(TransformerConfig, "max_len", "max_positions")  # DecoderConfig's name for the same number
 renamed_keyword(TransformerConfig, "layer_norm_eps", "norm_eps")  # one epsilon for LayerNorm and RMSNorm, as DecoderConfig

@@ -161,7 +161,7 @@ class TorchStyleMultiheadAttention(nn.Module):
         super().__init__()
         if not isinstance(inner, MultiHeadAttention):
             raise ConfigError(f"inner must be a selfattn MultiHeadAttention, got {type(inner).__name__}")
-        if inner.config.kv_heads != inner.config.n_heads or inner.config.positional in ("rope", "alibi"):
+        if inner.config.n_kv_heads != inner.config.n_heads or inner.config.positional in ("rope", "alibi"):
             raise ConfigError("torch's interface has no grouped-query heads or in-attention positions; use a plain MultiHeadAttention")
         self.inner = inner
         self.batch_first = bool(batch_first)

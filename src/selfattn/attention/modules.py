@@ -125,8 +125,8 @@ class MultiHeadAttention(nn.Module):
         self.config = config
         c = config
         self.w_q = nn.Linear(c.d_model, c.n_heads * c.d_head, bias=c.bias)
-        self.w_k = nn.Linear(c.kdim or c.d_model, c.kv_heads * c.d_head, bias=c.bias)
-        self.w_v = nn.Linear(c.vdim or c.d_model, c.kv_heads * c.d_head, bias=c.bias)
+        self.w_k = nn.Linear(c.kdim or c.d_model, c.n_kv_heads * c.d_head, bias=c.bias)
+        self.w_v = nn.Linear(c.vdim or c.d_model, c.n_kv_heads * c.d_head, bias=c.bias)
         self.w_o = nn.Linear(c.n_heads * c.d_head, c.d_model, bias=c.output_bias)
         self.q_norm = RMSNorm(c.d_head, c.norm_eps, c.norm_gain) if c.qk_norm else None
         self.k_norm = RMSNorm(c.d_head, c.norm_eps, c.norm_gain) if c.qk_norm else None
@@ -333,7 +333,7 @@ class MultiHeadAttention(nn.Module):
     @property
     def grouped(self) -> bool:
         """Whether key/value heads are fewer than query heads (grouped-query attention)."""
-        return self.config.kv_heads != self.config.n_heads
+        return self.config.n_kv_heads != self.config.n_heads
 
     def project_heads(
         self, query, key, value, attn_mask, is_causal: bool, cache: KVCache | None, positions=None, fast: bool = False,
@@ -393,8 +393,8 @@ class MultiHeadAttention(nn.Module):
         # The stacked projection folds the score scale into Q: not when a hook reads or changes Q.
         q, k, v, scale = self._project(query, key, value, fast and (points is None or "q" not in points))
         q = _split_heads(q, c.n_heads)  # (batch, H, q_len, d_head)
-        k = _split_heads(k, c.kv_heads)  # (batch, Hkv, new_len, d_head)
-        v = _split_heads(v, c.kv_heads)  # (batch, Hkv, new_len, d_head)
+        k = _split_heads(k, c.n_kv_heads)  # (batch, Hkv, new_len, d_head)
+        v = _split_heads(v, c.n_kv_heads)  # (batch, Hkv, new_len, d_head)
         if c.qk_norm:  # each head's features, before RoPE (Qwen3, Gemma 3)
             q, k = self.q_norm(q), self.k_norm(k)  # (batch, H or Hkv, seq, d_head)
         if positions is not None and (c.positional != "rope" or key is not query):

@@ -33,6 +33,7 @@ from typing import Callable, NamedTuple
 import torch
 
 from selfattn.errors import ShapeError
+from selfattn.renamed import renamed_attribute
 
 ATTENTION_POINTS = ("q", "k", "v", "pattern", "z", "result")  # the attention module's: blocks.{l}.attn.hook_{point}
 BLOCK_POINTS = ("resid_pre", "attn_out", "mlp_out", "resid_post")  # the block's: blocks.{l}.hook_{point}
@@ -52,7 +53,8 @@ class Point(NamedTuple):
         past: how many tokens the layer's key/value cache held before this call (0 without
             a cache): the call's positions are past .. past + seq - 1.
         n_heads: query heads H of the layer.
-        kv_heads: key/value heads Hkv of the layer.
+        n_kv_heads: key/value heads Hkv of the layer (``.kv_heads`` still reads it and
+            warns: its old name).
     """
 
     name: str
@@ -61,7 +63,7 @@ class Point(NamedTuple):
     real: torch.Tensor | None
     past: int
     n_heads: int
-    kv_heads: int
+    n_kv_heads: int
 
     def kv_head(self, head: int) -> int:
         """The key/value head a query head reads: head // (H / Hkv).
@@ -72,7 +74,7 @@ class Point(NamedTuple):
         Returns:
             Its key/value head.
         """
-        return head // (self.n_heads // self.kv_heads)
+        return head // (self.n_heads // self.n_kv_heads)
 
     def query_heads(self, kv_head: int) -> list[int]:
         """The query heads that read one key/value head (a change at hook_k or hook_v reaches them all).
@@ -83,8 +85,11 @@ class Point(NamedTuple):
         Returns:
             Its query heads, in order.
         """
-        group = self.n_heads // self.kv_heads
+        group = self.n_heads // self.n_kv_heads
         return list(range(kv_head * group, (kv_head + 1) * group))
+
+
+renamed_attribute(Point, "kv_heads", "n_kv_heads")
 
 
 class PointCall(NamedTuple):
@@ -116,8 +121,8 @@ def parse_point_name(name: str) -> tuple[int, str] | None:
 class LayerPoints:
     """The hooks set on one module (a block or its attention), by short point name, in the order set."""
 
-    def __init__(self, layer: int, n_heads: int, kv_heads: int) -> None:
-        self.layer, self.n_heads, self.kv_heads = layer, n_heads, kv_heads
+    def __init__(self, layer: int, n_heads: int, n_kv_heads: int) -> None:
+        self.layer, self.n_heads, self.n_kv_heads = layer, n_heads, n_kv_heads
         self.hooks: dict[str, list[Hook]] = {}
 
     def __contains__(self, point: str) -> bool:
@@ -140,7 +145,7 @@ class LayerPoints:
         """``value`` after every hook set at ``point``, in order; a hook may not change its shape."""
         for hook in self.hooks.get(point, ()):
             where = Point(point_name(self.layer, point), self.layer, point, call.real, call.past,
-                          self.n_heads, self.kv_heads)
+                          self.n_heads, self.n_kv_heads)
             changed = hook(value, where)
             if changed is None:
                 continue

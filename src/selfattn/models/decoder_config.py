@@ -34,7 +34,7 @@ class DecoderConfig(TransformerConfig):
 
     A ``TransformerConfig`` (the settings every block shares, under the same names) plus
     the model's own: its vocabulary, its token ids, and what differs from layer to layer
-    (``windows``, ``rope_bases``). ``block(layer)`` hands every shared field to the
+    (``sliding_windows``, ``rope_bases``). ``block(layer)`` hands every shared field to the
     layer's block by name, so a block option reaches a decoder's blocks without a line
     here. Give every field by keyword.
 
@@ -61,9 +61,10 @@ class DecoderConfig(TransformerConfig):
             llama2.c's checkpoints were trained).
         rope_bases: per layer, RoPE's base; () (default): rope_base on every layer. Gemma 3
             turns its sliding and its full layers with different bases.
-        windows: per layer, None (full causal attention) or the sliding window W; ()
-            (default): sliding_window on every layer.
-        sliding_window: every layer's window when windows is (); None (default): none.
+        sliding_windows: per layer, None (full causal attention) or the sliding window W;
+            () (default): sliding_window on every layer. (``windows=`` still works and
+            warns: its old name.)
+        sliding_window: every layer's window when sliding_windows is (); None (default): none.
         bias: biases in the feed-forward layers and the norms (default False).
         attention_bias: biases on W_q, W_k, W_v (default False).
         out_bias: a bias on W_o (default False).
@@ -87,7 +88,7 @@ class DecoderConfig(TransformerConfig):
 
     Raises:
         ConfigError: what ``TransformerConfig`` refuses, positional is not one of
-            ``DECODER_POSITIONS``, causal or norm_first is False, or windows or rope_bases
+            ``DECODER_POSITIONS``, causal or norm_first is False, or sliding_windows or rope_bases
             does not list one entry per layer.
     """
 
@@ -106,7 +107,7 @@ class DecoderConfig(TransformerConfig):
     positional: str = field()
     max_positions: int = field()
     rope_pairs: str = "half"
-    windows: tuple[int | None, ...] = ()
+    sliding_windows: tuple[int | None, ...] = ()
     bias: bool = False
     attention_bias: bool = False
     out_bias: bool = False
@@ -128,8 +129,8 @@ class DecoderConfig(TransformerConfig):
             raise ConfigError("a decoder's blocks are causal and pre-LN: causal and norm_first stay True")
         if self.rope_bases and len(self.rope_bases) != self.n_layers:
             raise ConfigError(f"rope_bases lists {len(self.rope_bases)} bases for {self.n_layers} layers")
-        if self.windows and len(self.windows) != self.n_layers:
-            raise ConfigError(f"windows lists {len(self.windows)} layers of {self.n_layers}")
+        if self.sliding_windows and len(self.sliding_windows) != self.n_layers:
+            raise ConfigError(f"sliding_windows lists {len(self.sliding_windows)} layers of {self.n_layers}")
 
     def block(self, layer: int) -> TransformerConfig:
         """The ``TransformerConfig`` of one block: every shared field, with the layer's own window and base.
@@ -161,9 +162,9 @@ class DecoderConfig(TransformerConfig):
             layer: the block's index, 0-based.
 
         Returns:
-            windows[layer] when windows lists them, else sliding_window.
+            sliding_windows[layer] when that lists them, else sliding_window.
         """
-        return self.windows[layer] if self.windows else self.sliding_window
+        return self.sliding_windows[layer] if self.sliding_windows else self.sliding_window
 
     @property
     def layer_rope_bases(self) -> tuple[float, ...]:
@@ -173,3 +174,4 @@ class DecoderConfig(TransformerConfig):
 
 renamed_keyword(DecoderConfig, "head_dim", "d_head")
 renamed_keyword(DecoderConfig, "positions", "positional")  # TransformerConfig's name for the same choice
+renamed_keyword(DecoderConfig, "windows", "sliding_windows")  # one layer's is sliding_window, as rope_base / rope_bases

@@ -127,7 +127,7 @@ def attention_info(family: str, block_config, layer_window: int | None = None) -
         rope_base=a.rope_base if a.positional == "rope" else None,
         rope_scaling=scaling,
         n_heads=a.n_heads,
-        n_kv_heads=a.kv_heads,
+        n_kv_heads=a.n_kv_heads,
         window=a.sliding_window if layer_window is None else layer_window,
         norm=block_config.norm,
         norm_first=block_config.norm_first,

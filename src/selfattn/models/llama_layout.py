@@ -8,7 +8,7 @@ and so on. The families built on it differ only in data, stated in their own fil
     qkv_bias      None: the config's attention_bias says; True: always (q, k and v)
     out_bias      None: as q, k and v; False: never on o
     reads_mlp_bias  whether the config's mlp_bias is read (else no feed-forward biases)
-    windows       how the config's sliding windows are read: which layers, how wide
+    sliding_windows  how the config's sliding windows are read: which layers, how wide
     rope          how RoPE's base (one, or one per layer) and scaling are read
     activation_field, activations   the config field naming the gated unit, and the
                   names it may hold
@@ -162,7 +162,7 @@ class LlamaShape:
         out_bias: False: o never has one; None: the same as q, k and v.
         reads_mlp_bias: read the config's mlp_bias (default false); False: no
             feed-forward biases.
-        windows: (config, its reader, layers) -> per layer the sliding window or None;
+        sliding_windows: (config, its reader, layers) -> per layer the sliding window or None;
             () for full attention everywhere.
         refused: config.json field -> what it asks for that our blocks do not compute.
         rope: (config, its reader, layers) -> (base, scaling, per-layer bases or ());
@@ -182,7 +182,7 @@ class LlamaShape:
     qkv_bias: bool | None = None
     out_bias: bool | None = None
     reads_mlp_bias: bool = False
-    windows: Windows = no_windows
+    sliding_windows: Windows = no_windows
     refused: Mapping[str, str] = field(default_factory=lambda: dict(REFUSED), compare=False)
     rope: RopeReader = one_rope
     activation_field: str = "hidden_act"
@@ -238,7 +238,7 @@ class LlamaShape:
             max_positions=read.int("max_position_embeddings"),
             rope_base=base,
             rope_scaling=scaling,
-            windows=self.windows(data, read, layers),
+            sliding_windows=self.sliding_windows(data, read, layers),
             bias=read.bool("mlp_bias", default=False) if self.reads_mlp_bias else False,
             attention_bias=attention_bias,
             out_bias=self.out_bias if self.out_bias is not None else attention_bias,

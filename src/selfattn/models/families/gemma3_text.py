@@ -145,7 +145,7 @@ def gguf_extra(metadata: dict, data: dict) -> dict:
 SHAPE = LlamaShape(
     model_type=MODEL_TYPE,
     description="Gemma 3 text decoders: sandwich RMSNorms (gain 1 + w), GeGLU, q/k norms, sliding and full layers",
-    windows=windows,
+    sliding_windows=windows,
     rope=rope,
     activation_field="hidden_activation",
     activations={"gelu_pytorch_tanh": "geglu_tanh"},

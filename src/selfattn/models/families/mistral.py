@@ -34,6 +34,6 @@ def windows(data: dict, read: ConfigReader, layers: int) -> tuple[int | None, ..
 SHAPE = LlamaShape(
     model_type=MODEL_TYPE,
     description="Mistral decoders: the Llama layout with one sliding window on every layer",
-    windows=windows,
+    sliding_windows=windows,
 )
 FAMILY = llama_family(SHAPE)

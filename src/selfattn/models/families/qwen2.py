@@ -21,7 +21,7 @@ SHAPE = LlamaShape(
     description="Qwen2 decoders: the Llama layout with biases on q, k and v and sliding windows on chosen layers",
     qkv_bias=True,
     out_bias=False,
-    windows=windows_from_max_window_layers,
+    sliding_windows=windows_from_max_window_layers,
     gguf=GgufMap("qwen2"),  # RoPE on halves in llama.cpp too: the tensors as they were
 )
 FAMILY = llama_family(SHAPE)

@@ -22,7 +22,7 @@ MODEL_TYPE = "qwen3"
 SHAPE = LlamaShape(
     model_type=MODEL_TYPE,
     description="Qwen3 decoders: the Llama layout with an RMSNorm on each head's q and k before RoPE",
-    windows=windows_from_max_window_layers,
+    sliding_windows=windows_from_max_window_layers,
     options={"qk_norm": True},
     refused=dict(REFUSED, decoder_sparse_step="a mixture of experts", mlp_only_layers="a mixture of experts"),
     gguf=GgufMap("qwen3"),  # q_norm and k_norm are attn_q_norm and attn_k_norm there
