@@ -1,8 +1,9 @@
 """The model walkthrough's first steps: what the model is, its tokens, its embeddings.
 
 Also the small helpers every step of ``model_walkthrough`` shares (how a token is shown,
-the query's label, wide vectors cut to their first components). Read from the trace's
-own records (``embedding``, ``attention``), the same for every family.
+the query's label, wide vectors cut to their first components). Read from the record
+(``AttentionTrace``) and its "model" section's own records (``embedding``, each layer's
+``AttentionInfo``), the same for every family.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from selfattn.render.text.document import (
     token_table,
     vector_cells,
 )
-from selfattn.trace.model_trace import ModelTrace
+from selfattn.trace.record import AttentionTrace
 
 TOP_SHOWN = 3  # tokens named in "puts the most weight on"
 SPECIAL_SHARE_NOTED = 0.25  # above this share of weight on an encoder's special tokens, say why
@@ -53,22 +54,28 @@ PARTS = {
 COUNTS = {1: "one", 2: "two", 3: "three"}
 
 
-def token_label(t: ModelTrace, j: int) -> str:
+def token_label(t: AttentionTrace, j: int) -> str:
     """Token j as it reads, a space shown as ␣ (the vocabulary's spelling where decoding alone says nothing)."""
-    text = t.readable[j] if j < len(t.readable) else ""
+    readable = t.sections["model"].readable
+    text = readable[j] if j < len(readable) else ""
     if not text or "\ufffd" in text:  # nothing, or part of one character's bytes
         text = t.tokens[j]
     return display_token(text.replace(" ", SPACE))
 
 
-def token_cell(t: ModelTrace, j: int) -> str:
+def token_cell(t: AttentionTrace, j: int) -> str:
     label, raw = token_label(t, j), display_token(t.tokens[j])
     # A vocabulary that spells a space as a space (llama2.c's) spells the token as it reads.
     return label if label in (raw, display_token(t.tokens[j].replace(" ", SPACE))) else f"{label} ({raw})"
 
 
-def query_label(t: ModelTrace) -> str:
-    return f"'{token_label(t, t.query_index)}'"
+def query_label(t: AttentionTrace) -> str:
+    return f"'{token_label(t, t.query.index)}'"
+
+
+def is_special(t: AttentionTrace, j: int) -> bool:
+    """Whether token j is one of the vocabulary's special tokens."""
+    return t.tokens[j] in t.sections["model"].special_tokens
 
 
 def vector_length(vector: torch.Tensor) -> float:
@@ -88,10 +95,10 @@ def listed(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
-def seen_keys(t: ModelTrace, i: int) -> list[int]:
-    """The keys query i may see (t.allowed's row; every key without a mask)."""
-    n = len(t.tokens)
-    return list(range(n)) if t.allowed is None else [j for j in range(n) if bool(t.allowed[i, j])]
+def seen_keys(t: AttentionTrace, i: int) -> list[int]:
+    """The keys query i may see (the chosen layer's allowed row; every key without a mask)."""
+    n, allowed = len(t.tokens), t.steps.allowed
+    return list(range(n)) if allowed is None else [j for j in range(n) if bool(allowed[i, j])]
 
 
 def key_span(keys: list[int]) -> str:
@@ -102,14 +109,14 @@ def key_span(keys: list[int]) -> str:
     return "positions " + ", ".join(map(str, keys))
 
 
-def wide_row(t: ModelTrace, vectors: torch.Tensor, p: int, j: int) -> list[str]:
+def wide_row(t: AttentionTrace, vectors: torch.Tensor, p: int, j: int) -> list[str]:
     """Token j's row: its label, the first and last components, then the length."""
     return [token_label(t, j)] + vector_cells(vectors[j].tolist(), p) + [fmt(vector_length(vectors[j]), 2)]
 
 
-def wide_table(t: ModelTrace, vectors: torch.Tensor, p: int, title: str) -> list[Block]:
+def wide_table(t: AttentionTrace, vectors: torch.Tensor, p: int, title: str) -> list[Block]:
     """One row per token (cut past ``SHOWN_ROWS``, with a line saying so), the query's highlighted."""
-    return token_table(["token"] + component_headers(vectors.shape[-1], "x") + ["|x|"], len(t.tokens), t.query_index,
+    return token_table(["token"] + component_headers(vectors.shape[-1], "x") + ["|x|"], len(t.tokens), t.query.index,
                        lambda j: wide_row(t, vectors, p, j), title=title)
 
 
@@ -117,22 +124,24 @@ def rope_base_text(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
-def intro_step(doc: Document, t: ModelTrace) -> None:
-    a, h = t.attention, t.head
+def intro_step(doc: Document, t: AttentionTrace) -> None:
+    m, h = t.sections["model"], t.head
+    a = m.infos[t.layer]
+    d_model, d_head = int(t.embeddings.shape[-1]), int(t.steps.q.shape[-1])
     kind = (
         "a decoder: each token sees only itself and the tokens before it (causal attention), as a model that "
         "predicts the next token must" if a.causal
         else "an encoder: every token sees every token, before and after it (bidirectional attention)"
     )
     width = (
-        f"each head works on {t.d_head} of them ({t.n_heads} × {t.d_head} = {t.d_model})"
-        if t.n_heads * t.d_head == t.d_model else f"each head projects it to {t.d_head} numbers"
+        f"each head works on {d_head} of them ({t.n_heads} × {d_head} = {d_model})"
+        if t.n_heads * d_head == d_model else f"each head projects it to {d_head} numbers"
     )
     facts = []
     if a.n_kv_heads < a.n_heads:
         share = "multi-query attention" if a.n_kv_heads == 1 else f"grouped-query attention, {a.group_size} query heads to each"
         facts.append(f"Its {a.n_heads} query heads share {count_word(a.n_kv_heads)} key/value head{'s' if a.n_kv_heads > 1 else ''} "
-                     f"({share}): head {h} reads key/value head {t.kv_head}.")
+                     f"({share}): head {h} reads key/value head {t.steps.kv_head_of[h]}.")
     if a.positional == "rope":
         facts.append(f"Positions enter through RoPE (rotary position embedding): inside every attention layer, each "
                      f"head's queries and keys are turned by angles that grow with the position, with base θ = {rope_base_text(a.rope_base)}."
@@ -148,35 +157,35 @@ def intro_step(doc: Document, t: ModelTrace) -> None:
         "Every weight here was learned from data (this model was trained to place sentences with similar "
         "meaning close together), unlike the seed's hand-made table or the variants' random weights. So the "
         "patterns below are what a real model does, not arithmetic on made-up numbers."
-        if t.default_model else
+        if m.default_model else
         "Every weight here was learned by Andrej Karpathy's training for llama2.c on TinyStories, short "
         "stories in simple English, about 260 thousand parameters in all; selfattn reads his checkpoint as "
         "published. So the patterns below are what a real (small) language model learned, not arithmetic on "
         "random numbers."
-        if t.builtin and t.model_name == "stories260K" else
+        if m.builtin and m.model_name == "stories260K" else
         "Every weight here was learned by Hugging Face's SmolLM2 team: a 135-million-parameter language "
         "model trained on about two trillion tokens of web text, code and maths, then tuned to follow "
         "instructions and chat. So the patterns below are what a real language model does."
-        if t.builtin and t.model_name == "SmolLM2-135M-Instruct" else
+        if m.builtin and m.model_name == "SmolLM2-135M-Instruct" else
         "Every weight here was learned by selfattn's own training (selfattn train): tiny-induction on random "
         "symbols repeated, so it learned to continue a repeat; tiny-shakespeare on Shakespeare's plays, one "
         "character at a time. So the patterns below are learned behaviour, not arithmetic on random numbers."
-        if t.builtin else
+        if m.builtin else
         "The weights are this checkpoint's own, read from its files. If it was trained, the patterns below are "
         "what it learned; a randomly initialised checkpoint (a tiny test model, say) gives near-arbitrary "
         "patterns, so read its numbers as arithmetic, not as behaviour."
     )
-    if t.weight_blocks:
-        trained += " " + quantized_note(t.weight_blocks)
+    if m.weight_blocks:
+        trained += " " + quantized_note(m.weight_blocks)
     doc.add(
         Paragraph(
-            f"Model {t.model_name} ({a.family} architecture) is {kind}. It has {t.n_layers} layers of {t.n_heads} "
-            f"attention heads. Every token is a vector of {t.d_model} numbers, and {width}."
+            f"Model {m.model_name} ({a.family} architecture) is {kind}. It has {t.n_layers} layers of {t.n_heads} "
+            f"attention heads. Every token is a vector of {d_model} numbers, and {width}."
         ),
         Paragraph(" ".join(facts)),
         Note(trained),
         Paragraph(
-            f"This walkthrough follows layer {t.layer}, head {h}, with {query_label(t)} (position {t.query_index}) "
+            f"This walkthrough follows layer {t.layer}, head {h}, with {query_label(t)} (position {t.query.index}) "
             f"as the query. Layers, heads and positions count from 0, as everywhere in selfattn: the model's "
             f"{t.n_layers} layers are layers 0 to {t.n_layers - 1} and its {t.n_heads} heads are heads 0 to {t.n_heads - 1}."
         ),
@@ -198,9 +207,10 @@ def quantized_note(blocks: dict) -> str:
             f"weight the file holds, as llama.cpp computes with it, not the model's original.")
 
 
-def _tokenizer(t: ModelTrace) -> str:
+def _tokenizer(t: AttentionTrace) -> str:
     """The tokenizer's kind, by what its tokens look like."""
-    if any(tok.startswith("##") for tok in t.tokens) or any(s[:1] == "[" and s[-1:] == "]" for s in t.special_tokens):
+    special = t.sections["model"].special_tokens
+    if any(tok.startswith("##") for tok in t.tokens) or any(s[:1] == "[" and s[-1:] == "]" for s in special):
         return "wordpiece"
     if any("Ġ" in tok or "Ċ" in tok for tok in t.tokens):
         return "byte-level"
@@ -209,18 +219,20 @@ def _tokenizer(t: ModelTrace) -> str:
     return "other"
 
 
-def _continues(t: ModelTrace, j: int, kind: str) -> bool:
+def _continues(t: AttentionTrace, j: int, kind: str) -> bool:
     """Whether token j continues the word of token j - 1."""
-    if j == 0 or t.is_special(j) or t.is_special(j - 1):
+    if j == 0 or is_special(t, j) or is_special(t, j - 1):
         return False
     if kind == "wordpiece":
         return t.tokens[j].startswith("##")
-    before, text = t.readable[j - 1], t.readable[j]
+    readable = t.sections["model"].readable
+    before, text = readable[j - 1], readable[j]
     return text[:1].isalnum() and (before[-1:].isalnum() or set(before) == {" "})  # a bare space starts the word after it
 
 
-def _split_words(t: ModelTrace, kind: str) -> list[tuple[str, list[str]]]:
+def _split_words(t: AttentionTrace, kind: str) -> list[tuple[str, list[str]]]:
     """Words the tokenizer cut into pieces: (the word, its pieces as shown), in order."""
+    readable = t.sections["model"].readable
     words: list[list[int]] = []
     for j in range(len(t.tokens)):
         if words and _continues(t, j, kind):
@@ -229,12 +241,13 @@ def _split_words(t: ModelTrace, kind: str) -> list[tuple[str, list[str]]]:
             words.append([j])
     if kind == "wordpiece":
         return [("".join(t.tokens[j].removeprefix("##") for j in w), [display_token(t.tokens[j]) for j in w]) for w in words if len(w) > 1]
-    return [("".join(t.readable[j] for j in w).strip(), [token_label(t, j) for j in w]) for w in words if len(w) > 1]
+    return [("".join(readable[j] for j in w).strip(), [token_label(t, j) for j in w]) for w in words if len(w) > 1]
 
 
-def tokens_step(doc: Document, t: ModelTrace) -> None:
-    n, q, kind = len(t.tokens), t.query_index, _tokenizer(t)
-    lowered = any(c.isupper() for c in t.sentence) and not any(c.isupper() for j, tok in enumerate(t.tokens) if not t.is_special(j) for c in tok)
+def tokens_step(doc: Document, t: AttentionTrace) -> None:
+    m = t.sections["model"]
+    n, q, kind = len(t.tokens), t.query.index, _tokenizer(t)
+    lowered = any(c.isupper() for c in m.sentence) and not any(c.isupper() for j, tok in enumerate(t.tokens) if not is_special(t, j) for c in tok)
     space = {"byte-level": "Ġ", "sentencepiece": "▁"}.get(kind)
     if kind == "wordpiece":
         text = (
@@ -250,22 +263,22 @@ def tokens_step(doc: Document, t: ModelTrace) -> None:
             "were frequent in its training text into single tokens, so nothing is lower-cased and a word it rarely "
             f"saw stays in several pieces. A space belongs to the token after it, and the vocabulary writes it as '{space}'"
         )
-        marked = next((j for j in range(n) if t.tokens[j].startswith(space) and len(t.tokens[j]) > 1 and not t.is_special(j)), None)
-        text += "." if marked is None else f": {t.readable[marked]!r} is the token {t.tokens[marked]!r}."
+        marked = next((j for j in range(n) if t.tokens[j].startswith(space) and len(t.tokens[j]) > 1 and not is_special(t, j)), None)
+        text += "." if marked is None else f": {m.readable[marked]!r} is the token {t.tokens[marked]!r}."
     else:
         text = f"The model cuts the text with its own tokenizer into {n} tokens, each an entry of its vocabulary."
-    special = [j for j in range(n) if t.is_special(j)]
+    special = [j for j in range(n) if is_special(t, j)]
     if special:
         places = [f"{display_token(t.tokens[j])} " + ("at the front" if j == 0 else "at the end" if j == n - 1 else f"at position {j}") for j in special]
         text += f" It also adds {count_word(len(special))} token{'s' if len(special) > 1 else ''} of its own: {listed(places)}."
     else:
         text += " It adds no special tokens of its own to this text."
     text += " Each token has an id, its row in the embedding table."
-    differs = sorted((j for j in range(n) if token_cell(t, j) != token_label(t, j)), key=lambda j: not any(c.isalnum() for c in t.readable[j]))
+    differs = sorted((j for j in range(n) if token_cell(t, j) != token_label(t, j)), key=lambda j: not any(c.isalnum() for c in m.readable[j]))
     if differs:
         text += (f" A token is shown as it reads, with {SPACE} for a space; where the vocabulary spells it otherwise, "
                  f"its spelling follows in brackets, as in {token_cell(t, differs[0])}.")
-    broken = [j for j in range(n) if "\ufffd" in t.readable[j]]
+    broken = [j for j in range(n) if "\ufffd" in m.readable[j]]
     if broken:
         text += (" A token that holds only part of a character's UTF-8 bytes reads as nothing alone, so it is shown "
                  f"as the vocabulary writes it ({display_token(t.tokens[broken[0]])} here).")
@@ -273,13 +286,14 @@ def tokens_step(doc: Document, t: ModelTrace) -> None:
     if split:
         shown = "; ".join(f"'{display_token(word)}' became {' + '.join(pieces)}" for word, pieces in split[:SPLIT_WORDS_SHOWN])
         text += f" Here {shown}."
-    rows = [[str(i), token_cell(t, i), str(t.input_ids[i]), "← query" if i == q else "special" if t.is_special(i) else ""] for i in range(n)]
+    rows = [[str(i), token_cell(t, i), str(m.input_ids[i]), "← query" if i == q else "special" if is_special(t, i) else ""] for i in range(n)]
     title = "WordPiece tokens" if kind == "wordpiece" else "Tokens"
     doc.add(Heading(f"Step 1 · {title}"), Paragraph(text), Table(["position", "token", "id", ""], rows, highlight_row=q, numeric_from=2))
 
 
-def embeddings_step(doc: Document, t: ModelTrace, p: int) -> None:
-    q, d, e = t.query_index, t.d_model, t.embedding
+def embeddings_step(doc: Document, t: AttentionTrace, p: int) -> None:
+    m = t.sections["model"]
+    q, d, e = t.query.index, int(t.embeddings.shape[-1]), m.embedding
     order = {"word": 0, "position": 1, "type": 2}
     shown = sorted(e.parts, key=lambda part: order.get(part.name, 3))
     said = [PARTS.get(part.name, part.label) for part in shown]
@@ -290,7 +304,7 @@ def embeddings_step(doc: Document, t: ModelTrace, p: int) -> None:
     if e.normalised:
         text += (" LayerNorm then rescales the sum: it subtracts the mean of its numbers, divides by their standard "
                  "deviation, and applies a learned scale and shift to each component.")
-    names = {"word": f"word (id {t.input_ids[q]})", "position": f"position {q}", "type": "type 0"}
+    names = {"word": f"word (id {m.input_ids[q]})", "position": f"position {q}", "type": "type 0"}
     parts = [(names.get(part.name, part.label), part.vectors[q]) for part in shown]
     if len(shown) > 1:  # for display; with a LayerNorm after it, the model's own sum is not in the trace
         parts.append(("sum", sum(part.vectors[q] for part in shown) if e.normalised else t.embeddings[q]))

@@ -1,11 +1,12 @@
-"""The walkthrough of one head of a pretrained model, as a Document built from a ModelTrace.
+"""The walkthrough of one head of a pretrained model, as a Document built from its ``AttentionTrace``.
 
 The seed's steps (tokens, embeddings, scores, softmax, context) on a real model's learned
 numbers, for any family we load. What differs between models (encoder or decoder, the
 embedding's parts, pre- or post-norm, RoPE, grouped-query heads, a sliding window) is
-read from the trace's ``embedding`` and ``attention`` records, never from the family's
-name. Wide vectors are shown by their first and last components and their length. All
-numbers come from the trace; nothing here computes attention.
+read from the record's "model" section (its ``embedding`` and each layer's
+``AttentionInfo``), never from the family's name. Wide vectors are shown by their first
+and last components and their length. All numbers come from the trace; nothing here
+computes attention.
 """
 
 from __future__ import annotations
@@ -29,18 +30,18 @@ from selfattn.render.text.document import (
 )
 from selfattn.render.text.model_input import (
     FEED_FORWARD, NORM_TEXT, NORMS, SPECIAL_SHARE_NOTED, TOP_SHOWN, embeddings_step, layers_before,
-    hidden_name, intro_step, key_span, query_label, rope_base_text,
+    hidden_name, intro_step, is_special, key_span, query_label, rope_base_text,
     seen_keys, token_label, tokens_step, vector_length, wide_table,
 )
-from selfattn.trace.model_trace import ModelTrace
+from selfattn.trace.record import AttentionTrace
 
-def model_steps(doc: Document, t: ModelTrace, p: int) -> None:
+def model_steps(doc: Document, t: AttentionTrace, p: int) -> None:
     """Every step of layer ``t.layer``, head ``t.head`` for the query, in reading order."""
     intro_step(doc, t)
     tokens_step(doc, t)
     embeddings_step(doc, t, p)
     step = 3
-    if t.layer > 0 or t.attention.norm_first:
+    if t.layer > 0 or t.sections["model"].infos[t.layer].norm_first:
         _layer_input(doc, t, p, step)
         step += 1
     _projections(doc, t, p, step)
@@ -51,8 +52,9 @@ def model_steps(doc: Document, t: ModelTrace, p: int) -> None:
 
 
 
-def _layer_input(doc: Document, t: ModelTrace, p: int, step: int) -> None:
-    a, layer, x = t.attention, t.layer, hidden_name(t.layer)
+def _layer_input(doc: Document, t: AttentionTrace, p: int, step: int) -> None:
+    m = t.sections["model"]
+    a, layer, x = m.infos[t.layer], t.layer, hidden_name(t.layer)
     norm = NORMS.get(a.norm, a.norm)
     if layer > 0:
         doc.add(
@@ -61,9 +63,9 @@ def _layer_input(doc: Document, t: ModelTrace, p: int, step: int) -> None:
                 f"Layer {layer} does not read the embeddings themselves but what {layers_before(layer)} made of them: each "
                 "layer mixes information between the tokens (attention) and then reworks each token on its own (a "
                 f"feed-forward network), so a token's vector now carries some of its context. This is {x}, "
-                f"still {len(t.tokens)} × {t.d_model}."
+                f"still {len(t.tokens)} × {int(t.embeddings.shape[-1])}."
             ),
-            *wide_table(t, t.layer_input, p, f"{x}: the hidden states entering layer {layer}"),
+            *wide_table(t, m.hidden_states[t.layer], p, f"{x}: the hidden states entering layer {layer}"),
         )
     else:
         doc.add(Heading(f"Step {step} · What the attention of layer 0 reads: {norm}(X₀)"))
@@ -77,23 +79,24 @@ def _layer_input(doc: Document, t: ModelTrace, p: int, step: int) -> None:
                 + f". {NORM_TEXT.get(a.norm, '')}"
                 + (" This checkpoint stores each gain minus one: its RMSNorm multiplies by 1 + g." if a.norm_gain == "1+w" else "")
             ),
-            *wide_table(t, t.attention_input, p, f"{norm}({x}): what the attention of layer {layer} reads"),
+            *wide_table(t, t.steps.input, p, f"{norm}({x}): what the attention of layer {layer} reads"),
         )
 
 
-def _heads_text(t: ModelTrace, step: int) -> str:
-    a, h, d_head = t.attention, t.head, t.d_head
-    first, kv = h * d_head, t.kv_head
+def _heads_text(t: AttentionTrace, step: int) -> str:
+    s, h = t.steps, t.head
+    a, d_head, d_model = t.sections["model"].infos[t.layer], int(s.q.shape[-1]), int(t.embeddings.shape[-1])
+    first, kv = h * d_head, s.kv_head_of[h]
     x = f"x (here {NORMS.get(a.norm, a.norm)}(x), the step before)" if a.norm_first else "x"
     text = (
         f"Each token's vector {x} is projected three ways by learned matrices (some models also add a learned bias "
         "vector to each): the query q (what the token is looking for), the key k (what it offers to be found by) and "
-        f"the value v (what it hands over). W_q is {t.d_model} × {t.n_heads * d_head}: its columns are {t.n_heads} groups "
+        f"the value v (what it hands over). W_q is {d_model} × {t.n_heads * d_head}: its columns are {t.n_heads} groups "
         f"of {d_head}, one group per head, and head {h} uses columns {first} to {first + d_head - 1}."
     )
     if a.n_kv_heads < a.n_heads:
         text += (
-            f" W_k and W_v are narrower, {t.d_model} × {a.n_kv_heads * d_head}: {a.n_kv_heads} group{'s' if a.n_kv_heads > 1 else ''} "
+            f" W_k and W_v are narrower, {d_model} × {a.n_kv_heads * d_head}: {a.n_kv_heads} group{'s' if a.n_kv_heads > 1 else ''} "
             f"of {d_head}, one per key/value head, and each key/value head serves {a.group_size} query heads. So head {h} "
             f"reads the keys and values of key/value head {kv} (columns {kv * d_head} to {kv * d_head + d_head - 1} of W_k and W_v)."
         )
@@ -110,18 +113,22 @@ def _heads_text(t: ModelTrace, step: int) -> str:
     return text + f" In this head every q, k and v has {d_head} numbers; v comes in at step {step + 2}."
 
 
-def _kv_name(t: ModelTrace) -> str:
-    return f"key/value head {t.kv_head}" if t.attention.n_kv_heads < t.attention.n_heads else f"head {t.head}"
+def _kv_name(t: AttentionTrace) -> str:
+    a = t.sections["model"].infos[t.layer]
+    return f"key/value head {t.steps.kv_head_of[t.head]}" if a.n_kv_heads < a.n_heads else f"head {t.head}"
 
 
-def _rope(doc: Document, t: ModelTrace, p: int) -> None:
-    a, q, d_head = t.attention, t.query_index, t.d_head
+def _rope(doc: Document, t: AttentionTrace, p: int) -> None:
+    s, h = t.steps, t.head
+    kv = s.kv_head_of[h]
+    a, q, d_head = t.sections["model"].infos[t.layer], t.query.index, int(s.q.shape[-1])
     seen = seen_keys(t, q)
     others = [j for j in seen if j not in (0, q)] or [j for j in seen if j != q] or [q]  # token 0 is not turned
-    j = max(others, key=lambda k: float(t.weights[q, k]))  # the key the query weighs most
-    before = float(t.scores_plain[q, j])  # q . k before the turn, as the trace recorded it
+    j = max(others, key=lambda k: float(s.weights[h, q, k]))  # the key the query weighs most
+    before = float(s.scores_plain[h, q, j])  # q . k before the turn, as the trace recorded it
     scaling = f" This checkpoint rescales the frequencies θ_c first ({a.rope_scaling})." if a.rope_scaling else ""
-    pairs = [(f"q at {q}, before", t.q_plain[q]), (f"q at {q}, after", t.q[q]), (f"k at {j}, before", t.k_plain[j]), (f"k at {j}, after", t.k[j])]
+    pairs = [(f"q at {q}, before", s.q_plain[h, q]), (f"q at {q}, after", s.q[h, q]),
+             (f"k at {j}, before", s.k_plain[kv, j]), (f"k at {j}, after", s.k[kv, j])]
     rows = [[name] + vector_cells(v.tolist(), p) + [fmt(vector_length(v), p)] for name, v in pairs]
     doc.add(
         Paragraph(
@@ -135,7 +142,7 @@ def _rope(doc: Document, t: ModelTrace, p: int) -> None:
         ),
         Table(["RoPE"] + component_headers(d_head, "x") + ["|x|"], rows,
               title=f"RoPE turns the query {query_label(t)} and the key of '{token_label(t, j)}'"),
-        Lines([f"q · k before the turn = {fmt(before, p)}   after the turn = {fmt(t.scores_unscaled[q, j], p)}"]),
+        Lines([f"q · k before the turn = {fmt(before, p)}   after the turn = {fmt(s.scores[h, q, j], p)}"]),
     )
 
 
@@ -149,17 +156,21 @@ def _pairs_text(pairs: str | None, d_head: int) -> str:
     return ""
 
 
-def _projections(doc: Document, t: ModelTrace, p: int, step: int) -> None:
-    q, h, d_head = t.query_index, t.head, t.d_head
-    rope = t.attention.positional == "rope" and t.q_plain is not None and t.k_plain is not None
-    rows = [[token_label(t, j)] + vector_cells(t.k[j].tolist(), p) + [fmt(t.scores_unscaled[q, j], p)] for j in range(len(t.tokens))]
+def _projections(doc: Document, t: AttentionTrace, p: int, step: int) -> None:
+    s, h = t.steps, t.head
+    kv = s.kv_head_of[h]
+    q, d_head = t.query.index, int(s.q.shape[-1])
+    rope = t.sections["model"].infos[t.layer].positional == "rope" and s.q_plain is not None and s.k_plain is not None
+    rows = [[token_label(t, j)] + vector_cells(s.k[kv, j].tolist(), p) + [fmt(s.scores[h, q, j], p)]
+            for j in range(len(t.tokens))]
     doc.add(Heading(f"Step {step} · Queries and keys of head {h}: q = x W_q, k = x W_k"), Paragraph(_heads_text(t, step)))
     if rope:
         _rope(doc, t, p)
     after = " (after RoPE)" if rope else ""
-    hidden = " Every key gets a score here, also those the mask hides in the next step." if t.allowed is not None else ""
+    hidden = " Every key gets a score here, also those the mask hides in the next step." if s.allowed is not None else ""
     doc.add(
-        Lines([f"q of {query_label(t)}{after} = {fmt_vector(t.q[q].tolist(), p)}", f"|q| = {fmt(vector_length(t.q[q]), p)}"]),
+        Lines([f"q of {query_label(t)}{after} = {fmt_vector(s.q[h, q].tolist(), p)}",
+               f"|q| = {fmt(vector_length(s.q[h, q]), p)}"]),
         Paragraph(
             f"The score of key j is the dot product q · k_j: multiply the {d_head} pairs of components and add them "
             f"up. The better key j matches what {query_label(t)} is looking for, the larger its score.{hidden}"
@@ -168,8 +179,8 @@ def _projections(doc: Document, t: ModelTrace, p: int, step: int) -> None:
     )
 
 
-def _mask_text(t: ModelTrace, seen: list[int]) -> str:
-    a, q, n = t.attention, t.query_index, len(t.tokens)
+def _mask_text(t: AttentionTrace, seen: list[int]) -> str:
+    a, q, n = t.sections["model"].infos[t.layer], t.query.index, len(t.tokens)
     reasons = []
     if a.causal:
         reasons.append("the causal mask hides every later token, since a model that predicts the next token may not look ahead")
@@ -187,11 +198,12 @@ def _mask_text(t: ModelTrace, seen: list[int]) -> str:
     )
 
 
-def _softmax(doc: Document, t: ModelTrace, p: int, step: int) -> None:
-    q, n, d_head = t.query_index, len(t.tokens), t.d_head
+def _softmax(doc: Document, t: AttentionTrace, p: int, step: int) -> None:
+    s, h = t.steps, t.head
+    q, n, d_head = t.query.index, len(t.tokens), int(s.q.shape[-1])
     seen = seen_keys(t, q)
-    masked = t.allowed is not None
-    columns = [t.scores_unscaled[q], t.scores[q], t.exp[q], t.weights[q]]
+    masked = s.allowed is not None
+    columns = [s.scores[h, q], s.masked[h, q], s.exp[h, q], s.weights[h, q]]
     rows = [[token_label(t, j)] + [fmt(col[j], p) for col in columns] + (["" if j in seen else "hidden"] if masked else []) for j in range(n)]
     add_up = ("The weights α of the keys it may see are positive and add up to 1; the hidden ones get 0."
               if masked else "The weights α are positive and add up to 1.")
@@ -199,20 +211,20 @@ def _softmax(doc: Document, t: ModelTrace, p: int, step: int) -> None:
     if masked:
         doc.add(Paragraph(_mask_text(t, seen)))
     over = f" over the {len(seen)} key{'s' if len(seen) > 1 else ''} it may see" if masked else ""
-    if not math.isclose(t.scale, d_head ** -0.5):  # the checkpoint's own scale (Gemma 3's 1 / sqrt(query_pre_attn_scalar))
-        root = 1 / t.scale ** 2
+    if not math.isclose(s.scale, d_head ** -0.5):  # the checkpoint's own scale (Gemma 3's 1 / sqrt(query_pre_attn_scalar))
+        root = 1 / s.scale ** 2
         shown = f"{root:g}" if math.isclose(root, round(root)) else fmt(root, p)
         scaling = (
-            f"Before the softmax every score is multiplied by this checkpoint's own scale, {fmt(t.scale, p)} = "
+            f"Before the softmax every score is multiplied by this checkpoint's own scale, {fmt(s.scale, p)} = "
             f"1/√{shown}, in place of the usual 1/√{d_head}: a sum of {d_head} products spreads about √{d_head} "
             "times wider than one product, and the model was trained with this factor to keep its scores in "
             "range."
         )
-        column = f"s = q · k × {fmt(t.scale, p)}"
+        column = f"s = q · k × {fmt(s.scale, p)}"
     else:
         scaling = (
             f"Before the softmax every score is divided by √{d_head} = {fmt(math.sqrt(d_head), p)} (times "
-            f"{fmt(t.scale, p)}). A sum of {d_head} products spreads about √{d_head} times wider than one product, "
+            f"{fmt(s.scale, p)}). A sum of {d_head} products spreads about √{d_head} times wider than one product, "
             "and softmax over widely spread scores hands nearly all the weight to one token, where learning "
             "stalls."
         )
@@ -223,16 +235,17 @@ def _softmax(doc: Document, t: ModelTrace, p: int, step: int) -> None:
             f"divide each by their sum. {add_up}"
         ),
         Table(["token", "q · k", column, "exp(s - m)", "α"] + ([""] if masked else []), rows, highlight_row=q),
-        Lines([f"m = {fmt(t.row_max[q], p)}   sum of exp(s - m) = {fmt(t.exp_sum[q], p)}   sum of α{over} = {fmt(t.weights[q, seen].sum(), p)}"]),
+        Lines([f"m = {fmt(s.row_max[h, q], p)}   sum of exp(s - m) = {fmt(s.exp_sum[h, q], p)}   "
+               f"sum of α{over} = {fmt(s.weights[h, q, seen].sum(), p)}"]),
     )
-    order = sorted(seen, key=lambda j: -float(t.weights[q, j]))
+    order = sorted(seen, key=lambda j: -float(s.weights[h, q, j]))
     decimals = max(p - 2, 0)
-    top = ", ".join(f"'{token_label(t, j)}' {100 * float(t.weights[q, j]):.{decimals}f}%" for j in order[:TOP_SHOWN])
-    doc.add(Paragraph(f"In layer {t.layer}, head {t.head}, {query_label(t)} puts the most weight on {top}."))
-    if t.attention.causal:
+    top = ", ".join(f"'{token_label(t, j)}' {100 * float(s.weights[h, q, j]):.{decimals}f}%" for j in order[:TOP_SHOWN])
+    doc.add(Paragraph(f"In layer {t.layer}, head {h}, {query_label(t)} puts the most weight on {top}."))
+    if t.sections["model"].infos[t.layer].causal:
         return  # a decoder's first token is explained after the head (the attention sink)
-    special = [j for j in range(n) if t.is_special(j) and j != q]
-    share = float(sum(float(t.weights[q, j]) for j in special))
+    special = [j for j in range(n) if is_special(t, j) and j != q]
+    share = float(sum(float(s.weights[h, q, j]) for j in special))
     if share >= SPECIAL_SHARE_NOTED:
         doc.add(
             Note(
@@ -244,18 +257,22 @@ def _softmax(doc: Document, t: ModelTrace, p: int, step: int) -> None:
         )
 
 
-def _context(doc: Document, t: ModelTrace, p: int, step: int) -> None:
-    q, d_head = t.query_index, t.d_head
-    rows = [[token_label(t, j), fmt(t.weights[q, j], p)] + vector_cells(t.v[j].tolist(), p) for j in range(len(t.tokens))]
-    hidden = " The hidden keys have α = 0, so their values add nothing." if t.allowed is not None else ""
+def _context(doc: Document, t: AttentionTrace, p: int, step: int) -> None:
+    s, h = t.steps, t.head
+    kv = s.kv_head_of[h]
+    q, d_head = t.query.index, int(s.q.shape[-1])
+    rows = [[token_label(t, j), fmt(s.weights[h, q, j], p)] + vector_cells(s.v[kv, j].tolist(), p)
+            for j in range(len(t.tokens))]
+    hidden = " The hidden keys have α = 0, so their values add nothing." if s.allowed is not None else ""
     doc.add(
-        Heading(f"Step {step} · Head {t.head}'s output for {query_label(t)}: z = Σ α_j v_j"),
+        Heading(f"Step {step} · Head {h}'s output for {query_label(t)}: z = Σ α_j v_j"),
         Paragraph(
             f"The head hands back a blend of the value vectors, each scaled by its weight: {d_head} numbers for "
             f"{query_label(t)}. Tokens with a large α pull the blend towards their own v.{hidden}"
         ),
         Table(["token", "α"] + component_headers(d_head, "v"), rows, title=f"Every token's value in {_kv_name(t)}", highlight_row=q),
-        Lines([f"z of {query_label(t)} = {fmt_vector(t.context[q].tolist(), p)}", f"|z| = {fmt(vector_length(t.context[q]), p)}"]),
+        Lines([f"z of {query_label(t)} = {fmt_vector(s.context[h, q].tolist(), p)}",
+               f"|z| = {fmt(vector_length(s.context[h, q]), p)}"]),
     )
 
 
@@ -270,22 +287,23 @@ def _shell_quoted(sentence: str) -> str:
     return '"your sentence"'
 
 
-def _rest_of_layer(t: ModelTrace) -> str:
-    a, layer, width = t.attention, t.layer, t.n_heads * t.d_head
+def _rest_of_layer(t: AttentionTrace) -> str:
+    m, layer, d_head, d_model = t.sections["model"], t.layer, int(t.steps.q.shape[-1]), int(t.embeddings.shape[-1])
+    a, width = m.infos[layer], t.n_heads * d_head
     norm, ff = NORMS.get(a.norm, a.norm), FEED_FORWARD.get(a.feed_forward, a.feed_forward)
     result = "the model's final vectors" + (f", after one last {norm}" if a.norm_first else "")
     if layer < t.n_layers - 1:
         result = f"the input of the next layer, layer {layer + 1}"
     elif a.causal:
         result += "; the last token's vector, multiplied by the output matrix, scores every token of the vocabulary as the next one"
-    elif t.default_model:
+    elif m.default_model:
         result += "; for a sentence embedding, the model averages them over the tokens (see selfattn similarity)"
-    own = (f"W_q (and, shared with the other query heads of its group, {t.d_head} columns of W_k and W_v)"
+    own = (f"W_q (and, shared with the other query heads of its group, {d_head} columns of W_k and W_v)"
            if a.n_kv_heads < a.n_heads else "W_q, W_k and W_v")
     joined = (
         f"Head {t.head} is one of {t.n_heads} heads that run side by side on the same input, each with its own "
-        f"{t.d_head} columns of {own}, so each can look for something else. Their {t.n_heads} outputs of "
-        f"{t.d_head} numbers are laid side by side into {width}, multiplied by W_o ({width} × {t.d_model}) and "
+        f"{d_head} columns of {own}, so each can look for something else. Their {t.n_heads} outputs of "
+        f"{d_head} numbers are laid side by side into {width}, multiplied by W_o ({width} × {d_model}) and "
         "added to the layer's input (the residual connection)"
     )
     if a.norm_first and a.sandwich_norm:
@@ -299,15 +317,20 @@ def _rest_of_layer(t: ModelTrace) -> str:
     return joined + rest + f" The result is layer {layer}'s output, {result}."
 
 
-def _sink(t: ModelTrace, p: int) -> Paragraph:
-    """The decoder's first token as a place to park weight: this head's share on it, and the query's."""
+def _sink(t: AttentionTrace, p: int) -> Paragraph:
+    """The decoder's first token as a place to park weight: this head's share on it, and the query's.
+
+    Only for two tokens or more: the share is the mean weight on token 0 of the queries after it.
+    """
+    s, h, q = t.steps, t.head, t.query.index
     decimals = max(p - 2, 0)
-    share, own = 100 * t.first_token_share, 100 * float(t.weights[t.query_index, 0])
-    alone = f" ({query_label(t)} is token 0 itself, so it may see only itself.)" if t.query_index == 0 else ""
-    blind = [i for i in range(1, len(t.tokens)) if t.allowed is not None and not bool(t.allowed[i, 0])]
+    share, own = 100 * float(s.weights[h, 1:, 0].mean()), 100 * float(s.weights[h, q, 0])
+    alone = f" ({query_label(t)} is token 0 itself, so it may see only itself.)" if q == 0 else ""
+    blind = [i for i in range(1, len(t.tokens)) if s.allowed is not None and not bool(s.allowed[i, 0])]
     window = (f" Here layer {t.layer}'s sliding window hides token 0 from the {len(blind)} queries at {key_span(blind)}, "
               "which count with weight 0 in that average." if blind else "")
-    untrained = "" if t.builtin else " In an untrained checkpoint the share is an accident of the random weights."
+    builtin = t.sections["model"].builtin
+    untrained = "" if builtin else " In an untrained checkpoint the share is an accident of the random weights."
     return Paragraph(
         f"The first token: in this head the tokens after token 0 ('{token_label(t, 0)}') put on average {share:.{decimals}f}% "
         f"of their weight on it, and {query_label(t)} puts {own:.{decimals}f}% on it.{alone} Many trained decoders park "
@@ -317,30 +340,31 @@ def _sink(t: ModelTrace, p: int) -> Paragraph:
     )
 
 
-def _after_the_head(doc: Document, t: ModelTrace, p: int) -> None:
-    q, a = t.query_index, t.attention
+def _after_the_head(doc: Document, t: AttentionTrace, p: int) -> None:
+    m = t.sections["model"]
+    q, a, output = t.query.index, m.infos[t.layer], m.hidden_states[t.layer + 1]
     doc.add(
         Heading(f"After head {t.head}: the rest of layer {t.layer}"),
         Paragraph(_rest_of_layer(t)),
-        Lines([f"layer {t.layer}'s output for {query_label(t)} = {fmt_vector(t.layer_output[q].tolist(), p)}"]),
+        Lines([f"layer {t.layer}'s output for {query_label(t)} = {fmt_vector(output[q].tolist(), p)}"]),
     )
     if a.causal and len(t.tokens) > 1:
         doc.add(_sink(t, p))
-    specials = list(dict.fromkeys(display_token(t.tokens[j]) for j in range(len(t.tokens)) if t.is_special(j)))
+    specials = list(dict.fromkeys(display_token(t.tokens[j]) for j in range(len(t.tokens)) if is_special(t, j)))
     looks = ["some look at the token before" + ("" if a.causal else " or after")]
     if a.causal:
         looks.append("some at the first token")
     elif specials:
         looks.append(f"some at {' and '.join(specials)}")
     # The model as it was given (a folder, a .bin file, a hub id), so the command runs as printed.
-    model = "" if t.default_model else f"--model {shlex.quote(t.model_source)}"
+    model = "" if m.default_model else f"--model {shlex.quote(m.source)}"
     doc.add(
         Paragraph(
             f"Heads differ a lot: {', '.join(looks)}, some spread their weight widely. To see what all "
             f"{t.n_layers * t.n_heads} heads do on this sentence, run"
         ),
-        Lines(command_lines(f"selfattn heads {_shell_quoted(t.sentence)}", model) if model
-              else [f"selfattn heads {_shell_quoted(t.sentence)}"]),
+        Lines(command_lines(f"selfattn heads {_shell_quoted(m.sentence)}", model) if model
+              else [f"selfattn heads {_shell_quoted(m.sentence)}"]),
         Paragraph(
             "then pick one and come back with --layer and --head. --format json has every number of this walkthrough."
         ),

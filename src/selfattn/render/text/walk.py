@@ -95,9 +95,8 @@ def _output(doc: Document, record: AttentionTrace, p: int, step: int) -> int:
 def _model(doc: Document, record: AttentionTrace, p: int, step: int) -> int:
     # A model's writers are imported with the first model's record: the seed's start-up skips them.
     from selfattn.render.text.model_walkthrough import model_steps
-    from selfattn.trace.model_trace import ModelTrace
 
-    model_steps(doc, ModelTrace(record), p)
+    model_steps(doc, record, p)
     return step
 
 
