@@ -1,17 +1,17 @@
 """The flash variant's own steps: the online softmax block by block, then the checks.
 
-Every number comes from the trace's FlashTrace (the kernel's own pieces, run on the
-query's row); nothing here computes attention. The prose is ours.
+Every number comes from the record's "flash" section, a FlashTrace (the kernel's own
+pieces, run on the query's row); nothing here computes attention. The prose is ours.
 """
 
 from __future__ import annotations
 
 from selfattn.render.text.document import Document, Heading, Lines, Note, Paragraph, Table, display_token, fmt, fmt_vector
 from selfattn.trace.flash_trace import FlashBlock
-from selfattn.trace.variants import VariantTrace
+from selfattn.trace.record import AttentionTrace
 
 
-def flash_steps(doc: Document, t: VariantTrace, p: int, step: int) -> int:
+def flash_steps(doc: Document, t: AttentionTrace, p: int, step: int) -> int:
     """The block-by-block step, the comparison with the plain softmax and the lse check; -> the next step number."""
     _blocks(doc, t, p, step)
     _result(doc, t, p, step + 1)
@@ -19,19 +19,20 @@ def flash_steps(doc: Document, t: VariantTrace, p: int, step: int) -> int:
     return step + 3
 
 
-def _label(t: VariantTrace, j: int) -> str:
+def _label(t: AttentionTrace, j: int) -> str:
     return display_token(t.tokens[j])
 
 
-def _score_name(t: VariantTrace) -> str:
-    if t.positional == "rope":
+def _score_name(t: AttentionTrace) -> str:
+    positional = t.sections["positional"].name
+    if positional == "rope":
         return "s = q · k_j (after RoPE)"
-    if t.positional == "alibi":
+    if positional == "alibi":
         return "s = x_q · x_j + ALiBi bias"
     return "s = x_q · x_j"
 
 
-def _keys(t: VariantTrace, block: FlashBlock) -> str:
+def _keys(t: AttentionTrace, block: FlashBlock) -> str:
     return ", ".join(_label(t, j) for j in range(block.start, block.end))
 
 
@@ -39,9 +40,9 @@ def _span(block: FlashBlock) -> str:
     return f"key {block.start}" if block.end - block.start == 1 else f"keys {block.start}-{block.end - 1}"
 
 
-def _blocks(doc: Document, t: VariantTrace, p: int, step: int) -> None:
-    f, q = t.flash, t.query_index
-    n, count = len(t.tokens), len(t.flash.blocks)
+def _blocks(doc: Document, t: AttentionTrace, p: int, step: int) -> None:
+    f, q = t.section("flash"), t.query.index
+    n, count = len(t.tokens), len(f.blocks)
     size = f"{f.block_size} key{'s' if f.block_size > 1 else ''}"
     doc.add(
         Heading(f"Step {step} · The online softmax, block by block, for '{_label(t, q)}'"),
@@ -130,8 +131,8 @@ def _blocks(doc: Document, t: VariantTrace, p: int, step: int) -> None:
         )
 
 
-def _result(doc: Document, t: VariantTrace, p: int, step: int) -> None:
-    f, q = t.flash, t.query_index
+def _result(doc: Document, t: AttentionTrace, p: int, step: int) -> None:
+    f, q = t.section("flash"), t.query.index
     last = f.blocks[-1]
     flash_text, plain_text = fmt_vector(f.output[q].tolist(), p), fmt_vector(f.plain_output[q].tolist(), p)
     width = len(f"flash_attention (block_k = {f.block_size}):")
@@ -166,12 +167,12 @@ def _result(doc: Document, t: VariantTrace, p: int, step: int) -> None:
     )
 
 
-def _lse(doc: Document, t: VariantTrace, p: int, step: int) -> None:
-    f, q = t.flash, t.query_index
+def _lse(doc: Document, t: AttentionTrace, p: int, step: int) -> None:
+    s, f, q = t.steps, t.section("flash"), t.query.index
     last = f.blocks[-1]
     columns = [_score_name(t), "exp(s - lse)", "softmax α"]
     rows = [
-        [_label(t, j), fmt(t.masked_scores[0, q, j], p), fmt(f.weights_from_lse[q, j], p), fmt(f.plain_weights[q, j], p)]
+        [_label(t, j), fmt(s.masked[0, q, j], p), fmt(f.weights_from_lse[q, j], p), fmt(f.plain_weights[q, j], p)]
         for j in range(len(t.tokens))
     ]
     doc.add(

@@ -31,7 +31,6 @@ from selfattn.render.text.seed_walkthrough import embeddings_step, seed_steps, t
 from selfattn.formatting import check_precision
 from selfattn.trace.record import AttentionTrace, record_of
 from selfattn.trace.seed import Trace
-from selfattn.trace.variants import VariantTrace
 
 # (doc, record, precision, the next step's number) -> the number after the steps written
 Writer = Callable[[Document, AttentionTrace, int, int], int]
@@ -57,38 +56,37 @@ def _positional(tables: bool) -> Writer:
     RoPE and ALiBi, which act on q, k and the scores, after them."""
 
     def write(doc: Document, record: AttentionTrace, p: int, step: int) -> int:
-        t = VariantTrace(record)
-        if t.positional == "none" or (t.encoding is not None) != tables:
+        positional = record.sections["positional"]
+        if positional.name == "none" or (positional.encoding is not None) != tables:
             return step
-        positional_step(doc, t, p, step)
+        positional_step(doc, record, p, step)
         return step + 1
 
     return write
 
 
 def _projections(doc: Document, record: AttentionTrace, p: int, step: int) -> int:
-    projections_step(doc, VariantTrace(record), p, step)
+    projections_step(doc, record, p, step)
     return step + 1
 
 
 def _mask(doc: Document, record: AttentionTrace, p: int, step: int) -> int:
-    mask_step(doc, VariantTrace(record), p, step)
+    mask_step(doc, record, p, step)
     return step + 1
 
 
 def _heads(doc: Document, record: AttentionTrace, p: int, step: int) -> int:
-    t = VariantTrace(record)
-    for h in range(t.n_heads):
-        head_step(doc, t, p, step, h)
+    for h in range(record.steps.n_heads):
+        head_step(doc, record, p, step, h)
     return step + 1
 
 
 def _flash(doc: Document, record: AttentionTrace, p: int, step: int) -> int:
-    return flash_steps(doc, VariantTrace(record), p, step)
+    return flash_steps(doc, record, p, step)
 
 
 def _output(doc: Document, record: AttentionTrace, p: int, step: int) -> int:
-    output_step(doc, VariantTrace(record), p, step)
+    output_step(doc, record, p, step)
     return step + 1
 
 
