@@ -21,7 +21,8 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from selfattn.trace.model_trace import ModelTrace
+import torch
+
 from selfattn.trace.record import AttentionTrace
 
 TOP_TOKENS = 3  # as many as the text walkthrough names
@@ -29,55 +30,59 @@ TOP_TOKENS = 3  # as many as the text walkthrough names
 
 def model_json(record: AttentionTrace) -> dict[str, Any]:
     """A model's whole layout: the model and its tokens, the chosen layer and head's every step, where its query looks."""
-    t = ModelTrace(record)
-    q, n = t.query_index, len(t.tokens)
-    seen = range(n) if t.allowed is None else [j for j in range(n) if bool(t.allowed[q, j])]
-    order = sorted(seen, key=lambda j: -float(t.weights[q, j]))
-    a = t.attention
+    s, h = record.steps, record.head
+    kv = s.kv_head_of[h]
+    m = record.sections["model"]
+    info = m.infos[record.layer]
+    q, n = record.query.index, len(record.tokens)
+    seen = range(n) if s.allowed is None else [j for j in range(n) if bool(s.allowed[q, j])]
+    weights = s.weights[h]  # (n, n)
+    order = sorted(seen, key=lambda j: -float(weights[q, j]))
     return (
         {
             "variant": "model",
-            "model": t.model_name,
-            "family": a.family,
-            "sentence": t.sentence,
-            "tokens": t.tokens,
-            "readable": list(t.readable),  # each token decoded alone: ' cat' for 'Ġcat'
-            "special": [t.is_special(i) for i in range(n)],
-            "input_ids": t.input_ids,
-            "layer": t.layer,
-            "head": t.head,
-            "n_layers": t.n_layers,
-            "n_heads": t.n_heads,
-            "d_model": t.d_model,
-            "head_dim": t.d_head,
-            "attention": {**asdict(a), "group_size": a.group_size, "kv_head": t.kv_head},
-            "query": {"index": q, "token": t.query_token},
-            "embeddings": t.embeddings,  # (n, d_model): X0, the first layer's input
+            "model": m.model_name,
+            "family": info.family,
+            "sentence": m.sentence,
+            "tokens": record.tokens,
+            "readable": list(m.readable),  # each token decoded alone: ' cat' for 'Ġcat'
+            "special": [record.tokens[i] in m.special_tokens for i in range(n)],
+            "input_ids": m.input_ids,
+            "layer": record.layer,
+            "head": h,
+            "n_layers": record.n_layers,
+            "n_heads": record.n_heads,
+            "d_model": int(record.embeddings.shape[-1]),
+            "head_dim": int(s.q.shape[-1]),
+            "attention": {**asdict(info), "group_size": info.group_size, "kv_head": kv},
+            "query": {"index": q, "token": record.query.token},
+            "embeddings": record.embeddings,  # (n, d_model): X0, the first layer's input
             "embedding": {
-                "formula": t.embedding.formula,
-                "normalised": t.embedding.normalised,
-                "note": t.embedding.note,
-                "parts": {part.name: part.vectors for part in t.embedding.parts},  # name -> (n, d_model)
+                "formula": m.embedding.formula,
+                "normalised": m.embedding.normalised,
+                "note": m.embedding.note,
+                "parts": {part.name: part.vectors for part in m.embedding.parts},  # name -> (n, d_model)
             },
-            "layer_input": t.layer_input,  # (n, d_model): the hidden state entering this layer
-            "attention_input": t.attention_input,  # (n, d_model): what the attention reads (Norm(x) pre-norm)
-            "q": t.q,  # (n, d_head), after RoPE with RoPE
-            "k": t.k,  # of key/value head kv_head
-            "v": t.v,
-            "q_before_rope": t.q_plain,  # (n, d_head) or None
-            "k_before_rope": t.k_plain,
-            "scale": t.scale,
-            "allowed": None if t.allowed is None else t.allowed.tolist(),  # (n, n) bool, True = may see
-            "scores_unscaled": t.scores_unscaled,  # (n, n)
-            "scores": t.scores,
-            "row_max": t.row_max,  # (n,)
-            "exp": t.exp,  # (n, n)
-            "exp_sum": t.exp_sum,  # (n,)
-            "weights": t.weights,  # (n, n)
-            "context": t.context,  # (n, d_head)
-            "first_token_share": t.first_token_share,
-            "query_hidden_states": t.query_hidden_states,  # (n_layers + 1, d_model): embeddings, then each layer
-            "top": [{"index": j, "token": t.tokens[j], "readable": t.readable[j], "weight": float(t.weights[q, j])}
+            "layer_input": m.hidden_states[record.layer],  # (n, d_model): the hidden state entering this layer
+            "attention_input": s.input,  # (n, d_model): what the attention reads (Norm(x) pre-norm)
+            "q": s.q[h],  # (n, d_head), after RoPE with RoPE
+            "k": s.k[kv],  # of key/value head kv_head
+            "v": s.v[kv],
+            "q_before_rope": None if s.q_plain is None else s.q_plain[h],  # (n, d_head) or None
+            "k_before_rope": None if s.k_plain is None else s.k_plain[kv],
+            "scale": s.scale,
+            "allowed": None if s.allowed is None else s.allowed.tolist(),  # (n, n) bool, True = may see
+            "scores_unscaled": s.scores[h],  # (n, n)
+            "scores": s.masked[h],  # scale * q . k, -inf where hidden: the softmax input
+            "row_max": s.row_max[h],  # (n,)
+            "exp": s.exp[h],  # (n, n)
+            "exp_sum": s.exp_sum[h],  # (n,)
+            "weights": weights,  # (n, n)
+            "context": s.context[h],  # (n, d_head)
+            "first_token_share": 1.0 if n < 2 else float(weights[1:, 0].mean()),
+            # (n_layers + 1, d_model): the query's vector after the embeddings, then after each layer
+            "query_hidden_states": torch.stack([x[q] for x in m.hidden_states]),
+            "top": [{"index": j, "token": record.tokens[j], "readable": m.readable[j], "weight": float(weights[q, j])}
                     for j in order[:TOP_TOKENS]],
         }
     )

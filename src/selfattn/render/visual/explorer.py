@@ -16,12 +16,10 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from selfattn.formatting import check_precision
-from selfattn.trace.seed import Trace
-from selfattn.trace.variants import VariantTrace
+from selfattn.trace.record import AttentionTrace
 from selfattn.render.visual.explorer_data import explorer_data
 
 if TYPE_CHECKING:
-    from selfattn.trace.model_trace import ModelTrace
     from selfattn.models.model_output import ModelOutput
 
 # Inline style and script only; no connect, font, frame or remote image sources.
@@ -85,14 +83,18 @@ def render_page(template: str, styles: tuple[str, ...], script_name: str, data: 
 
 
 def explorer_html(
-    trace: Trace | VariantTrace | ModelTrace,
+    trace: AttentionTrace,
     precision: int = 4,
     *,
     title: str | None = None,
     head: int | None = None,
     layer: int | None = None,
 ) -> str:
-    """The explorer page for one trace; ``layer`` and ``head`` are selected at first (0-based)."""
+    """The explorer page for one record; ``layer`` and ``head`` are selected at first (0-based).
+
+    The record's older views (``Trace``, ``VariantTrace``, ``ModelTrace``) are still accepted: ``record_of`` reads
+    the record they hold.
+    """
     return render_explorer(explorer_data(trace, precision, title=title, head=head, layer=layer))
 
 
@@ -132,7 +134,7 @@ def notebook_html(page: str, height: int | None = None) -> str:
 
 
 def notebook_explorer(
-    trace: Trace | VariantTrace | ModelTrace,
+    trace: AttentionTrace,
     precision: int = 4,
     *,
     title: str | None = None,
@@ -140,7 +142,10 @@ def notebook_explorer(
     layer: int | None = None,
     height: int | None = None,
 ) -> str:
-    """The explorer for one trace inside an <iframe>: what a trace's ``_repr_html_`` returns."""
+    """The explorer for one record inside an <iframe>: what a record's ``_repr_html_`` returns.
+
+    As ``explorer_html``, an older view of the record is still accepted.
+    """
     return notebook_html(explorer_html(trace, precision, title=title, head=head, layer=layer), height)
 
 

@@ -13,7 +13,6 @@ from typing import Any
 import torch
 
 from selfattn.formatting import rounded
-from selfattn.trace.model_trace import ModelTrace
 from selfattn.trace.record import AttentionTrace, record_of
 from selfattn.trace.variant_names import UNSCALED
 from selfattn.render.visual.model_data import (
@@ -102,7 +101,7 @@ def explorer_data(trace, precision: int = 4, *, title: str | None = None, head: 
     if record.section("model") is not None:
         chosen_layer = record.layer if layer is None else layer
         chosen_head = record.head if head is None else head
-        return model_page_data(trace_page(ModelTrace(record)), precision, layer=chosen_layer, head=chosen_head, title=title)
+        return model_page_data(trace_page(record), precision, layer=chosen_layer, head=chosen_head, title=title)
     data = _from_toy(record)
     n_heads = len(data["layers"][0]["heads"])
     selected = 0 if head is None else head

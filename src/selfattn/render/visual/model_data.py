@@ -32,6 +32,7 @@ from selfattn.models.description import AttentionInfo
 from selfattn.formatting import rounded
 from selfattn.render.visual.model_labels import hidden_label
 from selfattn.render.visual.token_labels import token_labels
+from selfattn.trace.record import AttentionTrace
 
 PAGE_DATA_BUDGET = 2_800_000  # bytes of JSON; the page's script and style add about 20 kB
 WEIGHT_BUDGET = 2_500_000  # bytes of weights; the rest is left for step numbers
@@ -307,36 +308,36 @@ def _description(page: ModelPage, shown: dict[int, list[int]], steps: dict) -> s
     return " ".join(parts)
 
 
-def trace_page(trace) -> ModelPage:
-    """A ModelTrace as a model page: every head's weights and steps, as each layer's own steps recorded them."""
-    masks = trace.masks
+def trace_page(t: AttentionTrace) -> ModelPage:
+    """A model's record as a model page: every head's weights and steps, as each layer's own steps recorded them."""
+    m = t.sections["model"]
 
     def head_weights(layer: int, head: int) -> torch.Tensor:
-        own = (layer, head) == (trace.layer, trace.head)
-        return trace.weights if own else trace.all_weights[layer, head]  # (n, n)
+        own = (layer, head) == (t.layer, t.head)
+        return t.steps.weights[t.head] if own else t.all_weights[layer, head]  # (n, n)
 
     def head_steps(layer: int, head: int) -> dict[str, Any] | None:
         # Every head from its block's own steps, the traced one too: the same numbers the
-        # trace's own head has, with the scaled scores before the mask beside those after it.
-        s = trace.record.layers[layer]
+        # record's own head has, with the scaled scores before the mask beside those after it.
+        s = t.layers[layer]
         return _steps(s.scale, s.scores[head], s.scaled[head], s.masked[head], s.row_max[head], s.exp[head],
                       s.exp_sum[head], s.context[head])
 
-    n_layers = trace.n_layers
+    n_layers = t.n_layers
     return ModelPage(
-        model_name=trace.model_name,
-        tokens=list(trace.tokens),
-        query=trace.query_index,
-        weights=trace.all_weights,
-        layer_inputs=[trace.hidden_states[l] for l in range(n_layers)],
-        layer_outputs=[trace.hidden_states[l + 1] for l in range(n_layers)],
+        model_name=m.model_name,
+        tokens=list(t.tokens),
+        query=t.query.index,
+        weights=t.all_weights,
+        layer_inputs=[m.hidden_states[l] for l in range(n_layers)],
+        layer_outputs=[m.hidden_states[l + 1] for l in range(n_layers)],
         head_weights=head_weights,
         head_steps=head_steps,
         steps_note="The step numbers of this head were left out to keep the page small; only its weights are "
         "here. Choose it with --layer and --head (layer= and head= in Python) to see every step.",
-        labels=token_labels(list(trace.tokens), list(trace.readable)),
-        masks=dict(enumerate(masks)) if masks is not None else {trace.layer: trace.allowed},
-        attention=tuple(trace.layer_infos),
+        labels=token_labels(list(t.tokens), list(m.readable)),
+        masks=dict(enumerate(t.masks)),  # every layer's: the record keeps each one's mask (None: every key)
+        attention=tuple(m.infos),
     )
 
 
