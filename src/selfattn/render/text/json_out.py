@@ -25,7 +25,6 @@ from selfattn.render.text.variant_json import (
 )
 from selfattn.formatting import compact_json, plain
 from selfattn.trace.record import AttentionTrace, record_of
-from selfattn.trace.seed import Trace
 
 
 def inputs_json(record: AttentionTrace) -> dict[str, Any]:
@@ -37,8 +36,7 @@ def inputs_json(record: AttentionTrace) -> dict[str, Any]:
 
 def seed_json(record: AttentionTrace) -> dict[str, Any]:
     """The seed's walk of its query, then its whole score, weight and context matrices."""
-    trace = Trace(record)
-    qt = trace.query
+    qt, head = record.sections["seed"], record.steps  # the seed has one layer and one head
     return {
         "query": {
             "index": qt.index,
@@ -63,10 +61,10 @@ def seed_json(record: AttentionTrace) -> dict[str, Any]:
             "context": qt.context,
             "context_loop": qt.context_loop,
         },
-        "scores": trace.scores,
-        "weights": trace.weights,
-        "row_sums": trace.row_sums,
-        "context": trace.context,
+        "scores": head.scores[0],
+        "weights": head.weights[0],
+        "row_sums": head.weights[0].sum(dim=-1),
+        "context": head.context[0],
     }
 
 

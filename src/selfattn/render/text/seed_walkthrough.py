@@ -1,6 +1,6 @@
-"""The seed's walkthrough, step by step, as a Document built from a Trace.
+"""The seed's walkthrough, step by step, as a Document built from the record (``AttentionTrace``).
 
-All numbers come from the Trace; nothing here computes attention. The prose is ours.
+All numbers come from the record; nothing here computes attention. The prose is ours.
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ from selfattn.render.text.document import (
     token_table,
     vector_cells,
 )
-from selfattn.trace.seed import Trace
+from selfattn.trace.record import AttentionTrace
 
 FLOAT32_EXP_LIMIT = 88.72  # exp(x) is inf in float32 above ln(3.4e38) ~ 88.72
 TERMS_SHOWN_UP_TO_DIM = 4  # dot products are written out term by term up to this width
 
 
-def seed_steps(doc: Document, trace: Trace, precision: int) -> None:
+def seed_steps(doc: Document, trace: AttentionTrace, precision: int) -> None:
     """Steps 3 to 5 of the seed's walk of its query (scores, softmax, context), then all queries at once."""
     _query_scores(doc, trace, precision)
     _softmax(doc, trace, precision)
@@ -35,7 +35,7 @@ def seed_steps(doc: Document, trace: Trace, precision: int) -> None:
     _all_at_once(doc, trace, precision)
 
 
-def _label(trace: Trace, i: int) -> str:
+def _label(trace: AttentionTrace, i: int) -> str:
     return display_token(trace.tokens[i])
 
 
@@ -106,8 +106,8 @@ def embeddings_step(doc: Document, tokens: list[str], x, source, q: int, p: int,
                          lambda i: [display_token(tokens[i]), _math(i)] + vector_cells(x[i].tolist(), p), numeric_from=2))
 
 
-def _query_scores(doc: Document, trace: Trace, p: int) -> None:
-    qt = trace.query
+def _query_scores(doc: Document, trace: AttentionTrace, p: int) -> None:
+    qt = trace.sections["seed"]
     q, xq = qt.index, _math(qt.index)
     doc.add(
         Heading(f"Step 3 · Scores for the query '{_label(trace, q)}' ({xq}, code index {q})"),
@@ -121,7 +121,7 @@ def _query_scores(doc: Document, trace: Trace, p: int) -> None:
     lines = []
     for j in range(len(trace.tokens)):
         name = f"ω_{q + 1},{j + 1}"
-        if trace.dim <= TERMS_SHOWN_UP_TO_DIM:
+        if int(trace.embeddings.shape[1]) <= TERMS_SHOWN_UP_TO_DIM:
             terms = " + ".join(
                 f"{fmt(a, p)}×{fmt(b, p)}"
                 for a, b in zip(trace.embeddings[q].tolist(), trace.embeddings[j].tolist())
@@ -137,14 +137,14 @@ def _query_scores(doc: Document, trace: Trace, p: int) -> None:
     )
 
 
-def _per_token_table(trace: Trace, p: int, headers: list[str], columns: list) -> Table:
+def _per_token_table(trace: AttentionTrace, p: int, headers: list[str], columns: list) -> Table:
     """One row per token, one column per (n,) tensor, the query's row highlighted."""
     rows = [[_label(trace, j)] + [fmt(col[j], p) for col in columns] for j in range(len(trace.tokens))]
     return Table(["token"] + headers, rows, highlight_row=trace.query.index)
 
 
-def _softmax(doc: Document, trace: Trace, p: int) -> None:
-    qt = trace.query
+def _softmax(doc: Document, trace: AttentionTrace, p: int) -> None:
+    qt = trace.sections["seed"]
     q = qt.index
     doc.add(
         Heading("Step 4 · Softmax: from scores to weights"),
@@ -196,9 +196,9 @@ def _softmax(doc: Document, trace: Trace, p: int) -> None:
     doc.add(Paragraph(f"'{_label(trace, q)}' puts the most weight on {top}."))
 
 
-def _plain_division(trace: Trace, p: int) -> Paragraph | Note:
+def _plain_division(trace: AttentionTrace, p: int) -> Paragraph | Note:
     """Why not ω / Σω: what plain division gives on these scores, and when it breaks."""
-    qt = trace.query
+    qt = trace.sections["seed"]
     fails = qt.plain_division_fails
     rule = (
         "The last column, ω / Σω, is the plain way to make scores add up to 1. It fails where softmax "
@@ -226,9 +226,9 @@ def _plain_division(trace: Trace, p: int) -> Paragraph | Note:
     return Note(f"{rule} On these scores plain division breaks: " + "; ".join(said) + ".", warning=True)
 
 
-def _context(doc: Document, trace: Trace, p: int) -> None:
-    qt = trace.query
-    q, n, d = qt.index, len(trace.tokens), trace.dim
+def _context(doc: Document, trace: AttentionTrace, p: int) -> None:
+    qt = trace.sections["seed"]
+    q, n, d = qt.index, len(trace.tokens), int(trace.embeddings.shape[1])
     doc.add(
         Heading(f"Step 5 · The context vector z^({q + 1})"),
         Paragraph(
@@ -252,8 +252,10 @@ def _context(doc: Document, trace: Trace, p: int) -> None:
     )
 
 
-def _all_at_once(doc: Document, trace: Trace, p: int) -> None:
-    n, d, q = len(trace.tokens), trace.dim, trace.query.index
+def _all_at_once(doc: Document, trace: AttentionTrace, p: int) -> None:
+    n, d, q = len(trace.tokens), int(trace.embeddings.shape[1]), trace.query.index
+    head = trace.steps  # the seed's one head: scores Ω = X Xᵀ, weights A, context Z = A X
+    context = head.context[0]
     labels = [_label(trace, i) for i in range(n)]
     doc.add(
         Heading("Step 6 · Every token as the query, all at once"),
@@ -264,7 +266,8 @@ def _all_at_once(doc: Document, trace: Trace, p: int) -> None:
             "weights = softmax(scores, dim=-1); Z = weights @ X."
         ),
     )
-    scores, weights = trace.scores.tolist(), trace.weights.tolist()
+    scores, weights = head.scores[0].tolist(), head.weights[0].tolist()
+    row_sums = head.weights[0].sum(dim=-1)
     # Rows are named by their token, never by a number: the query's row is named by both
     # numberings at once (code index and the maths' x^(i)), as step 1 introduced them.
     query_row = f"the row of '{labels[q]}' (code index {q}, x^({q + 1}) in the maths)"
@@ -273,12 +276,12 @@ def _all_at_once(doc: Document, trace: Trace, p: int) -> None:
                       title=f"Scores ({n} × {n}): {QUERY_KEY_AXES}"),
         *token_matrix("A = softmax(Ω)", labels, lambda i, j: fmt(weights[i][j], p), q,
                       title=f"Weights ({n} × {n}): {QUERY_KEY_AXES}; every row adds up to 1",
-                      extra=[("row sum", lambda i: fmt(trace.row_sums[i], p))]),
+                      extra=[("row sum", lambda i: fmt(row_sums[i], p))]),
         *token_table(["Z = A X"] + component_headers(d, "z"), n, q,
-                     lambda i: [labels[i]] + vector_cells(trace.context[i].tolist(), p),
+                     lambda i: [labels[i]] + vector_cells(context[i].tolist(), p),
                      title=f"Context vectors ({n} × {d}), one row per query: {query_row} is the z^({q + 1}) of step 5"),
         Heading("Summary: each token before and after attention", level=2),
         *token_table(["token", "embedding x", "context z"], n, q,
-                     lambda i: [labels[i], fmt_vector(trace.embeddings[i].tolist(), p), fmt_vector(trace.context[i].tolist(), p)],
+                     lambda i: [labels[i], fmt_vector(trace.embeddings[i].tolist(), p), fmt_vector(context[i].tolist(), p)],
                      numeric_from=3),
     )

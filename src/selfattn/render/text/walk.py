@@ -30,7 +30,6 @@ from selfattn.render.text.variant_walkthrough import INTRO, head_step, mask_step
 from selfattn.render.text.seed_walkthrough import embeddings_step, seed_steps, tokens_step
 from selfattn.formatting import check_precision
 from selfattn.trace.record import AttentionTrace, record_of
-from selfattn.trace.seed import Trace
 
 # (doc, record, precision, the next step's number) -> the number after the steps written
 Writer = Callable[[Document, AttentionTrace, int, int], int]
@@ -47,7 +46,7 @@ def _inputs(doc: Document, record: AttentionTrace, p: int, step: int) -> int:
 
 
 def _seed(doc: Document, record: AttentionTrace, p: int, step: int) -> int:
-    seed_steps(doc, Trace(record), p)
+    seed_steps(doc, record, p)
     return step
 
 
