@@ -58,126 +58,8 @@ class ModelSection:
     weight_blocks: dict = field(default_factory=dict)
 
 
-class ModelTrace:
-    """A pretrained model's layer ``layer``, head ``head`` on one sentence.   n tokens, d wide, d_head per head.
-
-    What ``trace_model`` returns: a view of its ``AttentionTrace`` (``record``: every
-    layer's every head, and the "model" section) under the names the model walkthrough
-    reads, the chosen head's tensors (n, ...) first. Architecture-neutral: the model
-    describes its own embedding step (``embedding``) and each layer's attention
-    (``attention``: causal, RoPE, grouped-query heads, window), so every renderer reads one
-    record for every family.
-
-    Args:
-        record: the ``AttentionTrace`` of the model on the sentence, with its "model" section.
-    """
-
-    def __init__(self, record: AttentionTrace) -> None:
-        self.record = record
-
-    @property
-    def _model(self) -> ModelSection:
-        return self.record.sections["model"]
-
-    @property
-    def _steps(self) -> LayerSteps:
-        return self.record.layers[self.record.layer]
-
-    model_name = property(lambda self: self._model.model_name, doc="The model's name.")
-    model_source = property(lambda self: self._model.source,
-                            doc="What the model was loaded from (a name, folder or hub id).")
-    sentence = property(lambda self: self._model.sentence, doc="The text the model read.")
-    tokens = property(lambda self: self.record.tokens,
-                      doc="The vocabulary's tokens, specials included ([CLS] ... [SEP], <s> ...).")
-    readable = property(lambda self: self._model.readable,
-                        doc="Each token decoded alone: ' cat' where a byte-level vocabulary writes 'Ġcat'.")
-    special_tokens = property(lambda self: self._model.special_tokens,
-                              doc="Which of the vocabulary's tokens are special.")
-    input_ids = property(lambda self: self._model.input_ids, doc="The token ids.")
-    n_layers = property(lambda self: self.record.n_layers, doc="The model's layers.")
-    n_heads = property(lambda self: self.record.n_heads, doc="Query heads per layer.")
-    d_model = property(lambda self: int(self.record.embeddings.shape[-1]), doc="The hidden states' width d.")
-    d_head = property(lambda self: int(self._steps.q.shape[-1]), doc="The width of each head.")
-    layer = property(lambda self: self.record.layer, doc="The layer explained, from 0.")
-    head = property(lambda self: self.record.head, doc="The head explained, from 0.")
-    query_index = property(lambda self: self.record.query.index, doc="The query's 0-based position.")
-    embedding = property(lambda self: self._model.embedding, doc="The summands of X0 and their formula.")
-    attention = property(lambda self: self._model.infos[self.record.layer],
-                         doc="This layer's attention: causal, positions, kv heads, window.")
-    layer_infos = property(lambda self: self._model.infos, doc="Per layer, how it attends.")
-    embeddings = property(lambda self: self.record.embeddings, doc="(n, d): X0, the first layer's input.")
-    hidden_states = property(lambda self: self._model.hidden_states, doc="n_layers + 1 of (n, d).")
-    layer_input = property(lambda self: self._model.hidden_states[self.record.layer],
-                           doc="(n, d): the hidden state entering layer ``layer``.")
-    attention_input = property(lambda self: self._steps.input,
-                               doc="(n, d): what the attention reads (LN1(layer_input) pre-LN, layer_input post-LN).")
-    layer_output = property(lambda self: self._model.hidden_states[self.record.layer + 1],
-                            doc="(n, d): the hidden state leaving layer ``layer`` (the last: after the final norm).")
-    q = property(lambda self: self._steps.q[self.record.head],
-                 doc="(n, d_head): this head's queries (after RoPE, with RoPE).")
-    k = property(lambda self: self._steps.k[self.kv_head],
-                 doc="(n, d_head): the keys of the key/value head this head reads.")
-    v = property(lambda self: self._steps.v[self.kv_head], doc="(n, d_head): its values.")
-    q_plain = property(lambda self: None if self._steps.q_plain is None else self._steps.q_plain[self.record.head],
-                       doc="(n, d_head): the queries before RoPE (after a q norm); None without RoPE.")
-    k_plain = property(lambda self: None if self._steps.k_plain is None else self._steps.k_plain[self.kv_head],
-                       doc="(n, d_head): the keys before RoPE (after a k norm); None without RoPE.")
-    scale = property(lambda self: self._steps.scale,
-                     doc="The factor on q . k: 1 / sqrt(d_head), or the checkpoint's own (Gemma 3's).")
-    allowed = property(lambda self: self._steps.allowed,
-                       doc="(n, n) bool: which keys each query may see (causal, window); None: all.")
-    scores_plain = property(lambda self: None if self._steps.scores_plain is None else self._steps.scores_plain[self.record.head],
-                            doc="(n, n): q_i . k_j before RoPE's turn; None without RoPE.")
-    scores_unscaled = property(lambda self: self._steps.scores[self.record.head], doc="(n, n): q_i . k_j.")
-    scores = property(lambda self: self._steps.masked[self.record.head],
-                      doc="(n, n): scale * q_i . k_j, -inf where not allowed: the softmax input.")
-    row_max = property(lambda self: self._steps.row_max[self.record.head], doc="(n,): m, the stable softmax's shift.")
-    exp = property(lambda self: self._steps.exp[self.record.head], doc="(n, n): exp(scores - m).")
-    exp_sum = property(lambda self: self._steps.exp_sum[self.record.head], doc="(n,): each row of exp summed.")
-    weights = property(lambda self: self._steps.weights[self.record.head],
-                       doc="(n, n): this head's attention weights.")
-    context = property(lambda self: self._steps.context[self.record.head],
-                       doc="(n, d_head): weights @ V, this head's output.")
-    all_weights = property(lambda self: self.record.all_weights,
-                           doc="(n_layers, n_heads, n, n): every head of every layer (a long text's rebuilt from lse).")
-    layer_allowed = property(lambda self: self.record.masks,
-                             doc="Per layer: (n, n) bool, True = may attend; None: every key.")
-    builtin = property(lambda self: self._model.builtin, doc="One of the models selfattn ships or installs.")
-    weight_blocks = property(lambda self: self._model.weight_blocks,
-                             doc="A GGUF file's block types -> tensors using each; {} for other files.")
-    default_model = property(lambda self: self._model.default_model,
-                             doc="The model the commands use without --model.")
-
-    @property
-    def query_token(self) -> str:
-        """The query token, ``tokens[query_index]``."""
-        return self.tokens[self.query_index]
-
-    @property
-    def query_hidden_states(self) -> torch.Tensor:
-        """The query's vector after the embeddings and after each layer.   -> (n_layers + 1, d)"""
-        return torch.stack([h[self.query_index] for h in self.hidden_states])  # n_layers + 1 of (d,) -> (L + 1, d)
-
-    @property
-    def kv_head(self) -> int:
-        """The key/value head this query head reads (itself without grouped-query attention)."""
-        return self.attention.kv_head(self.head)
-
-    @property
-    def first_token_share(self) -> float:
-        """This head's mean weight on token 0 over the queries after it (the "attention sink")."""
-        if len(self.tokens) < 2:
-            return 1.0
-        return float(self.weights[1:, 0].mean())
-
-    @property
-    def masks(self) -> tuple[torch.Tensor | None, ...]:
-        """Which keys each query may see in every layer: n_layers of (n, n) bool (True = may attend), None: every key."""
-        return self.record.masks
-
-    def is_special(self, index: int) -> bool:
-        """Whether token ``index`` is one of the vocabulary's special tokens."""
-        return self.tokens[index] in self.special_tokens
+ModelTrace = AttentionTrace
+"""The old name of what ``trace_model`` returns (it was a view of the record; now the record itself)."""
 
 
 def check_layer_head(layer: int, head: int, n_layers: int, n_heads: int) -> None:
@@ -195,7 +77,7 @@ def trace_model(
     query: str | int | None = None,
     source: str | os.PathLike | None = None,
     every_layer: bool | None = None,
-) -> ModelTrace:
+) -> AttentionTrace:
     """Run a loaded model on ``sentence`` and record layer ``layer``, head ``head`` for the query.
 
     Any supported family: the model describes its embedding step and attention, and each
@@ -219,7 +101,9 @@ def trace_model(
             (False); None: every layer's while they fit ``FULL_TRACE_CELLS``.
 
     Returns:
-        The ``ModelTrace``.
+        The record (``AttentionTrace``): every layer's steps, the chosen ``layer`` and
+            ``head``, and the "model" section (``ModelSection``: the tokens as they read, the
+            embedding step, each layer's ``AttentionInfo``, the hidden states).
 
     Raises:
         SentenceError: the sentence is empty, or has more tokens than the model has
@@ -262,4 +146,4 @@ def trace_model(
         )
         record = AttentionTrace(tokens, Query(query_index, tokens[query_index]), hidden_states[0][0], layers,
                                 layer=layer, head=head, sections={"model": section})
-        return ModelTrace(record)
+        return record

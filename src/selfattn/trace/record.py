@@ -26,8 +26,9 @@ Plain data: it imports no renderer and computes nothing once built, but for one 
 layer kept as ``LayerRows`` rebuilds the rows of its weights asked for, exactly, from its q,
 k and the softmax's log-sum-exp (``attention_probs_from_lse``, the kernels' own). The functions that
 fill it are ``trace_self_attention`` (seed.py), ``trace_variant`` (variants.py) and
-``trace_model`` (model.py); ``Trace``, ``VariantTrace`` and ``ModelTrace`` are their
-older views of it, kept for the names users already read.
+``trace_model`` (model_trace.py), which return it; ``Trace``, ``VariantTrace`` and
+``ModelTrace`` are its old names (aliases), and the names their views gave its fields
+still read for one release, with a warning (``old_views.py``).
 """
 
 from __future__ import annotations
@@ -226,6 +227,17 @@ class AttentionTrace:
         """Every layer's (n, n) bool mask, True = may attend; None: every key."""
         return tuple(steps.allowed for steps in self.layers)
 
+    def __getattr__(self, name: str) -> Any:
+        """An old view's name (``trace.weights``, ``trace.q``, ...), read as the view read it, with a warning.
+
+        Called only for names the record does not have; ``old_views`` holds them for one release.
+        """
+        if name.startswith("__"):
+            raise AttributeError(name)
+        from selfattn.trace.old_views import read_old_name
+
+        return read_old_name(self, name)
+
     def section(self, name: str) -> Any:
         """The section called ``name``, or None when this kind has none.
 
@@ -239,18 +251,18 @@ class AttentionTrace:
 
 
 def record_of(trace: Any) -> AttentionTrace:
-    """The record itself, or the one a view (``Trace``, ``VariantTrace``, ``ModelTrace``) reads.
+    """The record, checked: what every renderer's entry point is handed.
 
     Args:
-        trace: an ``AttentionTrace`` or a view of one.
+        trace: an ``AttentionTrace`` (what ``trace_self_attention``, ``trace_variant``,
+            ``trace_model`` and ``build_trace`` return).
 
     Returns:
-        The ``AttentionTrace``.
+        The same ``AttentionTrace``.
 
     Raises:
-        TypeError: ``trace`` is neither (a bug of the caller's, not a user's input).
+        TypeError: ``trace`` is something else (a bug of the caller's, not a user's input).
     """
-    record = getattr(trace, "record", trace)
-    if not isinstance(record, AttentionTrace):
-        raise TypeError(f"expected an AttentionTrace or a view of one, got {type(trace).__name__}")
-    return record
+    if not isinstance(trace, AttentionTrace):
+        raise TypeError(f"expected an AttentionTrace, got {type(trace).__name__}")
+    return trace

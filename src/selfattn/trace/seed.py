@@ -3,8 +3,8 @@
 ``trace_self_attention`` calls the pipeline's step functions once and fills the one
 record (``AttentionTrace``): one layer, one head whose queries, keys and values are X
 itself, and the seed's own walk of the query (``QueryTrace``: the terms, the loops, the
-naive and stable softmax, plain division) as its "seed" section. ``Trace`` is the view
-of that record under the names the seed's walkthrough has always used.
+naive and stable softmax, plain division) as its "seed" section, and returns it.
+``Trace`` is the record's old name here.
 """
 
 from __future__ import annotations
@@ -109,54 +109,8 @@ class QueryTrace:
         return float((self.context_loop - self.context).abs().max())
 
 
-class Trace:
-    """Self-attention over a whole sentence, with the query's steps spelled out.
-
-    What ``trace_self_attention`` returns: a view of its ``AttentionTrace`` (``record``)
-    under the names the seed's walkthrough uses: the seed's unscaled attention of every
-    token on every token (n tokens, width d), plus one query's walk in ``query``.
-    Renderers read it; they never recompute attention.
-
-    Args:
-        record: the ``AttentionTrace`` of the seed's attention, with its "inputs" and
-            "seed" sections.
-
-    Attributes:
-        record: the one record this view reads.
-        tokens: the n tokens of the sentence.
-        embeddings: (n, d), X.
-        source: where X came from.
-        query: the chosen query's steps, one by one.
-        scores: (n, n), Omega = X X^T.
-        row_max: (n,), m_i = max_j omega_ij, the stable softmax's shift per row.
-        exp: (n, n), exp(omega_ij - m_i).
-        exp_sum: (n,), sum_j exp(omega_ij - m_i).
-        weights: (n, n), the softmax of each row of ``scores``.
-        row_sums: (n,), each row of ``weights`` summed (1 up to rounding).
-        context: (n, d), Z = weights X.
-    """
-
-    def __init__(self, record: AttentionTrace) -> None:
-        self.record = record
-
-    tokens = property(lambda self: self.record.tokens, doc="The n tokens of the sentence.")
-    embeddings = property(lambda self: self.record.embeddings, doc="(n, d), X.")
-    source = property(lambda self: self.record.sections["inputs"].source, doc="Where X came from.")
-    query = property(lambda self: self.record.sections["seed"], doc="The chosen query's steps, one by one.")
-    scores = property(lambda self: self.record.layers[0].scores[0], doc="(n, n), Omega = X X^T.")
-    row_max = property(lambda self: self.record.layers[0].row_max[0], doc="(n,), m_i = max_j omega_ij.")
-    exp = property(lambda self: self.record.layers[0].exp[0], doc="(n, n), exp(omega_ij - m_i).")
-    exp_sum = property(lambda self: self.record.layers[0].exp_sum[0], doc="(n,), sum_j exp(omega_ij - m_i).")
-    weights = property(lambda self: self.record.layers[0].weights[0],
-                       doc="(n, n), the softmax of each row of ``scores``.")
-    row_sums = property(lambda self: self.weights.sum(dim=-1),
-                        doc="(n,), each row of ``weights`` summed (1 up to rounding).")
-    context = property(lambda self: self.record.layers[0].context[0], doc="(n, d), Z = weights X.")
-
-    @property
-    def dim(self) -> int:
-        """The embedding width d."""
-        return int(self.embeddings.shape[1])
+Trace = AttentionTrace
+"""The old name of what ``trace_self_attention`` returns (it was a view of the record; now the record itself)."""
 
 
 def check_dot_products(scores: torch.Tensor, x: torch.Tensor) -> None:
@@ -174,8 +128,8 @@ def trace_self_attention(
     embeddings: torch.Tensor,
     query: str | int | None = None,
     source: EmbeddingSource | None = None,
-) -> Trace:
-    """Run the seed's self-attention on X (n, d) and record every intermediate.   n tokens, (n, d) -> Trace
+) -> AttentionTrace:
+    """Run the seed's self-attention on X (n, d) and record every intermediate.   n tokens, (n, d) -> AttentionTrace
 
     Z = softmax(X X^T) X, unscaled, computed once with the pipeline's step functions
     for the whole sentence and once step by step (loops, naive and stable softmax) for
@@ -191,7 +145,9 @@ def trace_self_attention(
         source: where X came from, recorded in the trace. None: "given by the caller".
 
     Returns:
-        The ``Trace``, with the query's steps in ``trace.query``.
+        The record (``AttentionTrace``): one layer with one head (``trace.steps``: X Xᵀ
+            in ``scores``, the weights, the context), and the query's own walk in
+            ``trace.sections["seed"]`` (``QueryTrace``).
 
     Raises:
         QueryError: ``query`` is not a token of the sentence or its position is out of range.
@@ -257,4 +213,4 @@ def trace_self_attention(
         tokens=list(tokens), query=Query(q, tokens[q]), embeddings=x, layers=(steps,),
         sections={"inputs": Inputs("simple", source), "seed": query_trace},
     )
-    return Trace(record)
+    return record

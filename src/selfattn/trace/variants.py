@@ -116,165 +116,8 @@ class Multihead:
     w_o: torch.Tensor  # (H d_v, d)
 
 
-class VariantTrace:
-    """One variant run on X (n, d); per-head tensors keep the heads axis first.
-
-    What ``trace_variant`` returns: a view of its ``AttentionTrace`` (``record``) under
-    the names the variants' walkthrough has always used. H is ``n_heads`` (query heads) and K ``n_kv_heads``;
-    both are 1 for the variants without projections, whose queries, keys and values
-    are the inputs themselves (d_k = d_v = d). Renderers read it; they never recompute.
-
-    Args:
-        record: the ``AttentionTrace`` of the variant, with its "inputs", "positional",
-            "scaling" and, where the variant has them, "projections", "multihead" and
-            "flash" sections.
-
-    Attributes:
-        record: the one record this view reads.
-        variant: the variant's name, one of ``VARIANTS``.
-        tokens: the n tokens of the sentence.
-        source: where X came from.
-        embeddings: (n, d), X as given.
-        positional: the positional encoding's name ("none", "sinusoidal", "learned",
-            "rope" or "alibi").
-        encoding: (n, d), the table P added to X (sinusoidal, learned); None otherwise.
-        inputs: (n, d), X + P, what attention reads (X itself without an additive encoding).
-        rope_angles: (n, d_k // 2), the rotation angle of each feature pair, with RoPE (an odd d_k leaves its last feature unturned);
-            None otherwise.
-        alibi_slopes: (H,), each head's slope, with ALiBi; None otherwise.
-        alibi_bias: (H, n, n), -slope * distance, added to the scores, with ALiBi;
-            None otherwise.
-        n_heads: H, the number of query heads.
-        n_kv_heads: K, the number of key/value heads (H except for gqa).
-        d_k: the width of each head's queries and keys.
-        scale: the factor on Q K^T: 1 / sqrt(d_k), or 1 for "simple" and "flash".
-        seed: the seed of the untrained weights.
-        w_q: (d, H d_k), Q = X W_q, for the variants with projections; None otherwise.
-        w_k: (d, K d_k), or None.
-        w_v: (d, K d_k), or None.
-        q_unrotated: (H, n, d_k), the queries before RoPE (the same as ``q`` without it).
-        k_unrotated: (K, n, d_k), the keys before RoPE.
-        q: (H, n, d_k), the queries attention uses.
-        k: (K, n, d_k), the keys.
-        v: (K, n, d_v), the values.
-        mask: (n, n) bool, True = may attend: the causal mask of "causal"; None otherwise.
-        scores_unscaled: (H, n, n), Q K^T.
-        scores: (H, n, n), scale * Q K^T.
-        masked_scores: (H, n, n), the softmax's input: the scores plus the ALiBi bias,
-            -inf where masked.
-        row_max: (H, n), m, the stable softmax's shift per row.
-        exp: (H, n, n), exp(masked_scores - m).
-        exp_sum: (H, n), the row sums of ``exp``.
-        weights: (H, n, n), the attention weights; each row sums to 1.
-        weights_unscaled: (H, n, n), the same softmax without the scale, to show what
-            scaling changes.
-        head_outputs: (H, n, d_v), weights @ V per head.
-        concat: (n, H d_v), the heads side by side, for "multihead" and "gqa"; None otherwise.
-        w_o: (H d_v, d), output = concat W_o, for "multihead" and "gqa"; None otherwise.
-        output: (n, d_out), the new vector of every token: (n, d) after W_o, (n, d_k)
-            for "qkv" and "causal" (the one head's output), (n, d) without projections;
-            for "flash", the result of the block-by-block kernel.
-        query_index: the query's 0-based position.
-        flash: the block-by-block online softmax, for "flash"; None otherwise.
-        distance_check: with RoPE, the query's head-0 query and the key of token
-            ``distance_check_key`` (both unrotated, key head 0) placed at the position
-            pairs of ``DISTANCE_CHECK_PAIRS``, one ``DistanceScore`` each, computed in
-            float64: equal distance, equal score. None otherwise.
-    """
-
-    def __init__(self, record: AttentionTrace) -> None:
-        self.record = record
-
-    @property
-    def _steps(self) -> LayerSteps:
-        return self.record.layers[0]
-
-    def _projections(self, name: str) -> torch.Tensor | None:
-        found = self.record.section("projections")
-        return None if found is None else getattr(found, name)
-
-    def _multihead(self, name: str) -> torch.Tensor | None:
-        found = self.record.section("multihead")
-        return None if found is None else getattr(found, name)
-
-    variant = property(lambda self: self.record.sections["inputs"].variant,
-                       doc="The variant's name, one of ``VARIANTS``.")
-    tokens = property(lambda self: self.record.tokens, doc="The n tokens.")
-    source = property(lambda self: self.record.sections["inputs"].source, doc="Where X came from.")
-    embeddings = property(lambda self: self.record.embeddings, doc="(n, d), X as given.")
-    positional = property(lambda self: self.record.sections["positional"].name, doc="The positional encoding's name.")
-    encoding = property(lambda self: self.record.sections["positional"].encoding,
-                        doc="(n, d), the table P added to X; None without one.")
-    inputs = property(lambda self: self._steps.input, doc="(n, d), X + P: what attention reads.")
-    rope_angles = property(lambda self: self.record.sections["positional"].rope_angles,
-                           doc="(n, d_k // 2), RoPE's angles; None without RoPE.")
-    alibi_slopes = property(lambda self: self.record.sections["positional"].alibi_slopes,
-                            doc="(H,), ALiBi's slopes; None without ALiBi.")
-    alibi_bias = property(lambda self: self.record.sections["positional"].alibi_bias,
-                          doc="(H, n, n), ALiBi's bias; None without ALiBi.")
-    n_heads = property(lambda self: self._steps.n_heads, doc="H, the query heads.")
-    n_kv_heads = property(lambda self: int(self._steps.k.shape[0]), doc="K, the key/value heads.")
-    d_k = property(lambda self: int(self._steps.q.shape[-1]), doc="The width of each head's queries and keys.")
-    scale = property(lambda self: self._steps.scale, doc="The factor on Q K^T.")
-    seed = property(lambda self: self.record.sections["inputs"].seed, doc="The seed of the untrained weights.")
-    w_q = property(lambda self: self._projections("w_q"), doc="(d, H d_k); None without projections.")
-    w_k = property(lambda self: self._projections("w_k"), doc="(d, K d_k); None without projections.")
-    w_v = property(lambda self: self._projections("w_v"), doc="(d, K d_k); None without projections.")
-    q_unrotated = property(lambda self: self._steps.q if self._steps.q_plain is None else self._steps.q_plain,
-                           doc="(H, n, d_k), the queries before RoPE (q itself without it).")
-    k_unrotated = property(lambda self: self._steps.k if self._steps.k_plain is None else self._steps.k_plain,
-                           doc="(K, n, d_k), the keys before RoPE (k itself without it).")
-    q = property(lambda self: self._steps.q, doc="(H, n, d_k), the queries attention uses.")
-    k = property(lambda self: self._steps.k, doc="(K, n, d_k), the keys.")
-    v = property(lambda self: self._steps.v, doc="(K, n, d_v), the values.")
-    mask = property(lambda self: self._steps.allowed,
-                    doc="(n, n) bool, True = may attend: causal's mask; None otherwise.")
-    scores_unscaled = property(lambda self: self._steps.scores, doc="(H, n, n), Q K^T.")
-    scores = property(lambda self: self._steps.scaled, doc="(H, n, n), scale * Q K^T.")
-    masked_scores = property(lambda self: self._steps.masked, doc="(H, n, n), the softmax's input.")
-    row_max = property(lambda self: self._steps.row_max, doc="(H, n), the stable softmax's shift.")
-    exp = property(lambda self: self._steps.exp, doc="(H, n, n), exp(masked_scores - m).")
-    exp_sum = property(lambda self: self._steps.exp_sum, doc="(H, n), the row sums of exp.")
-    weights = property(lambda self: self._steps.weights, doc="(H, n, n), the attention weights.")
-    weights_unscaled = property(lambda self: self.record.sections["scaling"].weights_unscaled,
-                                doc="(H, n, n), the softmax without the scale.")
-    head_outputs = property(lambda self: self._steps.context, doc="(H, n, d_v), weights @ V per head.")
-    concat = property(lambda self: self._multihead("concat"),
-                      doc="(n, H d_v), for multihead and gqa; None otherwise.")
-    w_o = property(lambda self: self._multihead("w_o"), doc="(H d_v, d), for multihead and gqa; None otherwise.")
-    output = property(lambda self: self._steps.output, doc="(n, d_out), the new vector of every token.")
-    query_index = property(lambda self: self.record.query.index, doc="The query's 0-based position.")
-    flash = property(lambda self: self.record.section("flash"),
-                     doc="The block-by-block online softmax, for flash; None otherwise.")
-    distance_check = property(lambda self: self.record.sections["positional"].distance_check,
-                              doc="With RoPE, one (q, k) pair at several (i, j); None otherwise.")
-
-    @property
-    def query_token(self) -> str:
-        """The query token, ``tokens[query_index]``."""
-        return self.tokens[self.query_index]
-
-    @property
-    def projected(self) -> bool:
-        """Whether queries, keys and values come from learned projections (W_q, W_k, W_v)."""
-        return self.w_q is not None
-
-    @property
-    def scaled(self) -> bool:
-        """Whether the scores were divided by sqrt(d_k) (every variant but the seed's own scores)."""
-        return self.variant not in UNSCALED
-
-
-    @property
-    def distance_check_key(self) -> int:
-        """The token whose key ``distance_check`` uses: the first token that is not the query."""
-        return self.record.sections["positional"].distance_check_key
-
-    @property
-    def kv_head_of(self) -> list[int]:
-        """Which key/value head each query head reads."""
-        group = self.n_heads // self.n_kv_heads
-        return [h // group for h in range(self.n_heads)]
+VariantTrace = AttentionTrace
+"""The old name of what ``trace_variant`` returns (it was a view of the record; now the record itself)."""
 
 
 def trace_variant(
@@ -290,8 +133,8 @@ def trace_variant(
     seed: int = 0,
     source: EmbeddingSource | None = None,
     block_size: int | None = None,
-) -> VariantTrace:
-    """Run ``variant`` on X (n, d) and record every step.   n tokens, (n, d) -> VariantTrace
+) -> AttentionTrace:
+    """Run ``variant`` on X (n, d) and record every step.   n tokens, (n, d) -> AttentionTrace
 
     The arithmetic is that of ``attention_steps`` and ``MultiHeadAttention.steps``;
     projection weights are untrained, drawn from N(0, 1 / fan_in) with ``seed``. X is
@@ -315,7 +158,10 @@ def trace_variant(
         block_size: keys per block for the flash variant. None: 2.
 
     Returns:
-        The ``VariantTrace`` with every intermediate.
+        The record (``AttentionTrace``): the variant's one layer of steps (``trace.steps``:
+            q, k, v, scores, scaled, masked, weights, context per head) and its sections
+            ("inputs", "positional", "scaling", and "projections", "mask", "multihead",
+            "flash" where the variant has them).
 
     Raises:
         OptionError: ``variant`` or ``positional`` is not a known name.
@@ -374,7 +220,7 @@ def trace_variant(
     if flash is not None:
         sections["flash"] = flash
     sections["variant"] = VariantRows(keeps_heads_axis=variant in MULTI_HEAD)
-    return VariantTrace(AttentionTrace(list(tokens), Query(q_index, tokens[q_index]), x, (steps,), sections=sections))
+    return AttentionTrace(list(tokens), Query(q_index, tokens[q_index]), x, (steps,), sections=sections)
 
 
 class _Heads(NamedTuple):
