@@ -1,31 +1,27 @@
 """``build_trace``: from an ``ExplainConfig`` to the record every renderer reads.
 
-The one place a sentence becomes a trace for the commands: the seed's ``Trace``, a
-variant's ``VariantTrace``, or, with a model, its ``ModelTrace`` (the model loads once per
+The one place a sentence becomes a trace for the commands: the record (``AttentionTrace``)
+of the seed, of a variant, or of a model's layer and head (the model loads once per
 process, here and nowhere below).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from selfattn.commands.explain_options import ExplainConfig, check_rope_width, check_toy_inputs, toy_d_k
 from selfattn.pipeline.embedding_options import SEED_SENTENCE
 from selfattn.pipeline.embeddings import resolve_embeddings
-from selfattn.trace.seed import Trace, trace_self_attention
+from selfattn.trace.record import AttentionTrace
+from selfattn.trace.seed import trace_self_attention
 from selfattn.trace.variant_names import PROJECTED
-from selfattn.trace.variants import VariantTrace, trace_variant
-
-if TYPE_CHECKING:
-    from selfattn.trace.model_trace import ModelTrace
+from selfattn.trace.variants import trace_variant
 
 
-def build_trace(config: ExplainConfig, model=None) -> Trace | VariantTrace | ModelTrace:
+def build_trace(config: ExplainConfig, model=None) -> AttentionTrace:
     """Tokens -> embeddings -> attention, with every intermediate recorded.
 
     The seed's variant ("simple") without positional encoding gives the seed's own
-    ``Trace``; every other combination gives a ``VariantTrace``; a pretrained model
-    gives a ``ModelTrace`` (the model loads once per process).
+    record (with its "seed" section); every other combination a variant's; a pretrained
+    model its layer's and head's (the model loads once per process).
 
     Args:
         config: what to explain.
@@ -33,7 +29,7 @@ def build_trace(config: ExplainConfig, model=None) -> Trace | VariantTrace | Mod
             own); None: loaded here, once per process.
 
     Returns:
-        The record for the renderers: ``Trace``, ``VariantTrace`` or ``ModelTrace``.
+        The record for the renderers (``AttentionTrace``).
 
     Raises:
         SentenceError: the sentence is empty or longer than the positions: without a
@@ -50,13 +46,13 @@ def build_trace(config: ExplainConfig, model=None) -> Trace | VariantTrace | Mod
     Examples:
         >>> import selfattn as sa
         >>> trace = sa.build_trace(sa.ExplainConfig())  # the seed, query "cat"
-        >>> type(trace).__name__, trace.query.token
-        ('Trace', 'cat')
-        >>> trace.context[1].round(decimals=4)
+        >>> type(trace).__name__, trace.query.token, list(trace.sections)
+        ('AttentionTrace', 'cat', ['inputs', 'seed'])
+        >>> trace.steps.context[0, 1].round(decimals=4)  # the one head's context vector of "cat"
         tensor([0.4964, 0.6149, 0.5813])
         >>> trace = sa.build_trace(sa.ExplainConfig(variant="multihead"))
-        >>> type(trace).__name__, trace.n_heads, tuple(trace.weights.shape)
-        ('VariantTrace', 2, (2, 7, 7))
+        >>> trace.n_heads, tuple(trace.steps.weights.shape)
+        (2, (2, 7, 7))
     """
     if config.model is not None:
         # Imported with the first model: explain's start-up without one skips the loaders.

@@ -1,6 +1,6 @@
 """The records in Jupyter: the explorer page, registered from the renderer layer.
 
-The records (``AttentionTrace`` and its views ``Trace``, ``VariantTrace``, ``ModelTrace``; ``ModelOutput``) are plain data
+The records (``AttentionTrace``, what every trace function returns; ``ModelOutput``) are plain data
 and import no renderer. Their notebook display lives here instead: ``register`` hands
 IPython's HTML formatter one function per record type, by the type's module and name, so
 that neither side imports the other. ``import selfattn`` calls it when IPython is running,
@@ -16,9 +16,6 @@ from typing import Any, Callable
 # (the record's module, its class name) -> the name of the explorer function that shows it
 RECORD_PAGES = {
     ("selfattn.trace.record", "AttentionTrace"): "notebook_explorer",
-    ("selfattn.trace.seed", "Trace"): "notebook_explorer",
-    ("selfattn.trace.variants", "VariantTrace"): "notebook_explorer",
-    ("selfattn.trace.model_trace", "ModelTrace"): "notebook_explorer",
     ("selfattn.models.model_output", "ModelOutput"): "notebook_model_explorer",
 }
 
@@ -38,7 +35,7 @@ class Explorer:
     """A record's explorer page for a notebook: shows itself as an <iframe> (``_repr_html_``).
 
     Args:
-        record: a ``Trace``, ``VariantTrace``, ``ModelTrace`` or ``ModelOutput``.
+        record: an ``AttentionTrace`` or a ``ModelOutput``.
         options: the explorer's keyword options (precision, title, layer, head, height).
     """
 
@@ -64,7 +61,7 @@ def explore(record: Any, precision: int = 4, *, title: str | None = None, layer:
     (``layer`` and ``head`` do not apply to it).
 
     Args:
-        record: an ``AttentionTrace`` (or its view ``Trace``, ``VariantTrace``, ``ModelTrace``) or a ``ModelOutput``.
+        record: an ``AttentionTrace`` (what ``build_trace`` and the trace functions return) or a ``ModelOutput``.
         precision: decimals shown, 0 to 10.
         title: the page's title; None: the default.
         layer: the layer selected first (0-based), for a model's trace.
