@@ -21,17 +21,15 @@ same tree on these 2-core machines differ by up to about 5% on the smaller workl
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import subprocess
 import sys
-import tarfile
 import tempfile
-from io import BytesIO
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import machine_line  # noqa: E402
+from revisions import base_tree  # noqa: E402
+from revisions import timed as timed_script  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = "1bae9e8"  # main before the intervention points
@@ -67,33 +65,9 @@ m = sa.load_pretrained("tiny-induction")
 work = lambda: sa.patch_heads(m, "abcdefghijklmnopabcdefghij", "abcdefghijklmnopabcdefghiw", "k")
 """,
 }
-TIMER = """
-import statistics, time
-work()
-seconds = []
-for _ in range({repeats}):
-    start = time.perf_counter(); work(); seconds.append(time.perf_counter() - start)
-print(statistics.median(seconds))
-"""
-
-
-def base_tree(commit: str, into: Path) -> Path:
-    """The commit's src/ written under ``into``; its path (for PYTHONPATH)."""
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", commit, "src"],
-                             check=True, capture_output=True).stdout
-    with tarfile.open(fileobj=BytesIO(archive)) as tar:
-        tar.extractall(into, filter="data")
-    return into / "src"
-
-
 def timed(source: Path, workload: str, repeats: int) -> float:
     """Median seconds of the workload in a fresh process with ``source`` first on the path."""
-    env = {**os.environ, "PYTHONPATH": str(source), "PYTHONDONTWRITEBYTECODE": "1"}
-    script = WORKLOADS[workload] + TIMER.format(repeats=repeats)
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise SystemExit(f"{workload} failed on {source}: {done.stderr[-2000:]}")
-    return float(done.stdout.strip().splitlines()[-1])
+    return timed_script(source, WORKLOADS[workload], repeats)
 
 
 def main() -> None:

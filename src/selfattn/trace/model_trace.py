@@ -21,7 +21,7 @@ from selfattn.models.description import AttentionInfo, EmbeddingStep
 from selfattn.models.files import DEFAULT_MODEL, MODELS
 from selfattn.models.queries import find_model_query
 from selfattn.trace.model_layers import FULL_TRACE_CELLS, chosen_layer_in_full, every_layer_in_full
-from selfattn.trace.record import AttentionTrace, LayerSteps, Query
+from selfattn.trace.record import AttentionTrace, Query
 
 
 @dataclass(frozen=True)
