@@ -164,7 +164,7 @@ def compare_traces(sentences, traces, indices, model: str | None = None, similar
     rows = [_query_rows(trace, q) for trace, q in zip(traces, indices)]  # (L, H, n) each
     n_layers, n_heads = rows[0].shape[:2]
     allowed = [_allowed_keys(trace, q) for trace, q in zip(traces, indices)]  # (L, n) bool each
-    models = [trace.record.section("model") for trace in traces]
+    models = [trace.section("model") for trace in traces]
     shown = [None if m is None else m.readable for m in models]
     heads = tuple(
         HeadComparison(
@@ -184,36 +184,38 @@ def compare_traces(sentences, traces, indices, model: str | None = None, similar
         "weights_a": rows[0], "weights_b": rows[1], "heads": heads,
     }
     if model is None:
-        inputs, positions = traces[0].record.sections["inputs"], traces[0].record.section("positional")
+        inputs, positions = traces[0].sections["inputs"], traces[0].section("positional")
         return Comparison(model=None, variant=inputs.variant, positional="none" if positions is None else positions.name,
                           source=inputs.source.description, **common)
-    vectors = [trace.query_hidden_states for trace in traces]  # (L + 1, d) each
-    first = traces[0]
-    info = first.attention
+    # the query's vector after the embeddings and after each layer: (L + 1, d) each
+    vectors = [torch.stack([h[trace.query.index] for h in m.hidden_states]) for trace, m in zip(traces, models)]
+    first, name = models[0], models[0].model_name
+    info = first.infos[traces[0].layer]
     notes = []
     if info.causal:
         notes.append(
-            f"{first.model_name} is causal: a query sees only itself and the tokens before it, so every top key is "
+            f"{name} is causal: a query sees only itself and the tokens before it, so every top key is "
             "at or before the query"
-            + (" (and inside the layer's sliding window)." if any(t.attention.window for t in traces) else ".")
+            + (" (and inside the layer's sliding window)." if any(m.infos[t.layer].window for t, m in zip(traces, models))
+               else ".")
         )
         notes.append(
-            f"No sentence similarity: {first.model_name} is a decoder trained to predict the next token, not to make "
+            f"No sentence similarity: {name} is a decoder trained to predict the next token, not to make "
             "one vector of a whole sentence, so a cosine of its mean token vectors would measure nothing it learned. "
             "The query's cosines above compare what it did learn."
         )
     return Comparison(
-        model=first.model_name,
+        model=name,
         variant="model",
         positional=info.positional,
-        source=f"{first.model_name}'s own tokens, embeddings and attention",
+        source=f"{name}'s own tokens, embeddings and attention",
         vectors_a=vectors[0],
         vectors_b=vectors[1],
         token_cosine=tuple(_cosines(vectors[0], vectors[1]).tolist()),
         similarity=None if info.causal else similarity,
         notes=tuple(notes),
-        readable_a=list(traces[0].readable),
-        readable_b=list(traces[1].readable),
+        readable_a=list(models[0].readable),
+        readable_b=list(models[1].readable),
         special_tokens=frozenset(first.special_tokens),
         attention=info,
         model_arg=str(model),
@@ -227,17 +229,17 @@ def _query_rows(trace, q: int) -> torch.Tensor:
     Where the record has the seed's own walk of the query, its weights are the ones explain
     shows for the query (one row's softmax, which may round differently from the matrix's).
     """
-    walk = trace.record.section("seed")
+    walk = trace.section("seed")
     if walk is not None:
         return walk.weights[None, None]  # (n,) -> (1, 1, n)
     # Only the query's row of each layer: a long text's layers rebuild it from lse, no n x n matrix.
-    return torch.stack([steps.weight_rows([q])[:, 0] for steps in trace.record.layers])  # L of (H, n) -> (L, H, n)
+    return torch.stack([steps.weight_rows([q])[:, 0] for steps in trace.layers])  # L of (H, n) -> (L, H, n)
 
 
 def _allowed_keys(trace, q: int) -> torch.Tensor:
     """Which keys the query may see in each layer: a causal mask hides the later ones.   -> (L, n) bool"""
-    n = len(trace.record.tokens)
-    return torch.stack([torch.ones(n, dtype=torch.bool) if m is None else m[q] for m in trace.record.masks])  # (L, n)
+    n = len(trace.tokens)
+    return torch.stack([torch.ones(n, dtype=torch.bool) if m is None else m[q] for m in trace.masks])  # (L, n)
 
 
 def _top(row: torch.Tensor, tokens: list[str], allowed: torch.Tensor, readable: list[str] | None = None

@@ -89,7 +89,7 @@ def compare(sentence_a: str, sentence_b: str, query: str | int, model: str | Non
     for config, index, label in zip(configs, indices, COMPARED):
         with about(label):
             traces.append(build_trace(dataclasses.replace(config, query=index)))
-    causal = model is None or traces[0].attention.causal
+    causal = model is None or traces[0].sections["model"].infos[traces[0].layer].causal
     similarity = None if causal else _sentence_similarity(loaded, sentences)
     return compare_traces(sentences, traces, indices, model, similarity)
 

@@ -25,7 +25,7 @@ def explain_command(config: ExplainConfig, stream: TextIO) -> None:
         return
     from selfattn.render.text.walk import walkthrough
 
-    doc = walkthrough(trace.record, config.precision)
+    doc = walkthrough(trace, config.precision)
     if config.format == "markdown":
         from selfattn.render.text.markdown import render_markdown
 

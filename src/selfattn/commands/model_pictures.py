@@ -89,29 +89,32 @@ class RopeGrid(NamedTuple):
 def rope_grid(trace, model, n_positions: int) -> RopeGrid:
     """The traced head's query and one other token's key, before RoPE, turned to every pair of positions.
 
-    q is ``trace.q_plain`` at the query, k is ``trace.k_plain`` at the first other token
+    q is the head's ``q_plain`` at the query, k is ``k_plain`` at the first other token
     (the key/value head the query head reads); both are turned by the layer's own RoPE
     (base, scaling, pairing) to positions 0 .. n-1, and every turned pair is scored with the
     pipeline's ``attention_scores``. A score that depends only on i - j is the same along
     every diagonal.
     """
-    if trace.q_plain is None:
+    steps, m = trace.steps, trace.sections["model"]
+    kv_head = steps.kv_head_of[trace.head]
+    if steps.q_plain is None:
         raise OptionError(
-            f"--kind rope-distance turns q and k with RoPE, and {trace.model_name} has no RoPE: its positions are a "
+            f"--kind rope-distance turns q and k with RoPE, and {m.model_name} has no RoPE: its positions are a "
             "learned table added to the embeddings (draw it with --kind positional)"
         )
     a = model.blocks[trace.layer].config.attention
     labels = trace_labels(trace)
-    qi = trace.query_index
+    qi = trace.query.index
     ki = distance_check_key(qi, len(trace.tokens))
     positions = torch.arange(n_positions)
     rope = {"base": a.rope_base, "pairs": a.rope_pairs, "scaling": a.rope_scaling}
     with torch.no_grad():
-        q_at = apply_rope(trace.q_plain[qi].expand(n_positions, -1), positions, **rope)  # (n, d_head): row i is q at i
-        k_at = apply_rope(trace.k_plain[ki].expand(n_positions, -1), positions, **rope)  # (n, d_head): row j is k at j
+        q_at = apply_rope(steps.q_plain[trace.head, qi].expand(n_positions, -1), positions, **rope)  # (n, d_head): q at i
+        k_at = apply_rope(steps.k_plain[kv_head, ki].expand(n_positions, -1), positions, **rope)  # (n, d_head): k at j
         grid = attention_scores(q_at, k_at)  # (n, n): (R(i) q) . (R(j) k)
-    kv = f", key/value head {trace.kv_head}" if trace.attention.n_kv_heads != trace.attention.n_heads else ""
-    title = (f"{trace.model_name}, layer {trace.layer}, head {trace.head}{kv}: the query '{labels[qi]}' and the key "
+    info = m.infos[trace.layer]
+    kv = f", key/value head {kv_head}" if info.n_kv_heads != info.n_heads else ""
+    title = (f"{m.model_name}, layer {trace.layer}, head {trace.head}{kv}: the query '{labels[qi]}' and the key "
              f"'{labels[ki]}' before RoPE, placed at every pair of positions 0-{n_positions - 1}")
     panel = (f"q·k after the model's RoPE turns q to position i and k to position j (base {a.rope_base:g}): "
              "the same along every diagonal (i - j fixed)")

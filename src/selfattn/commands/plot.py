@@ -51,23 +51,23 @@ ROPE_DISTANCE_POSITIONS = 16  # rope-distance: positions 0-15 on each axis, or t
 
 
 def attention_weights(trace) -> torch.Tensor:
-    """Every layer's and head's weights, from the trace's record.   -> (layers, heads, n, n)"""
-    return trace.record.all_weights
+    """Every layer's and head's weights, from the record.   -> (layers, heads, n, n)"""
+    return trace.all_weights
 
 
 def query_index(trace) -> int:
-    return trace.record.query.index
+    return trace.query.index
 
 
 def source_name(trace) -> str:
     """What made the weights: the model, or the attention variant."""
-    model = trace.record.section("model")
-    return model.model_name if model is not None else trace.record.sections["inputs"].variant
+    model = trace.section("model")
+    return model.model_name if model is not None else trace.sections["inputs"].variant
 
 
 def is_model(trace) -> bool:
     """Whether the record has a model's section: its pictures grey what the model's masks hide."""
-    return trace.record.section("model") is not None
+    return trace.section("model") is not None
 
 
 def plot(
@@ -148,14 +148,14 @@ def _hidden(trace, config: ExplainConfig, kind: str, layer: int) -> tuple[torch.
     Only a model's pictures grey hidden cells; the toy variants keep their own pictures.
     """
     if not is_model(trace) or kind == "mask":
-        infos = [trace.attention] if is_model(trace) else []
+        infos = [_layer_info(trace)] if is_model(trace) else []
         return None, model_labels.hidden_label(infos) if infos else "masked"
     if kind == "heads":
         masks = model_labels.model_masks(trace)
-        label = model_labels.hidden_label(list(trace.layer_infos))
+        label = model_labels.hidden_label(list(trace.sections["model"].infos))
     else:
-        masks = tuple(trace.allowed if l == layer else None for l in range(trace.n_layers))
-        label = model_labels.hidden_label(trace.attention)
+        masks = tuple(trace.steps.allowed if l == layer else None for l in range(trace.n_layers))
+        label = model_labels.hidden_label(_layer_info(trace))
     if all(m is None for m in masks):
         return None, label
     n = len(trace.tokens)
@@ -176,12 +176,13 @@ def mask_picture(spec: str | None, trace) -> tuple[torch.Tensor, list[str], list
     tokens = model_labels.trace_labels(trace)
     n = len(tokens)
     if spec is None:
-        own = None if is_model(trace) else trace.record.layers[0].allowed
+        own = None if is_model(trace) else trace.layers[0].allowed
         if own is not None:
             return own, tokens, tokens, "Causal mask (top-left): no token sees a later one"
         everyone = torch.ones(n, n, dtype=torch.bool)
         if is_model(trace):
-            return (everyone if trace.allowed is None else trace.allowed), tokens, tokens, _model_mask_title(trace)
+            allowed = trace.steps.allowed
+            return (everyone if allowed is None else allowed), tokens, tokens, _model_mask_title(trace)
         return everyone, tokens, tokens, "No mask: every token may attend to every token"
     name, value, argument = check_spec(spec, n)
     if name == "none":
@@ -212,14 +213,19 @@ def mask_picture(spec: str | None, trace) -> tuple[torch.Tensor, list[str], list
 
 def _model_mask_title(trace) -> str:
     """What the model's own mask on one text is, from the traced layer's records."""
-    name, info = source_name(trace), trace.attention
-    if trace.allowed is None:
+    name, info = source_name(trace), _layer_info(trace)
+    if trace.steps.allowed is None:
         # An encoder masks only padding keys, and one text has none.
         return f"No mask: on one text {name} lets every token attend to every token"
     title = f"{name}'s mask in layer {trace.layer}: causal, each token sees itself and the tokens before it"
     if info.window:
         title += f", at most its {info.window} newest (a sliding window)"
     return title
+
+
+def _layer_info(trace):
+    """The traced layer's ``AttentionInfo`` (a model's record)."""
+    return trace.sections["model"].infos[trace.layer]
 
 
 class RopeDistancePicture(NamedTuple):
@@ -271,9 +277,13 @@ def rope_distance_picture(config: ExplainConfig, layer: int = 0, head: int = 0) 
     where = source_name(trace) + (f", head {head}" if weights.shape[1] > 1 else "")
     pair = f"'{tokens[qi]}' (query) and '{tokens[ki]}' (key)"
     if projected:
-        d_k, g = trace.d_k, trace.kv_head_of[head]
-        q, k = trace.q_unrotated[head, qi], trace.k_unrotated[g, ki]  # (d_k,) each
-        w_q, w_k = trace.w_q[:, head * d_k:(head + 1) * d_k], trace.w_k[:, g * d_k:(g + 1) * d_k]  # (d, d_k) each
+        steps, weights_in = trace.steps, trace.sections["projections"]
+        d_k, g = int(steps.q.shape[-1]), steps.kv_head_of[head]
+        q_plain = steps.q if steps.q_plain is None else steps.q_plain  # before RoPE
+        k_plain = steps.k if steps.k_plain is None else steps.k_plain
+        q, k = q_plain[head, qi], k_plain[g, ki]  # (d_k,) each
+        w_q = weights_in.w_q[:, head * d_k:(head + 1) * d_k]  # (d, d_k)
+        w_k = weights_in.w_k[:, g * d_k:(g + 1) * d_k]
         sinusoidal = sinusoidal_score_grid(trace.embeddings[qi], trace.embeddings[ki], n, w_q=w_q, w_k=w_k)
         width = f"q and k of width {d_k}"
         added = "((x_q + P_i) W_q)·((x_k + P_j) W_k)"

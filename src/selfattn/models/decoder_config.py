@@ -12,7 +12,6 @@ from dataclasses import dataclass, field, fields
 from selfattn.attention.config import TransformerConfig
 from selfattn.renamed import renamed_keyword
 from selfattn.errors import ConfigError
-from selfattn.positional.rope_scaling import Llama3RopeScaling
 
 # Calls with fewer new tokens than this take the reference attention even when attn_impl is
 # "flash" (AttentionConfig.flash_min_queries). Measured on the Llama-shaped model of

@@ -129,4 +129,5 @@ def read_old_name(record: Any, name: str) -> Any:
     spelling = re.sub(r"\br\b", "trace", OLD_NAMES[view][name])
     warnings.warn(f"{view}.{name} is an old name: trace_* functions return the record now; read {spelling}",
                   DeprecationWarning, stacklevel=3)
-    return eval(code, {"torch": torch, "UNSCALED": UNSCALED}, {"r": record})  # our own table's spelling, the one the warning shows
+    # Our own table's spelling, the one the warning shows: what it says is what runs.
+    return eval(code, {"torch": torch, "UNSCALED": UNSCALED, "r": record})

@@ -20,7 +20,7 @@ DEFAULT_HEADS = {"multihead": 2, "gqa": 4}
 
 
 def distance_check_key(query_index: int, n: int) -> int:
-    """The token whose key ``VariantTrace.distance_check`` uses: the first one that is not the query.
+    """The token whose key the positional section's ``distance_check`` uses: the first one that is not the query.
 
     Args:
         query_index: the query's 0-based position.

@@ -1,1 +1,1 @@
-"""Renderers of a Trace: the walkthrough document, text (rich), markdown and JSON."""
+"""Renderers of the record (``AttentionTrace``): the walkthrough document, text (rich), markdown and JSON."""

@@ -112,11 +112,11 @@ STEPS: list[tuple[str, Writer]] = [
 """The reading order: (section, its writer); a writer runs when the record holds its section."""
 
 
-def walkthrough(trace, precision: int = 4) -> Document:
-    """Every step of the record (or a view of it), in reading order, as one Document.
+def walkthrough(trace: AttentionTrace, precision: int = 4) -> Document:
+    """Every step of the record, in reading order, as one Document.
 
     Args:
-        trace: an ``AttentionTrace``, or a view of one (``Trace``, ``VariantTrace``, ``ModelTrace``).
+        trace: an ``AttentionTrace`` (what ``build_trace`` and the trace functions return).
         precision: decimals shown, 0 to 10.
 
     Returns:

@@ -1,6 +1,6 @@
 """Pictures of attention: matplotlib plots and a self-contained HTML explorer.
 
-Renderers only: they read a Trace (or the explorer's data made from one) and never
+Renderers only: they read a record (or the explorer's data made from one) and never
 compute attention themselves.
 """
 

@@ -92,8 +92,7 @@ def explorer_html(
 ) -> str:
     """The explorer page for one record; ``layer`` and ``head`` are selected at first (0-based).
 
-    The record's older views (``Trace``, ``VariantTrace``, ``ModelTrace``) are still accepted: ``record_of`` reads
-    the record they hold.
+    ``trace`` is the record ``build_trace`` and the trace functions return (``record_of`` checks it).
     """
     return render_explorer(explorer_data(trace, precision, title=title, head=head, layer=layer))
 

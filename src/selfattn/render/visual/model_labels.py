@@ -21,8 +21,8 @@ from selfattn.render.visual.token_labels import token_labels
 
 def trace_labels(trace) -> list[str]:
     """The tokens of any trace as pictures show them: a model's as they read, the toy's as they are."""
-    model = trace.record.section("model")
-    return token_labels(list(trace.record.tokens), None if model is None else model.readable)
+    model = trace.section("model")
+    return token_labels(list(trace.tokens), None if model is None else model.readable)
 
 
 def hidden_label(infos: list[AttentionInfo] | AttentionInfo) -> str:
@@ -41,6 +41,6 @@ def hidden_label(infos: list[AttentionInfo] | AttentionInfo) -> str:
 def model_masks(trace) -> tuple[torch.Tensor | None, ...]:
     """Every layer's (n, n) bool mask (True = may attend, None = every key) for a model trace.
 
-    What the trace recorded from each layer's own steps (``ModelTrace.masks``).
+    What the trace recorded from each layer's own steps (``AttentionTrace.masks``).
     """
     return trace.masks
