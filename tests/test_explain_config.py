@@ -17,9 +17,10 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "selfattn"
 
 def test_default_config_is_the_seed_example():
     trace = build_trace(ExplainConfig())
-    assert trace.tokens[trace.query.index] == "cat"
+    walk = trace.sections["seed"]  # the seed's walk of its query
+    assert trace.tokens[walk.index] == "cat"
     torch.testing.assert_close(trace.embeddings, torch.tensor(INPUTS))
-    assert at_4_decimals(trace.query.context.tolist()) == CAT_CONTEXT
+    assert at_4_decimals(walk.context.tolist()) == CAT_CONTEXT
 
 
 @pytest.mark.parametrize(
@@ -64,12 +65,13 @@ def test_any_sentence_matches_sdpa_and_softmax(words, dim, seed, query):
     query = query % len(words)
     trace = build_trace(ExplainConfig(sentence=" ".join(words), dim=dim, seed=seed, query=query, format="json"))
     x = trace.embeddings
-    assert trace.query.index == query and x.shape == (len(words), dim)
-    torch.testing.assert_close(trace.context, F.scaled_dot_product_attention(x, x, x, scale=1.0))
-    torch.testing.assert_close(trace.weights, torch.softmax(x @ x.T, dim=-1))
-    torch.testing.assert_close(trace.query.weights, trace.weights[query])
-    torch.testing.assert_close(trace.query.context, trace.context[query])
-    torch.testing.assert_close(trace.row_sums, torch.ones(len(words)))
+    walk, weights, context = trace.sections["seed"], trace.steps.weights[0], trace.steps.context[0]  # the one head
+    assert walk.index == query and x.shape == (len(words), dim)
+    torch.testing.assert_close(context, F.scaled_dot_product_attention(x, x, x, scale=1.0))
+    torch.testing.assert_close(weights, torch.softmax(x @ x.T, dim=-1))
+    torch.testing.assert_close(walk.weights, weights[query])
+    torch.testing.assert_close(walk.context, context[query])
+    torch.testing.assert_close(weights.sum(dim=-1), torch.ones(len(words)))
 
 
 def test_no_module_borrows_torchs_attention_or_softmax():
@@ -99,4 +101,4 @@ def test_build_trace_resolves_a_model_name_once(monkeypatch):
     config = ExplainConfig(sentence="a b a", model="tiny-induction")
     trace = build_trace(config)
     assert calls == ["tiny-induction"] and config.model_key == "tiny-induction"
-    assert trace.model_name == "tiny-induction"
+    assert trace.sections["model"].model_name == "tiny-induction"

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from seed_reference import CAT_CONTEXT, CAT_EXP_SUM, CAT_SCORES, CAT_WEIGHTS, INPUTS, QUERY_INDEX, TOKENS, at_4_decimals
 from selfattn.errors import OptionError
+from selfattn.trace.variant_names import UNSCALED
 from selfattn.trace.variants import trace_variant
 
 X = torch.tensor(INPUTS, dtype=torch.float64)
@@ -168,12 +169,12 @@ def test_positional_encodings_go_through_the_blocks(run_cli, positional):
 def test_library_trace_matches_torch(n, d, size, seed):
     x = torch.randn(n, d, generator=torch.Generator().manual_seed(seed))
     trace = trace_variant([f"t{i}" for i in range(n)], x, "flash", query=0, block_size=size)
-    flash = trace.flash
+    flash = trace.sections["flash"]
     expected = F.scaled_dot_product_attention(x[None].double(), x[None].double(), x[None].double(), scale=1.0)[0]
     torch.testing.assert_close(flash.output.double(), expected, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(flash.online_output, flash.output, atol=1e-6, rtol=1e-6)
     assert len(flash.blocks) == math.ceil(n / size)
-    assert trace.scale == 1.0 and not trace.scaled
+    assert trace.steps.scale == 1.0 and trace.sections["inputs"].variant in UNSCALED  # no 1 / sqrt(d_k)
 
 
 @pytest.mark.parametrize(

@@ -223,5 +223,7 @@ def test_every_layers_weights_in_the_trace_are_explains(reference):
     traced = build_trace(ExplainConfig(SENTENCE, model=MODEL, layer=0, head=0))
     for layer, head in [(0, 0), (3, 4), (5, 11)]:
         own = build_trace(ExplainConfig(SENTENCE, model=MODEL, layer=layer, head=head))
-        assert torch.equal(traced.all_weights[layer, head], own.weights)
-        close(own.weights, attentions[layer][0, head])
+        assert (own.layer, own.head) == (layer, head)
+        weights = own.steps.weights[own.head]  # the chosen layer's chosen head
+        assert torch.equal(traced.all_weights[layer, head], weights)
+        close(weights, attentions[layer][0, head])

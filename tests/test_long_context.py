@@ -68,22 +68,22 @@ def folders(tmp_path_factory):
 @pytest.mark.parametrize("family", [*DECODERS, "bert"])
 def test_the_other_layers_rows_give_transformers_weights(folders, family):
     model = sa.load_pretrained(str(folders[family]))
-    rows = trace_model(TINY_TEXT, model, layer=1, head=3, query=-1, every_layer=False)
+    record = trace_model(TINY_TEXT, model, layer=1, head=3, query=-1, every_layer=False)
     whole = trace_model(TINY_TEXT, model, layer=1, head=3, query=-1, every_layer=True)
-    record, n = rows.record, len(rows.tokens)
+    n = len(record.tokens)
     assert [type(s) for s in record.layers] == [LayerRows, LayerSteps]
     assert square_tensors(record) == {1: [name for name in WHOLE if getattr(record.layers[1], name) is not None]}
     with torch.no_grad():
-        theirs = reference_model(folders[family])(input_ids=torch.tensor([rows.input_ids]), output_attentions=True)
+        theirs = reference_model(folders[family])(input_ids=torch.tensor([record.sections["model"].input_ids]), output_attentions=True)
     for layer in range(2):
         torch.testing.assert_close(record.layers[layer].weights, theirs.attentions[layer][0], **TOL)
     kept = record.layers[0]
     torch.testing.assert_close(kept.weight_rows([n - 1, 0, 5]), theirs.attentions[0][0][:, [n - 1, 0, 5]], **TOL)
-    assert all((a is None and b is None) or torch.equal(a, b) for a, b in zip(record.masks, whole.record.masks))
-    torch.testing.assert_close(torch.logsumexp(whole.record.layers[0].masked, dim=-1), kept.lse, **TOL)
+    assert all((a is None and b is None) or torch.equal(a, b) for a, b in zip(record.masks, whole.masks))
+    torch.testing.assert_close(torch.logsumexp(whole.layers[0].masked, dim=-1), kept.lse, **TOL)
     for name in ("q", "k", "v", "context", "input", "output"):
-        torch.testing.assert_close(getattr(kept, name), getattr(whole.record.layers[0], name), **CLOSE)
-    chosen, full = record.layers[1], whole.record.layers[1]
+        torch.testing.assert_close(getattr(kept, name), getattr(whole.layers[0], name), **CLOSE)
+    chosen, full = record.layers[1], whole.layers[1]
     for f in dataclasses.fields(LayerSteps):
         a, b = getattr(chosen, f.name), getattr(full, f.name)
         if isinstance(a, torch.Tensor) and a.is_floating_point():
@@ -132,8 +132,7 @@ def test_smollm2_on_400_tokens_keeps_one_layer_whole_and_rows_of_its_own_weights
     text = story(8)
     n, layers, heads = len(smollm2.tokenize(text).tokens[0]), len(smollm2.blocks), smollm2.config.n_heads
     assert layers * heads * n * n > FULL_TRACE_CELLS  # long enough to leave the whole steps out
-    traced = trace_model(text, smollm2, layer=7, head=4, query=-1)
-    record = traced.record
+    record = trace_model(text, smollm2, layer=7, head=4, query=-1)
     assert [l for l, s in enumerate(record.layers) if isinstance(s, LayerSteps)] == [7]
     assert list(square_tensors(record)) == [7]
     assert len({id(m) for m in record.masks}) == 2  # the chosen layer's own, and one causal mask the rest share
@@ -142,7 +141,8 @@ def test_smollm2_on_400_tokens_keeps_one_layer_whole_and_rows_of_its_own_weights
     picked = [n - 1, n // 2, 0]
     for layer, steps in enumerate(record.layers):
         torch.testing.assert_close(steps.weight_rows(picked), own[layer][0][:, picked], **TOL)
-    torch.testing.assert_close(traced.weights, own[7][0, 4], **TOL)
+    assert (record.layer, record.head) == (7, 4)
+    torch.testing.assert_close(record.steps.weights[record.head], own[7][0, 4], **TOL)
 
 
 def test_smollm2_walks_through_2000_tokens_in_a_few_gb(smollm2):
@@ -152,15 +152,15 @@ def test_smollm2_walks_through_2000_tokens_in_a_few_gb(smollm2):
     text = story(40)
     with PeakMemory() as peak:
         traced = trace_model(text, smollm2, layer=5, head=2, query=-1)
-        page = render_markdown(walkthrough(traced.record, 4))
+        page = render_markdown(walkthrough(traced, 4))
     n = len(traced.tokens)
     assert 1900 <= n <= 2100
-    assert list(square_tensors(traced.record)) == [5]
+    assert list(square_tensors(traced)) == [5]
     # The chosen layer's six (9, n, n) matrices 0.9 GB, the other layers' rows 0.7 GB, the hidden states 0.15 GB;
     # every layer's steps would hold 30 x 9 x n x n x 4 bytes = 4.4 GB per kind of matrix.
-    assert held_bytes(traced.record) < 2e9
-    assert f"into {n} tokens" in page and traced.query_index == n - 1
-    assert abs(float(traced.weights[n - 1].sum()) - 1) < 1e-5
+    assert held_bytes(traced) < 2e9
+    assert f"into {n} tokens" in page and traced.query.index == n - 1
+    assert abs(float(traced.steps.weights[traced.head][n - 1].sum()) - 1) < 1e-5
     if peak.bytes is None:
         pytest.skip(f"the peak memory cannot be measured here: {peak.unavailable}")
     assert peak.bytes < 3e9, f"{peak.megabytes:.0f} MB"  # 2.1 GB measured; every layer's steps: about 40 GB

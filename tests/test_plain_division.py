@@ -117,5 +117,6 @@ def test_constructed_failures(run_cli, tmp_path, table, query, fails):
 def test_trace_records_plain_division():
     tokens = sa.tokenize("a b")
     trace = sa.trace_self_attention(tokens, torch.tensor([[1.0, 0.0], [-1.0, 0.0]]), query="a")
-    assert trace.query.plain_division_fails == ["zero sum"]
-    assert float(trace.query.scores_sum) == 0
+    walk = trace.sections["seed"]
+    assert walk.plain_division_fails == ["zero sum"]
+    assert float(walk.scores_sum) == 0

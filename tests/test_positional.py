@@ -329,10 +329,11 @@ def test_untrained_learned_positions_do_not_depend_on_the_sentence_length():
     x = torch.randn(5, 4, generator=torch.Generator().manual_seed(1))
     long = trace_variant(tokens, x, "qkv", positional="learned")
     short = trace_variant(tokens[:3], x[:3], "qkv", positional="learned")
-    assert torch.equal(long.w_q, short.w_q) and torch.equal(long.w_k, short.w_k)
-    assert torch.equal(long.encoding[:3], short.encoding)
+    long_w, short_w = long.sections["projections"], short.sections["projections"]
+    assert torch.equal(long_w.w_q, short_w.w_q) and torch.equal(long_w.w_k, short_w.w_k)
+    assert torch.equal(long.sections["positional"].encoding[:3], short.sections["positional"].encoding)
     plain = trace_variant(tokens, x, "qkv")
-    assert torch.equal(plain.w_q, long.w_q)  # the table draws from its own stream
+    assert torch.equal(plain.sections["projections"].w_q, long_w.w_q)  # the table draws from its own stream
 
 
 def test_max_len_is_max_positions_old_name_and_warns():

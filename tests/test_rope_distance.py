@@ -253,7 +253,9 @@ def test_projected_picture_reads_the_traces_unrotated_q_and_k_of_the_chosen_head
     options = {"variant": "gqa", "heads": 4, "kv_heads": 2, "embed": "random", "dim": 8, "d_k": 4}
     trace = build_trace(ExplainConfig(positional="rope", **options))
     picture = rope_distance_picture(ExplainConfig(format="plot", **options), head=3)
-    q, k = trace.q_unrotated[3, 1], trace.k_unrotated[1, 0]  # head 3 reads key head 1
+    steps = trace.steps  # with RoPE: q_plain, k_plain are q and k before the turn
+    assert steps.kv_head_of[3] == 1
+    q, k = steps.q_plain[3, 1], steps.k_plain[1, 0]  # head 3 reads key head 1
     paper = torch.tensor([[paper_rope_score(q, k, i, j) for j in range(5)] for i in range(5)])
     torch.testing.assert_close(picture.rope[:5, :5], paper, **F32)
     assert "head 3" in picture.title

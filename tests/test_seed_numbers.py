@@ -72,7 +72,7 @@ def test_matrix_form_reproduces_the_full_tables(seed_x):
 
 def test_trace_holds_the_seed_numbers(seed_x):
     trace = trace_self_attention(TOKENS, seed_x, "cat")
-    q = trace.query
+    q = trace.sections["seed"]
     assert (q.index, q.token) == (1, "cat")
     assert at_4_decimals(q.scores.tolist()) == CAT_SCORES
     assert at_4_decimals(q.scores_loop.tolist()) == CAT_SCORES
@@ -80,8 +80,8 @@ def test_trace_holds_the_seed_numbers(seed_x):
     assert at_4_decimals(q.exp_sum) == CAT_EXP_SUM
     assert at_4_decimals(q.weights.tolist()) == CAT_WEIGHTS
     assert at_4_decimals(q.context.tolist()) == CAT_CONTEXT
-    assert at_4_decimals(trace.scores.tolist()) == ALL_SCORES
-    assert at_4_decimals(trace.row_sums.tolist()) == ROW_SUMS
+    assert at_4_decimals(trace.steps.scores[0].tolist()) == ALL_SCORES
+    assert at_4_decimals(trace.steps.weights[0].sum(dim=-1).tolist()) == ROW_SUMS
     assert not q.naive_overflows
 
 

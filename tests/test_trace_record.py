@@ -2,7 +2,7 @@
 
 The seed, the variants and a model each give an ``AttentionTrace`` whose per-layer steps
 are checked against torch's own attention on the record's q, k and v (an independent
-reference), and whose old views (Trace, VariantTrace, ModelTrace) read the same tensors.
+reference); the seed's walk, a variant's heads and a model's chosen head against their own.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 import selfattn as sa
 from selfattn.trace.record import AttentionTrace, LayerSteps
+from selfattn.trace.seed import QueryTrace
 
 FIELDS = ("q", "k", "v", "scores", "scaled", "masked", "row_max", "exp", "exp_sum", "weights", "context")
 
@@ -36,15 +37,17 @@ def check_steps(steps: LayerSteps, causal_bias: torch.Tensor | None = None) -> N
 
 
 def test_the_seed_is_one_layer_of_one_head_with_its_walk_as_a_section():
-    view = sa.build_trace(sa.ExplainConfig())
-    record = view.record
+    record = sa.build_trace(sa.ExplainConfig())
     assert isinstance(record, AttentionTrace) and list(record.sections) == ["inputs", "seed"]
     assert (record.n_layers, record.n_heads, record.query.token) == (1, 1, "cat")
     check_steps(record.steps)
     x = record.embeddings
     torch.testing.assert_close(record.steps.context[0], F.scaled_dot_product_attention(x, x, x, scale=1.0))
-    assert view.weights is record.steps.weights[0] or torch.equal(view.weights, record.steps.weights[0])
-    assert record.section("seed") is view.query and record.section("flash") is None
+    torch.testing.assert_close(record.steps.weights[0], torch.softmax(x @ x.T, dim=-1))  # the one head: X X^T
+    walk = record.section("seed")  # the seed's walk of its query
+    assert isinstance(walk, QueryTrace) and (walk.index, walk.token) == (record.query.index, record.query.token)
+    torch.testing.assert_close(walk.weights, torch.softmax(x @ x[walk.index], dim=-1))
+    assert record.section("flash") is None
 
 
 @pytest.mark.parametrize(
@@ -59,8 +62,7 @@ def test_the_seed_is_one_layer_of_one_head_with_its_walk_as_a_section():
     ],
 )
 def test_every_variant_fills_the_same_steps(options, sections):
-    view = sa.build_trace(sa.ExplainConfig(**options))
-    record = view.record
+    record = sa.build_trace(sa.ExplainConfig(**options))
     assert list(record.sections) == sections
     positional = record.sections["positional"]
     bias = positional.alibi_bias  # ALiBi is a bias on the scores, not a mask
@@ -68,7 +70,11 @@ def test_every_variant_fills_the_same_steps(options, sections):
     if bias is not None:
         bias = bias if causal is None else bias.masked_fill(~causal, float("-inf"))
     check_steps(record.steps, bias)
-    assert view.weights.shape == record.steps.weights.shape and view.kv_head_of == list(record.steps.kv_head_of)
+    H, K = record.steps.q.shape[0], record.steps.k.shape[0]  # query heads, key/value heads
+    assert record.steps.weights.shape == (H, 7, 7) and record.steps.v.shape[0] == K
+    assert list(record.steps.kv_head_of) == [h // (H // K) for h in range(H)]  # each group of H / K reads one
+    if options.get("variant") == "gqa":
+        assert (H, K) == (4, 2)
     if options.get("variant") == "causal":
         assert torch.equal(causal, torch.ones(7, 7, dtype=torch.bool).tril())
     if options.get("positional") == "rope":
@@ -82,16 +88,20 @@ def test_every_variant_fills_the_same_steps(options, sections):
 
 
 def test_a_model_fills_every_layer_and_keeps_its_own_section():
-    view = sa.build_trace(sa.ExplainConfig(model="tiny-induction", sentence="a b c d a b c", layer=1, head=2))
-    record = view.record
+    record = sa.build_trace(sa.ExplainConfig(model="tiny-induction", sentence="a b c d a b c", layer=1, head=2))
     assert list(record.sections) == ["model"] and (record.layer, record.head) == (1, 2)
     assert record.n_layers == len(record.sections["model"].infos) == 2
     for steps in record.layers:
         check_steps(steps, None if steps.allowed is None else torch.zeros(steps.allowed.shape).masked_fill(~steps.allowed, float("-inf")))
         assert torch.equal(steps.allowed, torch.ones_like(steps.allowed).tril())  # a decoder: causal
-    # the view's head is the record's chosen layer and head
-    assert torch.equal(view.weights, record.layers[1].weights[2])
-    assert torch.equal(view.all_weights, record.all_weights) and all(a is b for a, b in zip(view.masks, record.masks))
+    # the chosen layer's steps, and its chosen head's weights are the model's own forward pass's
+    assert record.steps is record.layers[1]
+    model = sa.load_pretrained("tiny-induction")
+    with torch.no_grad():
+        own = model.run(model.tokenize("a b c d a b c"), output_attentions=True).attentions
+    torch.testing.assert_close(record.steps.weights[record.head], own[1][0, 2], rtol=0, atol=1e-5)
+    assert torch.equal(record.all_weights, torch.stack([steps.weights for steps in record.layers]))
+    assert len(record.masks) == 2 and all(m is steps.allowed for m, steps in zip(record.masks, record.layers))
     # far from uniform: a trained head puts most of some row's weight on one key
     assert float(record.all_weights.amax()) > 0.5
 

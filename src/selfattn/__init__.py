@@ -8,10 +8,9 @@ The seed, step by step    tokenize, seed_embeddings, embed, random_embeddings,
                           load_embedding_file, attention_scores, softmax (softmax_stable,
                           softmax_naive, softmax_parts; plain_division, its naive rival),
                           context_vectors, self_attention
-Every intermediate        AttentionTrace (the one record: trace_self_attention, trace_variant
-                          and build_trace return it; Trace and VariantTrace are its old
-                          names); ExplainConfig + build_trace (what `selfattn explain`
-                          runs); compare -> Comparison; explore(record)
+Every intermediate        AttentionTrace (the record trace_self_attention, trace_variant and
+                          build_trace return); ExplainConfig + build_trace (what `selfattn
+                          explain` runs); compare -> Comparison; explore(record)
 Attention functions       scaled_dot_product_attention (torch's signature),
                           scaled_dot_product_attention_with_weights, attention_steps
 Long sequences            flash_attention (tiled, exact, O(N) memory, with backward),

@@ -159,12 +159,13 @@ def trace_self_attention(
         >>> trace = sa.trace_self_attention(tokens, sa.seed_embeddings(tokens), query="cat")
         >>> trace.query.index, trace.query.token
         (1, 'cat')
-        >>> trace.query.weights.round(decimals=4)
+        >>> walk = trace.sections["seed"]  # the query's own steps
+        >>> walk.weights.round(decimals=4)
         tensor([0.0962, 0.1919, 0.1765, 0.1059, 0.0960, 0.1461, 0.1873])
-        >>> trace.query.context.round(decimals=4)
+        >>> walk.context.round(decimals=4)
         tensor([0.4964, 0.6149, 0.5813])
-        >>> trace.weights.shape
-        torch.Size([7, 7])
+        >>> trace.steps.weights.shape  # every query: one head of 7 x 7
+        torch.Size([1, 7, 7])
     """
     x = check_matrix(tokens, embeddings).detach()
     q = find_query(tokens, query)

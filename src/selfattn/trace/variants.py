@@ -177,9 +177,9 @@ def trace_variant(
         >>> import selfattn as sa
         >>> tokens = sa.tokenize(sa.SEED_SENTENCE)
         >>> trace = sa.trace_variant(tokens, sa.seed_embeddings(tokens), "scaled")
-        >>> round(trace.scale, 4), tuple(trace.weights.shape)
+        >>> round(trace.steps.scale, 4), tuple(trace.steps.weights.shape)
         (0.5774, (1, 7, 7))
-        >>> trace.output[1].round(decimals=4)  # "cat", with scores divided by sqrt(3)
+        >>> trace.steps.output[1].round(decimals=4)  # "cat", with scores divided by sqrt(3)
         tensor([0.4859, 0.5813, 0.5887])
     """
     if variant not in VARIANTS:
