@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import machine_line  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-BASE = "ba3839a"  # main before issue 45's first move (tools/golden.py had just recorded its outputs)
+BASE = "ba3839a"  # main before issue 45's first move
 
 _QKV = """
 import torch, selfattn as sa
@@ -208,17 +208,24 @@ def compare(workloads: dict[str, str], names: list[str], base: str, rounds: int,
             print(f"{name:10} {a * 1000:9.2f} ms {b * 1000:9.2f} ms {a / b:7.3f}", flush=True)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--base", default=BASE, help=f"the commit to compare with (default {BASE})")
+def main(workloads: dict[str, str] = WORKLOADS, base: str = BASE, doc: str = __doc__) -> None:
+    """The command line: ``--base``, ``--rounds``, ``--repeats`` and the workloads to run (default all).
+
+    Args:
+        workloads: name -> Python defining ``work()`` (bench/points.py passes its own).
+        base: the default revision to compare with.
+        doc: the script's docstring, whose first line is the help's description.
+    """
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--base", default=base, help=f"the commit to compare with (default {base})")
     parser.add_argument("--rounds", type=int, default=5, help="A B rounds per workload (default 5)")
     parser.add_argument("--repeats", type=int, default=5, help="timed runs inside each process (default 5)")
-    parser.add_argument("workloads", nargs="*", help=f"some of {', '.join(WORKLOADS)} (default: all)")
+    parser.add_argument("workloads", nargs="*", help=f"some of {', '.join(workloads)} (default: all)")
     args = parser.parse_args()
-    unknown = [w for w in args.workloads if w not in WORKLOADS]
+    unknown = [w for w in args.workloads if w not in workloads]
     if unknown:
-        parser.error(f"no workload {unknown[0]!r}: they are {', '.join(WORKLOADS)}")
-    compare(WORKLOADS, args.workloads or list(WORKLOADS), args.base, args.rounds, args.repeats)
+        parser.error(f"no workload {unknown[0]!r}: they are {', '.join(workloads)}")
+    compare(workloads, args.workloads or list(workloads), args.base, args.rounds, args.repeats)
 
 
 if __name__ == "__main__":
