@@ -319,7 +319,7 @@ class TransformerConfig:
         added to both reaches the module without a line here; only the projections' bias
         is the block's own choice (attention_bias, else bias).
         """
-        shared = {name: getattr(self, name) for name in _ATTENTION_FIELDS & _BLOCK_FIELDS}
+        shared = {name: getattr(self, name) for name in _SHARED_FIELDS}
         shared["bias"] = self.bias if self.attention_bias is None else self.attention_bias
         return AttentionConfig(**shared)
 
@@ -329,8 +329,9 @@ class TransformerConfig:
         return 4 * self.d_model if self.d_ff is None else self.d_ff
 
 
-_ATTENTION_FIELDS = frozenset(f.name for f in dataclasses.fields(AttentionConfig))
-_BLOCK_FIELDS = frozenset(f.name for f in dataclasses.fields(TransformerConfig))
+BLOCK_FIELDS = tuple(f.name for f in dataclasses.fields(TransformerConfig))
+"""Every ``TransformerConfig`` field, in order: what ``DecoderConfig.block`` hands on by name."""
+_SHARED_FIELDS = tuple(name for name in BLOCK_FIELDS if name in {f.name for f in dataclasses.fields(AttentionConfig)})
 
 renamed_keyword(AttentionConfig, "head_dim", "d_head")
 renamed_keyword(AttentionConfig, "qk_norm_eps", "norm_eps")  # the block's spelling: one epsilon name for every norm

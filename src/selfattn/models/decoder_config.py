@@ -7,9 +7,9 @@ Each family reads its config.json into one (``models/families/``, a llama2.c hea
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
-from selfattn.attention.config import TransformerConfig
+from selfattn.attention.config import BLOCK_FIELDS, TransformerConfig
 from selfattn.renamed import renamed_keyword
 from selfattn.errors import ConfigError
 
@@ -24,7 +24,6 @@ FLASH_MIN_QUERIES = 128
 # What a decoder's positions may be: none, a learned table the model adds to the embeddings
 # (GPT-2), or RoPE inside every attention layer.
 DECODER_POSITIONS = ("none", "learned", "rope")
-BLOCK_FIELDS = tuple(f.name for f in fields(TransformerConfig))
 
 
 @dataclass(frozen=True, kw_only=True)

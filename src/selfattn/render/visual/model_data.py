@@ -311,10 +311,11 @@ def _description(page: ModelPage, shown: dict[int, list[int]], steps: dict) -> s
 def trace_page(t: AttentionTrace) -> ModelPage:
     """A model's record as a model page: every head's weights and steps, as each layer's own steps recorded them."""
     m = t.sections["model"]
+    weights = t.all_weights  # (layers, heads, n, n), rebuilt once: a long text's layers come from lse
 
     def head_weights(layer: int, head: int) -> torch.Tensor:
         own = (layer, head) == (t.layer, t.head)
-        return t.steps.weights[t.head] if own else t.all_weights[layer, head]  # (n, n)
+        return t.steps.weights[t.head] if own else weights[layer, head]  # (n, n)
 
     def head_steps(layer: int, head: int) -> dict[str, Any] | None:
         # Every head from its block's own steps, the traced one too: the same numbers the
@@ -328,7 +329,7 @@ def trace_page(t: AttentionTrace) -> ModelPage:
         model_name=m.model_name,
         tokens=list(t.tokens),
         query=t.query.index,
-        weights=t.all_weights,
+        weights=weights,
         layer_inputs=[m.hidden_states[l] for l in range(n_layers)],
         layer_outputs=[m.hidden_states[l + 1] for l in range(n_layers)],
         head_weights=head_weights,
