@@ -300,11 +300,10 @@ def explorer_page(models: LiveModels, body: Any) -> str:
         trace = build_trace(config, model)
     layer, head = (picked["layer"], picked["head"]) if picked else (config.layer or 0, config.head or 0)
     if model is None:
-        from selfattn.commands.plot import attention_weights
         from selfattn.commands.plot_options import check_shown_head
 
         with in_api_words():
-            check_shown_head(layer, head, *attention_weights(trace).shape[:2])
+            check_shown_head(layer, head, trace.n_layers, trace.n_heads)
     return explorer_html(trace, config.precision, head=head, layer=layer)
 
 

@@ -50,15 +50,6 @@ ROPE_TURN_POSITIONS = 8  # the RoPE picture turns each pair to positions 0-7
 ROPE_DISTANCE_POSITIONS = 16  # rope-distance: positions 0-15 on each axis, or the sentence's length if longer
 
 
-def attention_weights(trace) -> torch.Tensor:
-    """Every layer's and head's weights, from the record.   -> (layers, heads, n, n)"""
-    return trace.all_weights
-
-
-def query_index(trace) -> int:
-    return trace.query.index
-
-
 def source_name(trace) -> str:
     """What made the weights: the model, or the attention variant."""
     model = trace.section("model")
@@ -109,8 +100,8 @@ def plot(
         return plots.save_figure(figure, target)
 
     trace = build_trace(config)
-    weights = attention_weights(trace)  # (layers, heads, n, n)
-    check_shown_head(layer, head, *weights.shape[:2])
+    check_shown_head(layer, head, trace.n_layers, trace.n_heads)
+    weights = trace.all_weights  # (layers, heads, n, n)
     tokens = model_labels.trace_labels(trace)
     name = source_name(trace)
     hidden, label = _hidden(trace, config, kind, layer)  # (layers, n, n) bool or None: what a mask hides
@@ -123,7 +114,7 @@ def plot(
                                       hidden=None if hidden is None else hidden[layer], hidden_label=label,
                                       fixed_scale=fixed_scale)
     elif kind == "arrows":
-        q = query_index(trace)
+        q = trace.query.index
         figure = plots.arrows_figure(tokens, weights[layer, head, q], q, title=f"Where '{tokens[q]}' looks ({where})",
                                      hidden=None if hidden is None else hidden[layer, q], hidden_label=label)
     elif kind == "heads":
@@ -167,7 +158,7 @@ def view(config: ExplainConfig, output: str, *, layer: int = 0, head: int = 0) -
     """Write the interactive explorer for the configured input as one HTML file."""
     target = check_view_options(config, output, layer=layer, head=head)
     trace = build_trace(config)
-    check_shown_head(layer, head, *attention_weights(trace).shape[:2])
+    check_shown_head(layer, head, trace.n_layers, trace.n_heads)
     return write_text(target, explorer_html(trace, config.precision, head=head, layer=layer))
 
 
@@ -269,12 +260,11 @@ def rope_distance_picture(config: ExplainConfig, layer: int = 0, head: int = 0) 
     """
     projected = config.variant in PROJECTED
     trace = build_trace(rope_distance_config(config))
-    weights = attention_weights(trace)  # (layers, heads, n, n): only to check --layer and --head
-    check_shown_head(layer, head, *weights.shape[:2])
-    tokens, qi = trace.tokens, query_index(trace)
+    check_shown_head(layer, head, trace.n_layers, trace.n_heads)
+    tokens, qi = trace.tokens, trace.query.index
     ki = distance_check_key(qi, len(tokens))
     n = max(ROPE_DISTANCE_POSITIONS, len(tokens))
-    where = source_name(trace) + (f", head {head}" if weights.shape[1] > 1 else "")
+    where = source_name(trace) + (f", head {head}" if trace.n_heads > 1 else "")
     pair = f"'{tokens[qi]}' (query) and '{tokens[ki]}' (key)"
     if projected:
         steps, weights_in = trace.steps, trace.sections["projections"]
